@@ -1,0 +1,104 @@
+// Command rowlift moves MySQL/MariaDB tables between hosts and keeps them in sync.
+// One binary carries every role as a subcommand; run `rowlift --help` for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root().run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rowlift: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// root is the command tree. Each role (streamer, applier, coordinator, workflow)
+// is a subcommand of its own.
+func root() *command {
+	return &command{
+		name:    "rowlift",
+		summary: "move MySQL/MariaDB tables between hosts and keep them in sync",
+		subs: []*command{
+			versionCommand(),
+			{
+				name:    "dev",
+				summary: "tools for development: throwaway servers",
+				subs:    []*command{devMysqldCommand()},
+			},
+		},
+	}
+}
+
+// command is one node of the subcommand tree: either a group of subcommands or a
+// leaf with flags and a run function.
+type command struct {
+	name    string
+	summary string
+	// usage is the argument synopsis after the command path, for leaves.
+	usage string
+	// flags defines the leaf's flags on fs; nil for groups or flagless leaves.
+	flags func(fs *flag.FlagSet)
+	// exec runs the leaf after its flags are parsed.
+	exec func(ctx context.Context, fs *flag.FlagSet, stdout io.Writer) error
+	subs []*command
+}
+
+func (c *command) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return c.runPath(ctx, c.name, args, stdout, stderr)
+}
+
+func (c *command) runPath(ctx context.Context, path string, args []string, stdout, stderr io.Writer) error {
+	if c.exec == nil {
+		if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+			c.printGroupHelp(path, stdout)
+			if len(args) == 0 {
+				return fmt.Errorf("missing subcommand (see `%s --help`)", path)
+			}
+			return flag.ErrHelp
+		}
+		for _, sub := range c.subs {
+			if sub.name == args[0] {
+				return sub.runPath(ctx, path+" "+sub.name, args[1:], stdout, stderr)
+			}
+		}
+		return fmt.Errorf("unknown subcommand %q (see `%s --help`)", args[0], path)
+	}
+	fs := flag.NewFlagSet(path, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if c.flags != nil {
+		c.flags(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s: %s\n\nUsage: %s %s\n", path, c.summary, path, c.usage)
+		if c.flags != nil {
+			fmt.Fprintln(stderr, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return c.exec(ctx, fs, stdout)
+}
+
+func (c *command) printGroupHelp(path string, w io.Writer) {
+	fmt.Fprintf(w, "%s: %s\n\nUsage: %s <command> [flags]\n\nCommands:\n", path, c.summary, path)
+	for _, sub := range c.subs {
+		fmt.Fprintf(w, "  %-12s %s\n", sub.name, sub.summary)
+	}
+	fmt.Fprintf(w, "\nRun `%s <command> --help` for a command's flags.\n", path)
+}

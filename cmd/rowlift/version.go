@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+)
+
+// version is set at build time by the Makefile (-ldflags "-X main.version=...").
+var version = ""
+
+func versionCommand() *command {
+	return &command{
+		name:    "version",
+		summary: "print the version of this binary",
+		exec: func(_ context.Context, _ *flag.FlagSet, stdout io.Writer) error {
+			fmt.Fprintf(stdout, "rowlift %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
+
+// buildVersion prefers the version stamped by the Makefile and falls back to the
+// module version that `go install` records.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "devel"
+}

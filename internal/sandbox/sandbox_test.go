@@ -1,0 +1,148 @@
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+)
+
+const (
+	defaultWait = 10 * time.Second
+	pollEvery   = 20 * time.Millisecond
+)
+
+func TestTwoServersAtOnce(t *testing.T) {
+	a := sandboxtest.Start(t, sandbox.Options{})
+	b := sandboxtest.Start(t, sandbox.Options{})
+	require.NotEqual(t, a.Port, b.Port)
+	require.NotEqual(t, a.DataDir, b.DataDir)
+
+	var idA, idB uint32
+	require.NoError(t, sandboxtest.Open(t, a, "").QueryRow("SELECT @@server_id").Scan(&idA))
+	require.NoError(t, sandboxtest.Open(t, b, "").QueryRow("SELECT @@server_id").Scan(&idB))
+	require.Equal(t, a.ServerID, idA)
+	require.Equal(t, b.ServerID, idB)
+	require.NotEqual(t, idA, idB, "replication needs distinct server IDs")
+}
+
+func TestBinlogSettings(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{})
+	db := sandboxtest.Open(t, s, "")
+	want := map[string]string{
+		"log_bin":             "1",
+		"binlog_format":       "ROW",
+		"binlog_row_image":    "FULL",
+		"binlog_row_metadata": "FULL",
+		"gtid_strict_mode":    "1",
+		"log_slave_updates":   "1",
+	}
+	for name, value := range want {
+		var got string
+		require.NoError(t, db.QueryRow("SELECT @@GLOBAL."+name).Scan(&got), name)
+		require.Equal(t, value, got, name)
+	}
+}
+
+func TestGTIDAdvancesAfterWrite(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{})
+	db := sandboxtest.Open(t, s, "")
+	pos := func() string {
+		var p string
+		require.NoError(t, db.QueryRow("SELECT @@GLOBAL.gtid_binlog_pos").Scan(&p))
+		return p
+	}
+	require.Equal(t, "", pos(), "a fresh server has an empty binlog")
+	sandboxtest.Exec(t, db, "CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)")
+	before := pos()
+	sandboxtest.Exec(t, db, "INSERT INTO d.t VALUES (1)")
+	after := pos()
+	id := strconv.FormatUint(uint64(s.ServerID), 10)
+	require.Equal(t, "0-"+id+"-2", before)
+	require.Equal(t, "0-"+id+"-3", after)
+}
+
+func TestKillAndRestartKeepsData(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{})
+	db := sandboxtest.Open(t, s, "")
+	sandboxtest.Exec(t, db, "CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)", "INSERT INTO d.t VALUES (1), (2)")
+	port := s.Port
+	require.NoError(t, s.Kill())
+	require.Zero(t, s.Pid())
+	require.NoError(t, s.Restart(context.Background()))
+	require.Equal(t, port, s.Port)
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM d.t").Scan(&n))
+	require.Equal(t, 2, n, "committed rows survive SIGKILL and crash recovery")
+}
+
+func TestRemoveLeavesNothingBehind(t *testing.T) {
+	s, err := sandbox.Start(context.Background(), sandbox.Options{})
+	require.NoError(t, err)
+	pid := s.Pid()
+	require.NotZero(t, pid)
+	require.NoError(t, s.Remove())
+	require.Error(t, syscall.Kill(pid, 0), "server process %d still exists", pid)
+	_, err = os.Stat(s.Dir)
+	require.True(t, os.IsNotExist(err), "instance dir %s still exists", s.Dir)
+}
+
+func TestExtraArgsOverrideDefaults(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{Args: []string{"--binlog-row-metadata=MINIMAL", "--max-allowed-packet=4M"}})
+	var meta string
+	var packet int
+	require.NoError(t, sandboxtest.Open(t, s, "").QueryRow("SELECT @@binlog_row_metadata, @@max_allowed_packet").Scan(&meta, &packet))
+	require.Equal(t, "MINIMAL", meta)
+	require.Equal(t, 4<<20, packet)
+}
+
+// TestOrphansAreReaped starts a server from a child process that then dies by
+// SIGKILL without cleanup, as a test binary killed on timeout would, and checks that
+// the next Start kills the orphaned server and removes its directory.
+func TestOrphansAreReaped(t *testing.T) {
+	if os.Getenv("SANDBOX_ORPHAN_CHILD") == "1" {
+		s, err := sandbox.Start(context.Background(), sandbox.Options{Root: os.Getenv("SANDBOX_ROOT")})
+		if err != nil {
+			os.Stderr.WriteString(err.Error())
+			os.Exit(2)
+		}
+		os.Stdout.WriteString(s.Dir + "\n" + strconv.Itoa(s.Pid()) + "\n")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	root := shortTempDir(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOrphansAreReaped$")
+	cmd.Env = append(os.Environ(), "SANDBOX_ORPHAN_CHILD=1", "SANDBOX_ROOT="+root)
+	out, _ := cmd.Output()
+	fields := strings.Fields(string(out))
+	require.Len(t, fields, 2, "child output: %q", out)
+	dir := fields[0]
+	pid, err := strconv.Atoi(fields[1])
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, 0), "orphaned server should be running before the reap")
+
+	s := sandboxtest.Start(t, sandbox.Options{Root: root})
+	require.NotEqual(t, dir, s.Dir)
+	_, err = os.Stat(dir)
+	require.True(t, os.IsNotExist(err), "orphan dir %s still exists", dir)
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, defaultWait, pollEvery,
+		"orphaned server %d still running", pid)
+}
+
+// shortTempDir returns a temp dir with a short path: unix socket paths are limited
+// to about 100 bytes and t.TempDir's paths can be longer.
+func shortTempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "rl-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Clean(dir)
+}

@@ -1,0 +1,53 @@
+// Package sandboxtest gives tests a real throwaway server in one call: it fails the
+// test with "run `make setup`" when no server is installed (never skips), prints the
+// server's error log when the test fails, and removes the server at cleanup.
+package sandboxtest
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	_ "github.com/go-sql-driver/mysql" // registers the "mysql" driver for Open
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+)
+
+// Start starts a sandbox server for the test and removes it when the test ends.
+func Start(t testing.TB, opts sandbox.Options) *sandbox.Server {
+	t.Helper()
+	s, err := sandbox.Start(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("start sandbox server: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("error log of server %s (port %d):\n%s", s.Dir, s.Port, s.ErrorLog())
+		}
+		if err := s.Remove(); err != nil {
+			t.Errorf("remove sandbox server: %v", err)
+		}
+	})
+	return s
+}
+
+// Open opens a connection pool to db on the server, closed when the test ends.
+func Open(t testing.TB, s *sandbox.Server, db string) *sql.DB {
+	t.Helper()
+	conn, err := sql.Open("mysql", s.DSN(db))
+	if err != nil {
+		t.Fatalf("open %s: %v", s.Addr(), err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// Exec runs statements in order on conn and fails the test on the first error.
+func Exec(t testing.TB, conn *sql.DB, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := conn.Exec(q); err != nil {
+			t.Fatalf("exec %q: %v", q, err)
+		}
+	}
+}

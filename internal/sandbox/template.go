@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// templateSetup runs once on a new template so every instance starts with the same
+// accounts: root without a password over TCP from 127.0.0.1, and no host-named
+// accounts that --skip-name-resolve would warn about.
+var templateSetup = []string{
+	"CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
+	"GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
+}
+
+// ensureTemplate returns the directory of an initialized datadir for this server
+// binary and version, creating it on first use. Concurrent test processes may race
+// to create it; each builds in its own directory and the first rename wins.
+func ensureTemplate(ctx context.Context, root string, flavor Flavor, bin, version string) (string, error) {
+	sum := sha256.Sum256([]byte(strings.Join([]string{templateFormat, string(flavor), bin, version}, "\x00")))
+	final := filepath.Join(root, "template-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(filepath.Join(final, "data")); err == nil {
+		return filepath.Join(final, "data"), nil
+	}
+	build, err := os.MkdirTemp(root, "build-")
+	if err != nil {
+		return "", fmt.Errorf("template build dir: %w", err)
+	}
+	defer os.RemoveAll(build)
+	if err := os.WriteFile(filepath.Join(build, ownerFile), []byte(fmt.Sprint(os.Getpid())), 0o644); err != nil {
+		return "", fmt.Errorf("template owner file: %w", err)
+	}
+	data := filepath.Join(build, "data")
+	if err := initDatadir(ctx, flavor, bin, data, filepath.Join(build, "init.log")); err != nil {
+		return "", err
+	}
+	if err := setupTemplate(ctx, flavor, bin, build); err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(build, "t")
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Rename(data, filepath.Join(tmp, "data")); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		if _, statErr := os.Stat(filepath.Join(final, "data")); statErr == nil {
+			return filepath.Join(final, "data"), nil // another process won the race
+		}
+		return "", fmt.Errorf("install template %s: %w", final, err)
+	}
+	return filepath.Join(final, "data"), nil
+}
+
+func initDatadir(ctx context.Context, flavor Flavor, bin, data, logPath string) error {
+	var cmd *exec.Cmd
+	switch flavor {
+	case MariaDB:
+		installDB := filepath.Join(filepath.Dir(bin), "mariadb-install-db")
+		if _, err := os.Stat(installDB); err != nil {
+			if installDB, err = exec.LookPath("mariadb-install-db"); err != nil {
+				return fmt.Errorf("%w: mariadb-install-db not found: run `make setup`", ErrNoServer)
+			}
+		}
+		args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
+			"--skip-test-db", "--skip-name-resolve", "--innodb-log-file-size=48M"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		cmd = exec.CommandContext(ctx, installDB, args...)
+	case MySQL:
+		args := []string{"--no-defaults", "--initialize-insecure", "--datadir=" + data,
+			"--innodb-log-file-size=48M", "--log-error=" + logPath}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		cmd = exec.CommandContext(ctx, bin, args...)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		log, _ := os.ReadFile(logPath)
+		return fmt.Errorf("initialize datadir with %s: %w\n%s%s", cmd.Path, err, tail(string(out), 20), tail(string(log), 20))
+	}
+	return nil
+}
+
+// setupTemplate starts the fresh datadir once, without binlog or networking, runs
+// templateSetup and shuts it down cleanly.
+func setupTemplate(ctx context.Context, flavor Flavor, bin, build string) error {
+	s := &Server{Flavor: flavor, Dir: build, DataDir: filepath.Join(build, "data"),
+		Socket: filepath.Join(build, "mysqld.sock"), binary: bin}
+	s.args = []string{
+		"--no-defaults",
+		"--datadir=" + s.DataDir,
+		"--socket=" + s.Socket,
+		"--skip-networking",
+		"--skip-log-bin",
+		"--pid-file=" + filepath.Join(build, "mysqld.pid"),
+		"--log-error=" + filepath.Join(build, "error.log"),
+		"--innodb-log-file-size=48M",
+	}
+	if os.Geteuid() == 0 {
+		s.args = append(s.args, "--user=root")
+	}
+	if flavor == MySQL {
+		s.args = append(s.args, "--mysqlx=OFF")
+	}
+	if err := s.start(ctx); err != nil {
+		return fmt.Errorf("start template server: %w", err)
+	}
+	setupErr := runSetup(ctx, s.Socket)
+	if err := s.Stop(); err != nil {
+		return errors.Join(setupErr, fmt.Errorf("stop template server: %w", err))
+	}
+	return setupErr
+}
+
+func runSetup(ctx context.Context, socket string) error {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr = "root", "unix", socket
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	stmts := append([]string{}, templateSetup...)
+	rows, err := db.QueryContext(ctx,
+		"SELECT user, host FROM mysql.user WHERE host NOT IN ('localhost', '127.0.0.1', '::1', '%')")
+	if err != nil {
+		return fmt.Errorf("template setup: %w", err)
+	}
+	for rows.Next() {
+		var user, host string
+		if err := rows.Scan(&user, &host); err != nil {
+			rows.Close()
+			return fmt.Errorf("template setup: %w", err)
+		}
+		stmts = append(stmts, fmt.Sprintf("DROP USER '%s'@'%s'", user, host))
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("template setup: %w", err)
+	}
+	for _, q := range stmts {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("template setup %q: %w", q, err)
+		}
+	}
+	return nil
+}

@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"bufio"
-	"fmt"
 	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"

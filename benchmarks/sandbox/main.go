@@ -114,4 +114,3 @@ func rssOf(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }
-

@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build test unit lint proto proto-check bench bench-sandbox clean
+.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy clean
 
 ## setup: install a MariaDB server if none is present, download modules, build pinned tools
 setup:
@@ -60,12 +60,18 @@ proto-check: proto
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
 ## bench: run every benchmark program; each prints rowlift beside a baseline from the same run
-bench: bench-sandbox
+bench: bench-sandbox bench-copy
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
 bench-sandbox:
 	$(GO) run ./benchmarks/sandbox -n $(N)
+
+## bench-copy: rowlift copy beside source scan, LOAD DATA and mariadb-dump | mariadb on the
+## same servers (ROWS=table rows, full size 16777216; BENCHFLAGS=more flags, e.g. -runs 3)
+ROWS ?= 1000000
+bench-copy:
+	$(GO) run ./benchmarks/copy -rows $(ROWS) $(BENCHFLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -33,6 +34,8 @@ func root() *command {
 		name:    "rowlift",
 		summary: "move MySQL/MariaDB tables between hosts and keep them in sync",
 		subs: []*command{
+			streamerCommand(),
+			applierCommand(),
 			versionCommand(),
 			{
 				name:    "dev",
@@ -82,10 +85,13 @@ func (c *command) runPath(ctx context.Context, path string, args []string, stdou
 	if c.flags != nil {
 		c.flags(fs)
 	}
+	if err := setFromEnv(fs); err != nil {
+		return err
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s: %s\n\nUsage: %s %s\n", path, c.summary, path, c.usage)
 		if c.flags != nil {
-			fmt.Fprintln(stderr, "\nFlags:")
+			fmt.Fprintln(stderr, "\nFlags (each also read from $ROWLIFT_<FLAG_NAME>, e.g. --source-dsn from $ROWLIFT_SOURCE_DSN):")
 			fs.PrintDefaults()
 		}
 	}
@@ -101,4 +107,23 @@ func (c *command) printGroupHelp(path string, w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", sub.name, sub.summary)
 	}
 	fmt.Fprintf(w, "\nRun `%s <command> --help` for a command's flags.\n", path)
+}
+
+// setFromEnv gives every flag the value of $ROWLIFT_<NAME> (dashes as
+// underscores) when that is set; the command line still wins, as it is parsed after.
+func setFromEnv(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("$%s: %w", name, serr)
+			}
+		}
+	})
+	return err
+}
+
+func envName(flagName string) string {
+	return "ROWLIFT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }

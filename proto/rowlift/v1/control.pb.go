@@ -77,6 +77,60 @@ func (OnDDL) EnumDescriptor() ([]byte, []int) {
 	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{0}
 }
 
+// CopyMethod is how the applier writes copied rows.
+type CopyMethod int32
+
+const (
+	// LOAD DATA LOCAL INFILE when the target allows it (local_infile=ON), else INSERT.
+	CopyMethod_COPY_METHOD_UNSPECIFIED CopyMethod = 0
+	// LOAD DATA LOCAL INFILE from memory: the least work for the target server.
+	// Rows the server skips or adjusts (duplicate keys, conversions) fail the copy.
+	CopyMethod_COPY_METHOD_LOAD_DATA CopyMethod = 1
+	// Multi-row INSERT statements sized under max_allowed_packet.
+	CopyMethod_COPY_METHOD_INSERT CopyMethod = 2
+)
+
+// Enum value maps for CopyMethod.
+var (
+	CopyMethod_name = map[int32]string{
+		0: "COPY_METHOD_UNSPECIFIED",
+		1: "COPY_METHOD_LOAD_DATA",
+		2: "COPY_METHOD_INSERT",
+	}
+	CopyMethod_value = map[string]int32{
+		"COPY_METHOD_UNSPECIFIED": 0,
+		"COPY_METHOD_LOAD_DATA":   1,
+		"COPY_METHOD_INSERT":      2,
+	}
+)
+
+func (x CopyMethod) Enum() *CopyMethod {
+	p := new(CopyMethod)
+	*p = x
+	return p
+}
+
+func (x CopyMethod) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CopyMethod) Descriptor() protoreflect.EnumDescriptor {
+	return file_rowlift_v1_control_proto_enumTypes[1].Descriptor()
+}
+
+func (CopyMethod) Type() protoreflect.EnumType {
+	return &file_rowlift_v1_control_proto_enumTypes[1]
+}
+
+func (x CopyMethod) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CopyMethod.Descriptor instead.
+func (CopyMethod) EnumDescriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
 // WorkflowState is the life cycle of a workflow.
 type WorkflowState int32
 
@@ -126,11 +180,11 @@ func (x WorkflowState) String() string {
 }
 
 func (WorkflowState) Descriptor() protoreflect.EnumDescriptor {
-	return file_rowlift_v1_control_proto_enumTypes[1].Descriptor()
+	return file_rowlift_v1_control_proto_enumTypes[2].Descriptor()
 }
 
 func (WorkflowState) Type() protoreflect.EnumType {
-	return &file_rowlift_v1_control_proto_enumTypes[1]
+	return &file_rowlift_v1_control_proto_enumTypes[2]
 }
 
 func (x WorkflowState) Number() protoreflect.EnumNumber {
@@ -139,7 +193,7 @@ func (x WorkflowState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkflowState.Descriptor instead.
 func (WorkflowState) EnumDescriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 // WorkflowRef names a workflow and the targets that hold its state.
@@ -244,13 +298,17 @@ func (x *CreateWorkflowRequest) GetSpec() *WorkflowSpec {
 type WorkflowSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique on its targets. Letters, digits, '_' and '-'.
-	Name          string           `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Sources       []*SourceShard   `protobuf:"bytes,2,rep,name=sources,proto3" json:"sources,omitempty"`
-	Targets       []*TargetShard   `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
-	Tables        []*TableSpec     `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
-	Options       *WorkflowOptions `protobuf:"bytes,5,opt,name=options,proto3" json:"options,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Name    string           `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Sources []*SourceShard   `protobuf:"bytes,2,rep,name=sources,proto3" json:"sources,omitempty"`
+	Targets []*TargetShard   `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	Tables  []*TableSpec     `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"`
+	Options *WorkflowOptions `protobuf:"bytes,5,opt,name=options,proto3" json:"options,omitempty"`
+	// Database (schema) of the tables on the sources.
+	SourceDatabase string `protobuf:"bytes,6,opt,name=source_database,json=sourceDatabase,proto3" json:"source_database,omitempty"`
+	// Database on the targets; empty means the same name as on the sources.
+	TargetDatabase string `protobuf:"bytes,7,opt,name=target_database,json=targetDatabase,proto3" json:"target_database,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WorkflowSpec) Reset() {
@@ -316,6 +374,20 @@ func (x *WorkflowSpec) GetOptions() *WorkflowOptions {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *WorkflowSpec) GetSourceDatabase() string {
+	if x != nil {
+		return x.SourceDatabase
+	}
+	return ""
+}
+
+func (x *WorkflowSpec) GetTargetDatabase() string {
+	if x != nil {
+		return x.TargetDatabase
+	}
+	return ""
 }
 
 // SourceShard is one source server, reached through its streamer.
@@ -518,7 +590,8 @@ type WorkflowOptions struct {
 	// Copy into target tables that already hold rows.
 	AllowNonemptyTarget bool `protobuf:"varint,7,opt,name=allow_nonempty_target,json=allowNonemptyTarget,proto3" json:"allow_nonempty_target,omitempty"`
 	// Commit items out of source order, checkpointing a low watermark.
-	OutOfOrderCommit bool `protobuf:"varint,8,opt,name=out_of_order_commit,json=outOfOrderCommit,proto3" json:"out_of_order_commit,omitempty"`
+	OutOfOrderCommit bool       `protobuf:"varint,8,opt,name=out_of_order_commit,json=outOfOrderCommit,proto3" json:"out_of_order_commit,omitempty"`
+	CopyMethod       CopyMethod `protobuf:"varint,9,opt,name=copy_method,json=copyMethod,proto3,enum=rowlift.v1.CopyMethod" json:"copy_method,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -607,6 +680,13 @@ func (x *WorkflowOptions) GetOutOfOrderCommit() bool {
 		return x.OutOfOrderCommit
 	}
 	return false
+}
+
+func (x *WorkflowOptions) GetCopyMethod() CopyMethod {
+	if x != nil {
+		return x.CopyMethod
+	}
+	return CopyMethod_COPY_METHOD_UNSPECIFIED
 }
 
 // Workflow is a workflow's definition and its live status.
@@ -1156,13 +1236,15 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\atargets\x18\x02 \x03(\tR\atargets\"E\n" +
 	"\x15CreateWorkflowRequest\x12,\n" +
-	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\"\xee\x01\n" +
+	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\"\xc0\x02\n" +
 	"\fWorkflowSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\asources\x18\x02 \x03(\v2\x17.rowlift.v1.SourceShardR\asources\x121\n" +
 	"\atargets\x18\x03 \x03(\v2\x17.rowlift.v1.TargetShardR\atargets\x12-\n" +
 	"\x06tables\x18\x04 \x03(\v2\x15.rowlift.v1.TableSpecR\x06tables\x125\n" +
-	"\aoptions\x18\x05 \x01(\v2\x1b.rowlift.v1.WorkflowOptionsR\aoptions\"L\n" +
+	"\aoptions\x18\x05 \x01(\v2\x1b.rowlift.v1.WorkflowOptionsR\aoptions\x12'\n" +
+	"\x0fsource_database\x18\x06 \x01(\tR\x0esourceDatabase\x12'\n" +
+	"\x0ftarget_database\x18\a \x01(\tR\x0etargetDatabase\"L\n" +
 	"\vSourceShard\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x10streamer_address\x18\x02 \x01(\tR\x0fstreamerAddress\"g\n" +
@@ -1173,7 +1255,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
-	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\"\xdc\x02\n" +
+	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\"\x95\x03\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -1183,7 +1265,9 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\rapply_workers\x18\x05 \x01(\x05R\fapplyWorkers\x12,\n" +
 	"\x12skip_create_tables\x18\x06 \x01(\bR\x10skipCreateTables\x122\n" +
 	"\x15allow_nonempty_target\x18\a \x01(\bR\x13allowNonemptyTarget\x12-\n" +
-	"\x13out_of_order_commit\x18\b \x01(\bR\x10outOfOrderCommit\"l\n" +
+	"\x13out_of_order_commit\x18\b \x01(\bR\x10outOfOrderCommit\x127\n" +
+	"\vcopy_method\x18\t \x01(\x0e2\x16.rowlift.v1.CopyMethodR\n" +
+	"copyMethod\"l\n" +
 	"\bWorkflow\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\x122\n" +
 	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\"\xa6\x03\n" +
@@ -1230,7 +1314,12 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x12ON_DDL_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vON_DDL_STOP\x10\x01\x12\x11\n" +
 	"\rON_DDL_IGNORE\x10\x02\x12\x0f\n" +
-	"\vON_DDL_EXEC\x10\x03*\xeb\x01\n" +
+	"\vON_DDL_EXEC\x10\x03*\\\n" +
+	"\n" +
+	"CopyMethod\x12\x1b\n" +
+	"\x17COPY_METHOD_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15COPY_METHOD_LOAD_DATA\x10\x01\x12\x16\n" +
+	"\x12COPY_METHOD_INSERT\x10\x02*\xeb\x01\n" +
 	"\rWorkflowState\x12\x1e\n" +
 	"\x1aWORKFLOW_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13WORKFLOW_STATE_INIT\x10\x01\x12\x1a\n" +
@@ -1262,64 +1351,66 @@ func file_rowlift_v1_control_proto_rawDescGZIP() []byte {
 	return file_rowlift_v1_control_proto_rawDescData
 }
 
-var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_rowlift_v1_control_proto_goTypes = []any{
 	(OnDDL)(0),                     // 0: rowlift.v1.OnDDL
-	(WorkflowState)(0),             // 1: rowlift.v1.WorkflowState
-	(*WorkflowRef)(nil),            // 2: rowlift.v1.WorkflowRef
-	(*CreateWorkflowRequest)(nil),  // 3: rowlift.v1.CreateWorkflowRequest
-	(*WorkflowSpec)(nil),           // 4: rowlift.v1.WorkflowSpec
-	(*SourceShard)(nil),            // 5: rowlift.v1.SourceShard
-	(*TargetShard)(nil),            // 6: rowlift.v1.TargetShard
-	(*TableSpec)(nil),              // 7: rowlift.v1.TableSpec
-	(*WorkflowOptions)(nil),        // 8: rowlift.v1.WorkflowOptions
-	(*Workflow)(nil),               // 9: rowlift.v1.Workflow
-	(*WorkflowStatus)(nil),         // 10: rowlift.v1.WorkflowStatus
-	(*TableStatus)(nil),            // 11: rowlift.v1.TableStatus
-	(*StreamStatus)(nil),           // 12: rowlift.v1.StreamStatus
-	(*DeleteWorkflowResponse)(nil), // 13: rowlift.v1.DeleteWorkflowResponse
-	(*ListWorkflowsRequest)(nil),   // 14: rowlift.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),  // 15: rowlift.v1.ListWorkflowsResponse
-	(*WatchWorkflowRequest)(nil),   // 16: rowlift.v1.WatchWorkflowRequest
-	(*Position)(nil),               // 17: rowlift.v1.Position
+	(CopyMethod)(0),                // 1: rowlift.v1.CopyMethod
+	(WorkflowState)(0),             // 2: rowlift.v1.WorkflowState
+	(*WorkflowRef)(nil),            // 3: rowlift.v1.WorkflowRef
+	(*CreateWorkflowRequest)(nil),  // 4: rowlift.v1.CreateWorkflowRequest
+	(*WorkflowSpec)(nil),           // 5: rowlift.v1.WorkflowSpec
+	(*SourceShard)(nil),            // 6: rowlift.v1.SourceShard
+	(*TargetShard)(nil),            // 7: rowlift.v1.TargetShard
+	(*TableSpec)(nil),              // 8: rowlift.v1.TableSpec
+	(*WorkflowOptions)(nil),        // 9: rowlift.v1.WorkflowOptions
+	(*Workflow)(nil),               // 10: rowlift.v1.Workflow
+	(*WorkflowStatus)(nil),         // 11: rowlift.v1.WorkflowStatus
+	(*TableStatus)(nil),            // 12: rowlift.v1.TableStatus
+	(*StreamStatus)(nil),           // 13: rowlift.v1.StreamStatus
+	(*DeleteWorkflowResponse)(nil), // 14: rowlift.v1.DeleteWorkflowResponse
+	(*ListWorkflowsRequest)(nil),   // 15: rowlift.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),  // 16: rowlift.v1.ListWorkflowsResponse
+	(*WatchWorkflowRequest)(nil),   // 17: rowlift.v1.WatchWorkflowRequest
+	(*Position)(nil),               // 18: rowlift.v1.Position
 }
 var file_rowlift_v1_control_proto_depIdxs = []int32{
-	4,  // 0: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
-	5,  // 1: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
-	6,  // 2: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
-	7,  // 3: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
-	8,  // 4: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
+	5,  // 0: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
+	6,  // 1: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
+	7,  // 2: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
+	8,  // 3: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
+	9,  // 4: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
 	0,  // 5: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
-	4,  // 6: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
-	10, // 7: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
-	1,  // 8: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
-	11, // 9: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
-	12, // 10: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
-	17, // 11: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
-	9,  // 12: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
-	2,  // 13: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	3,  // 14: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
-	2,  // 15: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
-	2,  // 16: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
-	2,  // 17: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
-	2,  // 18: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
-	2,  // 19: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
-	14, // 20: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
-	16, // 21: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
-	9,  // 22: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
-	9,  // 23: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
-	9,  // 24: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
-	9,  // 25: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
-	13, // 26: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
-	9,  // 27: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
-	15, // 28: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
-	9,  // 29: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 6: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
+	5,  // 7: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
+	11, // 8: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
+	2,  // 9: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
+	12, // 10: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
+	13, // 11: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
+	18, // 12: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
+	10, // 13: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
+	3,  // 14: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	4,  // 15: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
+	3,  // 16: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
+	3,  // 17: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
+	3,  // 18: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
+	3,  // 19: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
+	3,  // 20: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
+	15, // 21: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
+	17, // 22: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
+	10, // 23: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
+	10, // 24: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
+	10, // 25: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
+	10, // 26: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
+	14, // 27: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
+	10, // 28: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
+	16, // 29: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
+	10, // 30: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_control_proto_init() }
@@ -1333,7 +1424,7 @@ func file_rowlift_v1_control_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_control_proto_rawDesc), len(file_rowlift_v1_control_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,

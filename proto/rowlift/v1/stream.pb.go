@@ -38,8 +38,10 @@ type StreamRequest struct {
 	Tables []*TableRequest `protobuf:"bytes,3,rep,name=tables,proto3" json:"tables,omitempty"`
 	// Rows whose keyspace ID is outside this range are filtered out, both in copy
 	// chunks and in binlog events. Unset means the whole keyspace.
-	KeyRange      *KeyRange      `protobuf:"bytes,4,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
-	Options       *StreamOptions `protobuf:"bytes,5,opt,name=options,proto3" json:"options,omitempty"`
+	KeyRange *KeyRange      `protobuf:"bytes,4,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
+	Options  *StreamOptions `protobuf:"bytes,5,opt,name=options,proto3" json:"options,omitempty"`
+	// Source database the tables are in.
+	Database      string `protobuf:"bytes,6,opt,name=database,proto3" json:"database,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -107,6 +109,13 @@ func (x *StreamRequest) GetOptions() *StreamOptions {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *StreamRequest) GetDatabase() string {
+	if x != nil {
+		return x.Database
+	}
+	return ""
 }
 
 // TableRequest names one source table and how far its copy has got.
@@ -312,11 +321,15 @@ func (x *StreamOptions) GetHeartbeatMs() int64 {
 	return 0
 }
 
-// Position is a source position as a GTID set in the source's flavor's syntax
-// (MariaDB "0-1-100,1-2-7"; MySQL "uuid:1-100").
+// Position is a source position: a GTID set in the source's flavor's syntax
+// (MariaDB "0-1-100,1-2-7"; MySQL "uuid:1-100"), which is what resumes use, and,
+// where known, the binlog coordinates it corresponds to on the streamer's source,
+// which order positions exactly within one stream.
 type Position struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GtidSet       string                 `protobuf:"bytes,1,opt,name=gtid_set,json=gtidSet,proto3" json:"gtid_set,omitempty"`
+	BinlogFile    string                 `protobuf:"bytes,2,opt,name=binlog_file,json=binlogFile,proto3" json:"binlog_file,omitempty"`
+	BinlogOffset  uint64                 `protobuf:"varint,3,opt,name=binlog_offset,json=binlogOffset,proto3" json:"binlog_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +369,20 @@ func (x *Position) GetGtidSet() string {
 		return x.GtidSet
 	}
 	return ""
+}
+
+func (x *Position) GetBinlogFile() string {
+	if x != nil {
+		return x.BinlogFile
+	}
+	return ""
+}
+
+func (x *Position) GetBinlogOffset() uint64 {
+	if x != nil {
+		return x.BinlogOffset
+	}
+	return 0
 }
 
 // KeyRange is a half-open range of 64-bit keyspace IDs [start, end). An empty start
@@ -592,6 +619,9 @@ func (*StreamItem_Ddl) isStreamItem_Item() {}
 
 // Row is one row packed as Vitess's query.Row: the length of each value in
 // column order (-1 for NULL) and all values concatenated in one byte string.
+// Each value is its MySQL text-protocol form read with character_set_results=binary
+// and time_zone='+00:00': numbers and temporals as text, strings as the raw bytes
+// of the column's own character set, BIT as raw bytes.
 type Row struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Lengths       []int64                `protobuf:"zigzag64,1,rep,packed,name=lengths,proto3" json:"lengths,omitempty"`
@@ -644,19 +674,19 @@ func (x *Row) GetValues() []byte {
 	return nil
 }
 
-// Field describes one streamed column.
+// Field describes one streamed column, as information_schema.COLUMNS says.
 type Field struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// MySQL protocol column type code (MYSQL_TYPE_*).
-	Type int32 `protobuf:"varint,2,opt,name=type,proto3" json:"type,omitempty"`
-	// Full column type as information_schema.COLUMNS.COLUMN_TYPE says
-	// ("bigint(20) unsigned", "enum('a','b')"), for exact reconstruction.
+	// DATA_TYPE, lower case ("bigint", "varchar", "datetime"): decides how a value
+	// is written back.
+	DataType string `protobuf:"bytes,2,opt,name=data_type,json=dataType,proto3" json:"data_type,omitempty"`
+	// COLUMN_TYPE ("bigint(20) unsigned", "enum('a','b')"), for shape checks.
 	ColumnType string `protobuf:"bytes,3,opt,name=column_type,json=columnType,proto3" json:"column_type,omitempty"`
-	// Collation ID; 63 (binary) for binary strings and non-string types.
-	Collation     int32 `protobuf:"varint,4,opt,name=collation,proto3" json:"collation,omitempty"`
-	Nullable      bool  `protobuf:"varint,5,opt,name=nullable,proto3" json:"nullable,omitempty"`
-	Unsigned      bool  `protobuf:"varint,6,opt,name=unsigned,proto3" json:"unsigned,omitempty"`
+	// Character set and collation of string columns; empty for other types.
+	Charset       string `protobuf:"bytes,4,opt,name=charset,proto3" json:"charset,omitempty"`
+	Collation     string `protobuf:"bytes,5,opt,name=collation,proto3" json:"collation,omitempty"`
+	Nullable      bool   `protobuf:"varint,6,opt,name=nullable,proto3" json:"nullable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -698,11 +728,11 @@ func (x *Field) GetName() string {
 	return ""
 }
 
-func (x *Field) GetType() int32 {
+func (x *Field) GetDataType() string {
 	if x != nil {
-		return x.Type
+		return x.DataType
 	}
-	return 0
+	return ""
 }
 
 func (x *Field) GetColumnType() string {
@@ -712,23 +742,23 @@ func (x *Field) GetColumnType() string {
 	return ""
 }
 
-func (x *Field) GetCollation() int32 {
+func (x *Field) GetCharset() string {
+	if x != nil {
+		return x.Charset
+	}
+	return ""
+}
+
+func (x *Field) GetCollation() string {
 	if x != nil {
 		return x.Collation
 	}
-	return 0
+	return ""
 }
 
 func (x *Field) GetNullable() bool {
 	if x != nil {
 		return x.Nullable
-	}
-	return false
-}
-
-func (x *Field) GetUnsigned() bool {
-	if x != nil {
-		return x.Unsigned
 	}
 	return false
 }
@@ -739,8 +769,13 @@ type TableFields struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Table  string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	Fields []*Field               `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
-	// Indexes into fields of the primary key columns, in key order.
-	PkColumns     []int32 `protobuf:"varint,3,rep,packed,name=pk_columns,json=pkColumns,proto3" json:"pk_columns,omitempty"`
+	// Indexes into fields of the primary key columns, in key order. This is the
+	// PRIMARY KEY, or the first NOT NULL unique key when the table has none.
+	PkColumns []int32 `protobuf:"varint,3,rep,packed,name=pk_columns,json=pkColumns,proto3" json:"pk_columns,omitempty"`
+	// The source's SHOW CREATE TABLE, used to create a missing target table.
+	CreateTable string `protobuf:"bytes,4,opt,name=create_table,json=createTable,proto3" json:"create_table,omitempty"`
+	// Estimated rows on the source (information_schema.TABLES.TABLE_ROWS).
+	RowsEstimate  int64 `protobuf:"varint,5,opt,name=rows_estimate,json=rowsEstimate,proto3" json:"rows_estimate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -794,6 +829,20 @@ func (x *TableFields) GetPkColumns() []int32 {
 		return x.PkColumns
 	}
 	return nil
+}
+
+func (x *TableFields) GetCreateTable() string {
+	if x != nil {
+		return x.CreateTable
+	}
+	return ""
+}
+
+func (x *TableFields) GetRowsEstimate() int64 {
+	if x != nil {
+		return x.RowsEstimate
+	}
+	return 0
 }
 
 // Chunk is a batch of copied rows of one table, placed in the stream exactly at its
@@ -1208,13 +1257,14 @@ var File_rowlift_v1_stream_proto protoreflect.FileDescriptor
 const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"\x17rowlift/v1/stream.proto\x12\n" +
-	"rowlift.v1\"\xf7\x01\n" +
+	"rowlift.v1\"\x93\x02\n" +
 	"\rStreamRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x120\n" +
 	"\x06tables\x18\x03 \x03(\v2\x18.rowlift.v1.TableRequestR\x06tables\x121\n" +
 	"\tkey_range\x18\x04 \x01(\v2\x14.rowlift.v1.KeyRangeR\bkeyRange\x123\n" +
-	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\"\x93\x01\n" +
+	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\x12\x1a\n" +
+	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\x93\x01\n" +
 	"\fTableRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
@@ -1228,9 +1278,12 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"chunk_rows\x18\x01 \x01(\x03R\tchunkRows\x12!\n" +
 	"\fpacket_bytes\x18\x02 \x01(\x03R\vpacketBytes\x12'\n" +
 	"\x0fparallel_tables\x18\x03 \x01(\x05R\x0eparallelTables\x12!\n" +
-	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\"%\n" +
+	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\"k\n" +
 	"\bPosition\x12\x19\n" +
-	"\bgtid_set\x18\x01 \x01(\tR\agtidSet\"2\n" +
+	"\bgtid_set\x18\x01 \x01(\tR\agtidSet\x12\x1f\n" +
+	"\vbinlog_file\x18\x02 \x01(\tR\n" +
+	"binlogFile\x12#\n" +
+	"\rbinlog_offset\x18\x03 \x01(\x04R\fbinlogOffset\"2\n" +
 	"\bKeyRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\fR\x03end\">\n" +
@@ -1246,20 +1299,22 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x04item\"7\n" +
 	"\x03Row\x12\x18\n" +
 	"\alengths\x18\x01 \x03(\x12R\alengths\x12\x16\n" +
-	"\x06values\x18\x02 \x01(\fR\x06values\"\xa6\x01\n" +
+	"\x06values\x18\x02 \x01(\fR\x06values\"\xad\x01\n" +
 	"\x05Field\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\x05R\x04type\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tdata_type\x18\x02 \x01(\tR\bdataType\x12\x1f\n" +
 	"\vcolumn_type\x18\x03 \x01(\tR\n" +
-	"columnType\x12\x1c\n" +
-	"\tcollation\x18\x04 \x01(\x05R\tcollation\x12\x1a\n" +
-	"\bnullable\x18\x05 \x01(\bR\bnullable\x12\x1a\n" +
-	"\bunsigned\x18\x06 \x01(\bR\bunsigned\"m\n" +
+	"columnType\x12\x18\n" +
+	"\acharset\x18\x04 \x01(\tR\acharset\x12\x1c\n" +
+	"\tcollation\x18\x05 \x01(\tR\tcollation\x12\x1a\n" +
+	"\bnullable\x18\x06 \x01(\bR\bnullable\"\xb5\x01\n" +
 	"\vTableFields\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12)\n" +
 	"\x06fields\x18\x02 \x03(\v2\x11.rowlift.v1.FieldR\x06fields\x12\x1d\n" +
 	"\n" +
-	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\"\xb7\x01\n" +
+	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
+	"\fcreate_table\x18\x04 \x01(\tR\vcreateTable\x12#\n" +
+	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xb7\x01\n" +
 	"\x05Chunk\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12#\n" +
 	"\x04rows\x18\x02 \x03(\v2\x0f.rowlift.v1.RowR\x04rows\x12*\n" +

@@ -1,0 +1,253 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+const (
+	minBackoff = 500 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// controller runs one (workflow, source) stream: it opens the stream from the
+// committed state, applies what arrives, and on failure either retries with
+// backoff (showing why in the stream's message) or, when retrying cannot help,
+// puts the workflow in state error with a message that says what to do.
+type controller struct {
+	engine *Engine
+	spec   *rowliftv1.WorkflowSpec
+	source *rowliftv1.SourceShard
+	log    *zap.Logger
+}
+
+func (c *controller) run(ctx context.Context) {
+	store := c.engine.store
+	backoff := minBackoff
+	for attempt := 1; ; attempt++ {
+		progressed, err := c.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if isPermanent(err) {
+			c.log.Error("workflow stopped with an error", zap.Error(err))
+			if serr := store.SetState(context.WithoutCancel(ctx), c.spec.GetName(), state.Error, err.Error()); serr != nil {
+				c.log.Error("cannot record the workflow error", zap.Error(serr))
+			}
+			return
+		}
+		if progressed {
+			attempt, backoff = 1, minBackoff
+		}
+		msg := fmt.Sprintf("retrying (attempt %d, next in %s): %v", attempt, backoff, err)
+		c.log.Warn("stream failed; retrying", zap.Int("attempt", attempt), zap.Duration("backoff", backoff), zap.Error(err))
+		if serr := store.SetStreamMessage(ctx, c.spec.GetName(), c.source.GetName(), msg); serr != nil {
+			c.log.Warn("cannot record the retry message", zap.Error(serr))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// isPermanent reports whether retrying err cannot help without an operator.
+func isPermanent(err error) bool {
+	var pe *permanentError
+	if errors.As(err, &pe) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.Unimplemented:
+		return true
+	}
+	return false
+}
+
+// stream runs the stream once; progressed says whether anything was committed,
+// so the retry backoff starts over.
+func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
+	e := c.engine
+	store := e.store
+	name := c.spec.GetName()
+	copies, err := store.CopyState(ctx, name, c.source.GetName())
+	if err != nil {
+		return false, err
+	}
+	progress := map[string]state.TableCopy{}
+	for _, tc := range copies {
+		progress[tc.Table] = tc
+	}
+	var maxPacket int
+	if err := e.db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
+		return false, fmt.Errorf("read target max_allowed_packet: %w", err)
+	}
+
+	conn, err := grpc.NewClient(c.source.GetStreamerAddress(), append(grpcopt.DialOptions(), e.cfg.DialOptions...)...)
+	if err != nil {
+		return false, permanent("streamer address %q of source %s: %v", c.source.GetStreamerAddress(), c.source.GetName(), err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := rowliftv1.NewStreamerClient(conn).Stream(ctx, c.request(progress))
+	if err != nil {
+		return false, c.streamError(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return false, c.streamError(err)
+	}
+	var fields []*rowliftv1.TableFields
+	for _, item := range first.GetItems() {
+		if f := item.GetFields(); f != nil {
+			fields = append(fields, f)
+		}
+	}
+	if len(fields) != len(c.spec.GetTables()) {
+		return false, fmt.Errorf("streamer sent %d table descriptions for %d tables", len(fields), len(c.spec.GetTables()))
+	}
+	// Leave headroom under max_allowed_packet for the statement's framing.
+	tables, err := prepareTargets(ctx, e.db, c.spec, fields, progress, maxPacket-1024)
+	if err != nil {
+		return false, err
+	}
+	if err := store.SetStreamMessage(ctx, name, c.source.GetName(), ""); err != nil {
+		return false, err
+	}
+	c.log.Info("stream open", zap.String("streamer", c.source.GetStreamerAddress()), zap.Int("tables", len(tables)))
+
+	pending := 0
+	for _, tc := range progress {
+		if !tc.Done {
+			pending++
+		}
+	}
+	workers := int(c.spec.GetOptions().GetApplyWorkers())
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	started := time.Now()
+	w := newCopyWriter(ctx, e.db, name, c.source.GetName(), workers, func(table string, _ int, done bool) {
+		if done {
+			c.log.Info("table copied", zap.String("table", table))
+		}
+	})
+	defer func() {
+		cancel()
+		if werr := w.wait(); err == nil && werr != nil && !errors.Is(werr, context.Canceled) {
+			err = werr
+		}
+	}()
+	if pending == 0 {
+		return false, c.markCopied(ctx, started)
+	}
+	committed := func() bool { return w.rows.Load() > 0 }
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return committed(), c.streamError(err)
+		}
+		for _, item := range msg.GetItems() {
+			chunk := item.GetChunk()
+			if chunk == nil {
+				continue
+			}
+			t := tables[chunk.GetTable()]
+			if t == nil {
+				return committed(), fmt.Errorf("streamer sent rows of table %q, which the workflow does not stream", chunk.GetTable())
+			}
+			if err := w.submit(t, chunk); err != nil {
+				return committed(), err
+			}
+			if chunk.GetTableDone() {
+				if pending--; pending == 0 {
+					if err := w.drain(); err != nil {
+						return committed(), err
+					}
+					return true, c.markCopied(ctx, started)
+				}
+			}
+		}
+	}
+}
+
+// markCopied moves the workflow to running once every source's copy is done,
+// then holds the stream open until the engine stops it.
+func (c *controller) markCopied(ctx context.Context, started time.Time) error {
+	store := c.engine.store
+	done, err := store.CopyDone(ctx, c.spec.GetName())
+	if err != nil {
+		return err
+	}
+	w, err := store.Workflow(ctx, c.spec.GetName())
+	if err != nil {
+		return err
+	}
+	if done && w.State == state.Copying {
+		msg := fmt.Sprintf("copy done at %s", time.Now().UTC().Format(time.RFC3339))
+		if err := store.SetState(ctx, c.spec.GetName(), state.Running, msg); err != nil {
+			return err
+		}
+		c.log.Info("copy done", zap.Duration("took", time.Since(started)))
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (c *controller) request(progress map[string]state.TableCopy) *rowliftv1.StreamRequest {
+	opts := c.spec.GetOptions()
+	req := &rowliftv1.StreamRequest{
+		Workflow: c.spec.GetName(),
+		Database: c.spec.GetSourceDatabase(),
+		Options: &rowliftv1.StreamOptions{ChunkRows: opts.GetChunkRows(), PacketBytes: opts.GetPacketBytes(),
+			ParallelTables: opts.GetParallelTables()},
+	}
+	for _, t := range c.spec.GetTables() {
+		p := progress[t.GetName()]
+		req.Tables = append(req.Tables, &rowliftv1.TableRequest{Name: t.GetName(), Columns: t.GetColumns(),
+			ShardingColumn: t.GetShardingColumn(), Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}})
+	}
+	return req
+}
+
+// streamError adds which streamer failed; the status code is kept for isPermanent.
+func (c *controller) streamError(err error) error {
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("streamer %s ended the stream", c.source.GetStreamerAddress())
+	}
+	st, _ := status.FromError(err)
+	return status.Errorf(st.Code(), "streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), st.Message())
+}
+
+func sourceByName(spec *rowliftv1.WorkflowSpec, name string) *rowliftv1.SourceShard {
+	for _, s := range spec.GetSources() {
+		if s.GetName() == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// targetDatabase is the target database of a workflow: the source's name unless
+// the spec says otherwise.
+func targetDatabase(spec *rowliftv1.WorkflowSpec) string {
+	if spec.GetTargetDatabase() != "" {
+		return spec.GetTargetDatabase()
+	}
+	return spec.GetSourceDatabase()
+}

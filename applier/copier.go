@@ -1,0 +1,309 @@
+package applier
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-sql-driver/mysql"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// permanentError marks failures that retrying cannot fix: the workflow goes to
+// state error with the message, for an operator to act on.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(format string, args ...any) error {
+	return &permanentError{fmt.Errorf(format, args...)}
+}
+
+// targetTable is a table being copied into on the target, with the writer of its
+// copy chunks: load when the copy uses LOAD DATA, insert otherwise.
+type targetTable struct {
+	name   string
+	fields *rowliftv1.TableFields
+	insert *insertBuilder
+	load   *loadBuilder
+}
+
+// prepareTargets checks every target table against the streamed fields before
+// anything is written, then creates the missing ones. A table that exists must
+// have the same shape, and must be empty if its copy has not started.
+func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, fields []*rowliftv1.TableFields,
+	progress map[string]state.TableCopy, maxStmt int) (map[string]*targetTable, error) {
+	targetDB := targetDatabase(spec)
+	var missing []*rowliftv1.TableFields
+	for _, f := range fields {
+		tbl, err := schema.Load(ctx, db, targetDB, f.GetTable())
+		switch {
+		case errors.Is(err, schema.ErrNoTable):
+			if spec.GetOptions().GetSkipCreateTables() {
+				return nil, permanent("target table %s.%s does not exist and the workflow does not create tables "+
+					"(skip_create_tables): create it like the source's, or recreate the workflow without that option", targetDB, f.GetTable())
+			}
+			missing = append(missing, f)
+			continue
+		case errors.Is(err, schema.ErrNoKey):
+			return nil, permanent("target %v", err)
+		case err != nil:
+			return nil, err
+		}
+		if err := schema.CheckShape(tbl, f); err != nil {
+			return nil, permanent("%v", err)
+		}
+		p := progress[f.GetTable()]
+		fresh := p.LastPK == nil && p.RowsCopied == 0 && !p.Done
+		if fresh && !spec.GetOptions().GetAllowNonemptyTarget() {
+			var one int
+			err := db.QueryRowContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(targetDB, f.GetTable())+" LIMIT 1").Scan(&one)
+			if err == nil {
+				return nil, permanent("target table %s.%s already has rows and its copy has not started: empty it (TRUNCATE) "+
+					"or create the workflow with allow_nonempty_target", targetDB, f.GetTable())
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("check target table %s is empty: %w", f.GetTable(), err)
+			}
+		}
+	}
+	useLoad, err := copyWithLoad(ctx, db, spec.GetOptions().GetCopyMethod())
+	if err != nil {
+		return nil, err
+	}
+	if err := createTables(ctx, db, targetDB, missing); err != nil {
+		return nil, err
+	}
+	tables := map[string]*targetTable{}
+	for _, f := range fields {
+		t := &targetTable{name: f.GetTable(), fields: f}
+		if useLoad {
+			t.load = newLoadBuilder(targetDB, f.GetTable(), f.GetFields())
+		} else {
+			t.insert = newInsertBuilder(targetDB, f.GetTable(), f.GetFields(), maxStmt)
+		}
+		tables[f.GetTable()] = t
+	}
+	return tables, nil
+}
+
+// copyWithLoad decides whether copy chunks go in with LOAD DATA LOCAL INFILE: by
+// default when the target allows it, always when the workflow asks for it (and
+// then the target must allow it), never when the workflow asks for INSERTs.
+func copyWithLoad(ctx context.Context, db *sql.DB, method rowliftv1.CopyMethod) (bool, error) {
+	if method == rowliftv1.CopyMethod_COPY_METHOD_INSERT {
+		return false, nil
+	}
+	var localInfile bool
+	if err := db.QueryRowContext(ctx, "SELECT @@local_infile").Scan(&localInfile); err != nil {
+		return false, fmt.Errorf("read target local_infile: %w", err)
+	}
+	if !localInfile && method == rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA {
+		return false, permanent("the workflow copies with LOAD DATA but the target has local_infile=OFF: " +
+			"SET GLOBAL local_infile=ON on the target, or use copy_method INSERT")
+	}
+	return localInfile, nil
+}
+
+// createTables creates target tables from the source's SHOW CREATE TABLE, and the
+// target database if it does not exist yet.
+func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*rowliftv1.TableFields) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+rowcodec.Ident(targetDB)); err != nil {
+		return fmt.Errorf("create target database %s: %w", targetDB, err)
+	}
+	if _, err := conn.ExecContext(ctx, "USE "+rowcodec.Ident(targetDB)); err != nil {
+		return fmt.Errorf("use target database %s: %w", targetDB, err)
+	}
+	for _, f := range missing {
+		if _, err := conn.ExecContext(ctx, f.GetCreateTable()); err != nil {
+			return permanent("create target table %s.%s from the source's definition: %v", targetDB, f.GetTable(), err)
+		}
+	}
+	return nil
+}
+
+// copyWriter applies chunk items with several connections at once. Each item's
+// copy_state update and COMMIT happen strictly in stream order, so the committed
+// last PK of a table is always a true prefix of what was copied. Within a table
+// the INSERTs also execute in order: consecutive key ranges inserted at once
+// interleave at the right edge of the index and make InnoDB split pages in the
+// middle, which costs the target more CPU than it saves. What overlaps is one
+// item's INSERT with the previous item's COMMIT and with the next item's
+// statement building, and the INSERTs of different tables.
+type copyWriter struct {
+	db       *sql.DB
+	workflow string
+	source   string
+	jobs     chan *copyJob
+	// lastDone is closed when the most recently submitted job has committed.
+	lastDone <-chan struct{}
+	// lastInserted is, per table, closed when the latest submitted job of that
+	// table has executed its INSERTs.
+	lastInserted map[string]<-chan struct{}
+	// ready is a closed channel: what the first job of a table waits on.
+	ready <-chan struct{}
+	g     *errgroup.Group
+	ctx   context.Context
+	stop  sync.Once
+	rows  atomic.Int64
+	// onCommit is called after each job commits, in stream order.
+	onCommit func(table string, rows int, done bool)
+}
+
+type copyJob struct {
+	table      *targetTable
+	chunk      *rowliftv1.Chunk
+	prevInsert <-chan struct{}
+	inserted   chan struct{}
+	prev       <-chan struct{}
+	done       chan struct{}
+}
+
+func newCopyWriter(ctx context.Context, db *sql.DB, workflow, source string, workers int, onCommit func(string, int, bool)) *copyWriter {
+	g, ctx := errgroup.WithContext(ctx)
+	started := make(chan struct{})
+	close(started)
+	w := &copyWriter{db: db, workflow: workflow, source: source, jobs: make(chan *copyJob, workers),
+		lastDone: started, lastInserted: map[string]<-chan struct{}{}, ready: started, g: g, ctx: ctx, onCommit: onCommit}
+	for range workers {
+		g.Go(w.work)
+	}
+	return w
+}
+
+// submit queues a chunk item; it blocks while every worker is busy.
+func (w *copyWriter) submit(t *targetTable, c *rowliftv1.Chunk) error {
+	job := &copyJob{table: t, chunk: c, prev: w.lastDone, done: make(chan struct{}), inserted: make(chan struct{})}
+	job.prevInsert = w.lastInserted[t.name]
+	if job.prevInsert == nil {
+		job.prevInsert = w.ready
+	}
+	w.lastDone, w.lastInserted[t.name] = job.done, job.inserted
+	select {
+	case w.jobs <- job:
+		return nil
+	case <-w.ctx.Done():
+		return w.wait()
+	}
+}
+
+// drain waits until every submitted item has committed.
+func (w *copyWriter) drain() error {
+	select {
+	case <-w.lastDone:
+		return nil
+	case <-w.ctx.Done():
+		return w.wait()
+	}
+}
+
+// wait stops the workers and returns the first error. It may be called more than
+// once: on a failed submit and again when the stream is torn down.
+func (w *copyWriter) wait() error {
+	w.stop.Do(func() { close(w.jobs) })
+	return w.g.Wait()
+}
+
+func (w *copyWriter) work() error {
+	var buf scratch
+	for job := range w.jobs {
+		if err := w.apply(job, &buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
+	tx, err := w.db.BeginTx(w.ctx, nil)
+	if err != nil {
+		return fmt.Errorf("copy %s: begin: %w", job.table.name, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	c := job.chunk
+	write, err := job.table.writer(buf, c.GetRows())
+	if err != nil {
+		return permanent("copy %s: %v", job.table.name, err)
+	}
+	select {
+	case <-job.prevInsert:
+	case <-w.ctx.Done():
+		return w.ctx.Err()
+	}
+	if err := write(w.ctx, tx); err != nil {
+		return err
+	}
+	close(job.inserted)
+	select {
+	case <-job.prev:
+	case <-w.ctx.Done():
+		return w.ctx.Err()
+	}
+	var lastPK *rowliftv1.Row
+	if len(c.GetRows()) > 0 {
+		lastPK = c.GetLastPk()
+	}
+	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, job.table.name, lastPK, int64(len(c.GetRows())), c.GetTableDone()); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("copy %s: commit: %w", job.table.name, err)
+	}
+	w.rows.Add(int64(len(c.GetRows())))
+	if w.onCommit != nil {
+		w.onCommit(job.table.name, len(c.GetRows()), c.GetTableDone())
+	}
+	close(job.done)
+	return nil
+}
+
+// writer prepares (in buf) what writes rows into the table, so preparing can
+// overlap the previous item's write, and returns the function that writes it.
+func (t *targetTable) writer(buf *scratch, rows []*rowliftv1.Row) (func(context.Context, *sql.Tx) error, error) {
+	if t.load != nil {
+		data, err := t.load.build(buf, rows)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, tx *sql.Tx) error {
+			if len(rows) == 0 {
+				return nil
+			}
+			return t.load.load(ctx, tx, t.name, data, len(rows))
+		}, nil
+	}
+	stmts, err := t.insert.build(buf, rows)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, tx *sql.Tx) error {
+		for _, stmt := range stmts {
+			if _, err := tx.ExecContext(ctx, string(stmt)); err != nil {
+				var me *mysql.MySQLError
+				if errors.As(err, &me) && me.Number == 1062 {
+					return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
+						"it was changed by something other than rowlift, or was not empty when the copy started", t.name, me.Message)
+				}
+				return fmt.Errorf("copy %s: insert: %w", t.name, err)
+			}
+		}
+		return nil
+	}, nil
+}

@@ -1,0 +1,225 @@
+// Package applier is the target side of rowlift. Its Engine runs every workflow
+// recorded in its target's sidecar schema: for each (workflow, source) it opens the
+// stream to that source's streamer and writes what arrives, committing progress in
+// the same transaction as the rows.
+package applier
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/state"
+)
+
+// Defaults for zero Config and WorkflowOptions values. Three workers let one item
+// write while the previous one commits and the next one is prepared; more do not
+// help a single table, whose writes go in key order.
+const (
+	DefaultPollInterval = time.Second
+	DefaultWorkers      = 3
+)
+
+// Config configures an Engine.
+type Config struct {
+	// TargetDSN is the go-sql-driver DSN of the target server.
+	TargetDSN string
+	Logger    *zap.Logger
+	// PollInterval is how often the engine looks for new, started or stopped
+	// workflows in the sidecar schema.
+	PollInterval time.Duration
+	// DialOptions are added to the gRPC options used to reach streamers.
+	DialOptions []grpc.DialOption
+}
+
+// Engine runs the workflows of one target server.
+type Engine struct {
+	cfg   Config
+	db    *sql.DB
+	mcfg  *mysql.Config
+	log   *zap.Logger
+	store *state.Store
+	// lock holds the target's applier lock while this engine runs workflows.
+	lock *sql.Conn
+
+	mu      sync.Mutex
+	running map[streamKey]*runningStream
+}
+
+type streamKey struct{ workflow, source string }
+
+type runningStream struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New opens the target pool. It does not connect yet: Run waits for the target.
+func New(cfg Config) (*Engine, error) {
+	db, mcfg, err := dbconn.Open(cfg.TargetDSN, dbconn.Target)
+	if err != nil {
+		return nil, fmt.Errorf("target: %w", err)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Engine{cfg: cfg, db: db, mcfg: mcfg, log: log.With(zap.String("target", dbconn.Redacted(mcfg))),
+		running: map[streamKey]*runningStream{}}, nil
+}
+
+// Run reconciles running streams with the sidecar schema every poll interval
+// until ctx ends, then stops every stream.
+func (e *Engine) Run(ctx context.Context) error {
+	defer e.db.Close()
+	defer func() {
+		e.stopAll()
+		if e.lock != nil {
+			e.lock.Close()
+		}
+	}()
+	tick := time.NewTicker(e.cfg.PollInterval)
+	defer tick.Stop()
+	var lastErr string
+	for {
+		if err := e.reconcile(ctx); err != nil && ctx.Err() == nil {
+			if err.Error() != lastErr {
+				if errors.Is(err, errAnotherApplier) {
+					e.log.Info("standing by", zap.Error(err))
+				} else {
+					e.log.Error("cannot read workflows from the target; retrying", zap.Error(err))
+				}
+			}
+			lastErr = err.Error()
+		} else {
+			lastErr = ""
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// engineLock is the named lock on the target that only one applier may hold, so
+// two appliers (a rollout overlap, a second deployment) never apply the same
+// streams twice.
+const engineLock = "rowlift.applier"
+
+// holdLock takes the engine lock, or checks that it still holds it. When the lock
+// connection is lost (a target restart) every stream stops until it is back.
+func (e *Engine) holdLock(ctx context.Context) error {
+	if e.lock != nil {
+		var mine sql.NullBool
+		err := e.lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", engineLock).Scan(&mine)
+		if err == nil && mine.Bool {
+			return nil
+		}
+		e.log.Warn("lost the applier lock on the target; stopping streams", zap.Error(err))
+		e.stopAll()
+		e.lock.Close()
+		e.lock = nil
+	}
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		return dbconn.Explain(err, e.mcfg, "target")
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", engineLock).Scan(&got); err != nil {
+		conn.Close()
+		return dbconn.Explain(err, e.mcfg, "target")
+	}
+	if got.Int64 != 1 {
+		conn.Close()
+		return errAnotherApplier
+	}
+	e.lock = conn
+	e.log.Info("holding the applier lock on the target")
+	return nil
+}
+
+var errAnotherApplier = fmt.Errorf("another applier holds the lock %q on this target; standing by until it is released", engineLock)
+
+func (e *Engine) reconcile(ctx context.Context) error {
+	if err := e.holdLock(ctx); err != nil {
+		return err
+	}
+	if e.store == nil {
+		if err := dbconn.Ping(ctx, e.db, e.mcfg, "target"); err != nil {
+			return err
+		}
+		store, err := state.Open(ctx, e.db)
+		if err != nil {
+			return err
+		}
+		e.store = store
+	}
+	workflows, err := e.store.Workflows(ctx)
+	if err != nil {
+		return err
+	}
+	want := map[streamKey]*state.Workflow{}
+	for _, w := range workflows {
+		if w.State != state.Copying && w.State != state.Running {
+			continue
+		}
+		for _, src := range w.Spec.GetSources() {
+			want[streamKey{w.Spec.GetName(), src.GetName()}] = w
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for key, rs := range e.running {
+		select {
+		case <-rs.done:
+			// It ended by itself, after recording why. The workflows read above may
+			// predate that, so leave restarting it to the next pass.
+			delete(e.running, key)
+			delete(want, key)
+			continue
+		default:
+		}
+		if want[key] == nil {
+			rs.cancel()
+			<-rs.done
+			delete(e.running, key)
+			e.log.Info("stream stopped", zap.String("workflow", key.workflow), zap.String("source", key.source))
+		}
+	}
+	for key, w := range want {
+		if _, ok := e.running[key]; ok {
+			continue
+		}
+		c := &controller{engine: e, spec: w.Spec, source: sourceByName(w.Spec, key.source),
+			log: e.log.With(zap.String("workflow", key.workflow), zap.String("source", key.source))}
+		sctx, cancel := context.WithCancel(ctx)
+		rs := &runningStream{cancel: cancel, done: make(chan struct{})}
+		e.running[key] = rs
+		go func() {
+			defer close(rs.done)
+			c.run(sctx)
+		}()
+	}
+	return nil
+}
+
+func (e *Engine) stopAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for key, rs := range e.running {
+		rs.cancel()
+		<-rs.done
+		delete(e.running, key)
+	}
+}

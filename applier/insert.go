@@ -1,0 +1,93 @@
+package applier
+
+import (
+	"fmt"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// insertBuilder turns copied rows into multi-row INSERT statements no larger than
+// the target's max_allowed_packet allows. It is immutable and shared by workers;
+// each worker brings its own scratch buffers.
+type insertBuilder struct {
+	prefix   []byte // INSERT INTO `db`.`t` (`a`, `b`) VALUES
+	kinds    []rowcodec.Kind
+	maxBytes int
+}
+
+// scratch is one worker's reusable buffers, so statements cost no allocation once
+// the buffers have grown.
+type scratch struct {
+	buf    []byte
+	ends   []int
+	stmts  [][]byte
+	row    []byte
+	values [][]byte
+}
+
+// build returns the statements that insert rows, in order. They alias the
+// scratch buffers and are valid until its next use; building ahead of executing
+// lets a worker prepare its statements while the previous part is inserting.
+func (b *insertBuilder) build(s *scratch, rows []*rowliftv1.Row) ([][]byte, error) {
+	s.buf, s.ends, s.stmts = s.buf[:0], s.ends[:0], s.stmts[:0]
+	start, n := 0, 0
+	for _, r := range rows {
+		var err error
+		if s.values, err = rowcodec.Values(s.values[:0], r); err != nil {
+			return nil, err
+		}
+		if len(s.values) != len(b.kinds) {
+			return nil, fmt.Errorf("row has %d values, table has %d streamed columns", len(s.values), len(b.kinds))
+		}
+		s.row = append(s.row[:0], '(')
+		for i, v := range s.values {
+			if i > 0 {
+				s.row = append(s.row, ',')
+			}
+			s.row = rowcodec.AppendLiteral(s.row, b.kinds[i], v)
+		}
+		s.row = append(s.row, ')')
+		if len(b.prefix)+len(s.row) > b.maxBytes {
+			return nil, fmt.Errorf("a row of %d bytes does not fit the target's max_allowed_packet (%d bytes usable): raise max_allowed_packet on the target",
+				len(s.row), b.maxBytes)
+		}
+		if n > 0 && len(s.buf)-start+1+len(s.row) > b.maxBytes {
+			s.ends = append(s.ends, len(s.buf))
+			start, n = len(s.buf), 0
+		}
+		if n == 0 {
+			s.buf = append(s.buf, b.prefix...)
+		} else {
+			s.buf = append(s.buf, ',')
+		}
+		s.buf = append(s.buf, s.row...)
+		n++
+	}
+	if n > 0 {
+		s.ends = append(s.ends, len(s.buf))
+	}
+	// Slice only now: appends above may have moved the buffer.
+	start = 0
+	for _, end := range s.ends {
+		s.stmts = append(s.stmts, s.buf[start:end:end])
+		start = end
+	}
+	return s.stmts, nil
+}
+
+func newInsertBuilder(db, table string, fields []*rowliftv1.Field, maxBytes int) *insertBuilder {
+	b := &insertBuilder{maxBytes: maxBytes}
+	b.prefix = append(b.prefix, "INSERT INTO "...)
+	b.prefix = append(b.prefix, rowcodec.QualifiedIdent(db, table)...)
+	b.prefix = append(b.prefix, " ("...)
+	for i, f := range fields {
+		if i > 0 {
+			b.prefix = append(b.prefix, ", "...)
+		}
+		b.prefix = rowcodec.AppendIdent(b.prefix, f.GetName())
+		b.kinds = append(b.kinds, rowcodec.KindOf(f.GetDataType()))
+	}
+	b.prefix = append(b.prefix, ") VALUES "...)
+	return b
+}

@@ -1,0 +1,97 @@
+package applier
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// loadBuilder writes copied rows as LOAD DATA LOCAL INFILE input, which costs the
+// target server about a quarter less CPU per row than multi-row INSERTs. LOCAL
+// makes the server skip duplicate keys and adjust bad values with warnings instead
+// of failing, so load checks that every row went in unchanged.
+type loadBuilder struct {
+	// The statement is prefix + reader name + suffix.
+	prefix, suffix string
+	ncols          int
+}
+
+func newLoadBuilder(db, table string, fields []*rowliftv1.Field) *loadBuilder {
+	cols := make([]string, len(fields))
+	for i, f := range fields {
+		cols[i] = rowcodec.Ident(f.GetName())
+	}
+	return &loadBuilder{
+		prefix: "LOAD DATA LOCAL INFILE 'Reader::",
+		suffix: "' INTO TABLE " + rowcodec.QualifiedIdent(db, table) +
+			` CHARACTER SET binary FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' (` + strings.Join(cols, ", ") + ")",
+		ncols: len(fields),
+	}
+}
+
+// build writes rows into s.buf as tab-separated lines.
+func (b *loadBuilder) build(s *scratch, rows []*rowliftv1.Row) ([]byte, error) {
+	s.buf = s.buf[:0]
+	for _, r := range rows {
+		var err error
+		if s.values, err = rowcodec.Values(s.values[:0], r); err != nil {
+			return nil, err
+		}
+		if len(s.values) != b.ncols {
+			return nil, fmt.Errorf("row has %d values, table has %d streamed columns", len(s.values), b.ncols)
+		}
+		for i, v := range s.values {
+			if i > 0 {
+				s.buf = append(s.buf, '\t')
+			}
+			s.buf = rowcodec.AppendLoadField(s.buf, v)
+		}
+		s.buf = append(s.buf, '\n')
+	}
+	return s.buf, nil
+}
+
+// readerSeq makes reader names unique within the process; go-sql-driver keeps
+// reader handlers in one process-wide registry.
+var readerSeq atomic.Uint64
+
+// load runs LOAD DATA of data in tx and checks that exactly want rows went in with
+// no warning: a skipped duplicate means the target diverged, and an adjusted value
+// means the copy would not be exact.
+func (b *loadBuilder) load(ctx context.Context, tx *sql.Tx, table string, data []byte, want int) error {
+	name := fmt.Sprintf("rowlift-%d", readerSeq.Add(1))
+	mysql.RegisterReaderHandler(name, func() io.Reader { return bytes.NewReader(data) })
+	defer mysql.DeregisterReaderHandler(name)
+	res, err := tx.ExecContext(ctx, b.prefix+name+b.suffix)
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	var warnings int
+	if err := tx.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&warnings); err != nil {
+		return fmt.Errorf("load: read warnings: %w", err)
+	}
+	got, _ := res.RowsAffected()
+	if warnings == 0 && got == int64(want) {
+		return nil
+	}
+	var level, message string
+	var code int
+	if err := tx.QueryRowContext(ctx, "SHOW WARNINGS LIMIT 1").Scan(&level, &code, &message); err != nil && err != sql.ErrNoRows {
+		return fmt.Errorf("load: read warnings: %w", err)
+	}
+	if code == 1062 {
+		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
+			"it was changed by something other than rowlift, or was not empty when the copy started", table, message)
+	}
+	return permanent("copy %s: the target took %d of %d rows with %d warnings (first: %d %s); the copy would not be exact: "+
+		"check that the target table matches the source", table, got, want, warnings, code, message)
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+)
+
+// bench is one benchmark run: the two servers, client pools on them, and what the
+// methods share.
+type bench struct {
+	cfg            config
+	source, target *sandbox.Server
+	srcDB, tgtDB   *sql.DB
+	tmp            string // rowlift binary and process logs
+	rowlift        string // path of the built rowlift binary; empty unless (d) runs
+	clkTck         float64
+	rowBytes       int64  // sum of the value bytes of every row, as text
+	version        string // SELECT VERSION() of the servers
+}
+
+// method is one way of moving the table. run does its untimed preparation, calls
+// m.start and m.stop around the part that is measured, then checks the result.
+type method struct {
+	key, name string
+	run       func(ctx context.Context, m *meter) error
+}
+
+func (b *bench) methods() []method {
+	return []method{
+		{"a", "(a) source scan", b.scan},
+		{"b", "(b) LOAD DATA target", b.loadTarget},
+		{"c", "(c) mariadb-dump | mariadb", b.dumpPipe},
+		{"d", "(d) rowlift", b.copyRowlift},
+	}
+}
+
+// setup builds rowlift (when (d) runs), starts both servers and loads the source.
+func setup(ctx context.Context, cfg config, selected map[string]bool) (b *bench, err error) {
+	b = &bench{cfg: cfg, clkTck: clockTicks(), rowBytes: rowBytes(cfg.Rows)}
+	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-copy-"); err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	if selected["d"] {
+		if b.rowlift, err = buildRowlift(ctx, b.tmp); err != nil {
+			return b, err
+		}
+	}
+	if err := b.startServers(ctx); err != nil {
+		return b, err
+	}
+	return b, b.seedSource(ctx)
+}
+
+func (b *bench) startServers(ctx context.Context) error {
+	opts := serverOptions(b.cfg)
+	var err error
+	if b.source, err = sandbox.Start(ctx, opts); err != nil {
+		return fmt.Errorf("start source server: %w", err)
+	}
+	if b.target, err = sandbox.Start(ctx, opts); err != nil {
+		return fmt.Errorf("start target server: %w", err)
+	}
+	if b.srcDB, err = sql.Open("mysql", b.source.DSN("")); err != nil {
+		return fmt.Errorf("open source: %w", err)
+	}
+	if b.tgtDB, err = sql.Open("mysql", b.target.DSN("")); err != nil {
+		return fmt.Errorf("open target: %w", err)
+	}
+	if err := b.srcDB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&b.version); err != nil {
+		return fmt.Errorf("source version: %w", err)
+	}
+	progress("servers up: source %s, target %s (%s)", b.source.Addr(), b.target.Addr(), b.version)
+	return nil
+}
+
+// serverOptions are the settings both servers share: the data fits in the buffer
+// pool, and every method commits with the same durability.
+func serverOptions(cfg config) sandbox.Options {
+	flavor := sandbox.Flavor(os.Getenv(sandbox.FlavorEnv))
+	if flavor != sandbox.MySQL {
+		flavor = sandbox.MariaDB
+	}
+	args := []string{
+		"--innodb-buffer-pool-size=" + cfg.BufferPool,
+		"--innodb-log-file-size=" + cfg.LogFileSize,
+		fmt.Sprintf("--innodb-flush-log-at-trx-commit=%d", cfg.Flush),
+		"--local-infile=ON",
+	}
+	if flavor == sandbox.MariaDB {
+		args = append(args, "--innodb-buffer-pool-size-max="+cfg.BufferPool)
+	}
+	// A root of its own: servers kept with -keep outlive this process, and test runs
+	// reap orphaned servers under the default root.
+	return sandbox.Options{Flavor: flavor, Root: filepath.Join(os.TempDir(), "rowlift-bench"), Args: args}
+}
+
+// close stops the servers and removes the temp dir, or with -keep leaves both and
+// says where they are.
+func (b *bench) close() {
+	for _, db := range []*sql.DB{b.srcDB, b.tgtDB} {
+		if db != nil {
+			db.Close()
+		}
+	}
+	if b.cfg.Keep {
+		b.printKept()
+		return
+	}
+	for _, s := range []*sandbox.Server{b.source, b.target} {
+		if s != nil {
+			if err := s.Remove(); err != nil {
+				progress("remove server: %v", err)
+			}
+		}
+	}
+	os.RemoveAll(b.tmp)
+}
+
+func (b *bench) printKept() {
+	for _, s := range []struct {
+		role string
+		srv  *sandbox.Server
+	}{{"source", b.source}, {"target", b.target}} {
+		if s.srv != nil {
+			fmt.Printf("kept %s: dsn %s  socket %s  pid %d  dir %s\n", s.role, s.srv.DSN(""), s.srv.Socket, s.srv.Pid(), s.srv.Dir)
+		}
+	}
+	fmt.Printf("kept rowlift binary and logs in %s\n", b.tmp)
+	fmt.Println("stop with `kill <pid>` and remove the dirs; the next run of this benchmark also reaps them")
+}
+
+// runAll runs the selected methods in rounds (a, b, c, d, then again) and returns
+// each method's samples.
+func (b *bench) runAll(ctx context.Context, selected map[string]bool) (map[string][]sample, error) {
+	results := map[string][]sample{}
+	for round := 1; round <= b.cfg.Runs; round++ {
+		for _, mt := range b.methods() {
+			if !selected[mt.key] {
+				continue
+			}
+			progress("run %d/%d: %s", round, b.cfg.Runs, mt.name)
+			m := &meter{b: b}
+			if err := mt.run(ctx, m); err != nil {
+				return nil, fmt.Errorf("%s: %w", mt.name, err)
+			}
+			if !m.stopped {
+				return nil, fmt.Errorf("%s: measurement was never stopped", mt.name)
+			}
+			progress("  %.2f s", m.s.WallS)
+			results[mt.key] = append(results[mt.key], m.s)
+		}
+	}
+	return results, nil
+}
+
+// sample is one run of one method.
+type sample struct {
+	WallS    float64 `json:"wall_s"`
+	RowsPerS float64 `json:"rows_per_s"`
+	MBPerS   float64 `json:"mb_per_s"`
+	// ClientCPUS is the CPU of the client side: this process for (a) and (b), the
+	// dump and client processes for (c), the streamer and applier for (d).
+	ClientCPUS   float64 `json:"client_cpu_s"`
+	StreamerCPUS float64 `json:"streamer_cpu_s,omitempty"`
+	ApplierCPUS  float64 `json:"applier_cpu_s,omitempty"`
+	SourceCPUS   float64 `json:"source_server_cpu_s"`
+	TargetCPUS   float64 `json:"target_server_cpu_s"`
+}
+
+// meter measures the timed part of one method: wall time and the CPU of both
+// servers and of this process. A method overrides the client CPU when its client
+// is another process.
+type meter struct {
+	b                 *bench
+	t0                time.Time
+	src0, tgt0, self0 float64
+	stopped           bool
+	s                 sample
+}
+
+func (m *meter) start() error {
+	var err error
+	if m.src0, err = m.b.serverCPU(m.b.source); err != nil {
+		return err
+	}
+	if m.tgt0, err = m.b.serverCPU(m.b.target); err != nil {
+		return err
+	}
+	m.self0 = selfCPU()
+	m.t0 = time.Now()
+	return nil
+}
+
+func (m *meter) stop() error {
+	wall := time.Since(m.t0).Seconds()
+	self := selfCPU()
+	src, err := m.b.serverCPU(m.b.source)
+	if err != nil {
+		return err
+	}
+	tgt, err := m.b.serverCPU(m.b.target)
+	if err != nil {
+		return err
+	}
+	m.s = sample{
+		WallS:      wall,
+		RowsPerS:   float64(m.b.cfg.Rows) / wall,
+		MBPerS:     float64(m.b.rowBytes) / 1e6 / wall,
+		ClientCPUS: self - m.self0,
+		SourceCPUS: src - m.src0,
+		TargetCPUS: tgt - m.tgt0,
+	}
+	m.stopped = true
+	return nil
+}
+
+func (b *bench) serverCPU(s *sandbox.Server) (float64, error) {
+	pid := s.Pid()
+	if pid == 0 {
+		return 0, errors.New("server in " + s.Dir + " is not running:\n" + tail(s.ErrorLog(), 20))
+	}
+	return procCPU(pid, b.clkTck)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is the unit of the CPU times in /proc/<pid>/stat (getconf CLK_TCK),
+// 100 on every Linux we know of.
+func clockTicks() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err != nil {
+		return 100
+	}
+	tck, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil || tck <= 0 {
+		return 100
+	}
+	return tck
+}
+
+// procCPU is the user+system CPU seconds a running process has used, from
+// /proc/<pid>/stat.
+func procCPU(pid int, clkTck float64) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("CPU time of pid %d: %w", pid, err)
+	}
+	// The command name (field 2) may hold spaces; fields 3 on follow its ')'.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("CPU time of pid %d: short /proc stat %q", pid, s)
+	}
+	utime, err1 := strconv.ParseFloat(fields[11], 64) // field 14
+	stime, err2 := strconv.ParseFloat(fields[12], 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("CPU time of pid %d: bad /proc stat %q", pid, s)
+	}
+	return (utime + stime) / clkTck, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// report is what a run prints and stores as JSON.
+type report struct {
+	Timestamp     string         `json:"timestamp"`
+	Machine       machine        `json:"machine"`
+	ServerVersion string         `json:"server_version"`
+	Flags         config         `json:"flags"`
+	RowBytes      int64          `json:"row_bytes"`
+	Methods       []methodResult `json:"methods"`
+	Best          ratios         `json:"ratios_best"`
+	Median        ratios         `json:"ratios_median"`
+}
+
+type machine struct {
+	NProc     int    `json:"nproc"`
+	CPU       string `json:"cpu"`
+	MemTotal  string `json:"mem_total"`
+	Kernel    string `json:"kernel"`
+	GoVersion string `json:"go_version"`
+}
+
+// methodResult is one method's runs; Median is the run of median wall time (the
+// lower one for an even number of runs).
+type methodResult struct {
+	Key    string   `json:"key"`
+	Name   string   `json:"name"`
+	Best   sample   `json:"best"`
+	Median sample   `json:"median"`
+	Runs   []sample `json:"runs"`
+}
+
+// ratios compare wall times; a ratio is absent when a method it needs did not run.
+type ratios struct {
+	DOverMaxAB *float64 `json:"d_over_max_ab,omitempty"`
+	DOverC     *float64 `json:"d_over_c,omitempty"`
+}
+
+func (b *bench) report(results map[string][]sample) *report {
+	rep := &report{
+		Timestamp:     time.Now().UTC().Format(time.RFC3339),
+		Machine:       machineInfo(),
+		ServerVersion: b.version,
+		Flags:         b.cfg,
+		RowBytes:      b.rowBytes,
+	}
+	for _, mt := range b.methods() {
+		runs := results[mt.key]
+		if len(runs) == 0 {
+			continue
+		}
+		sorted := slices.Clone(runs)
+		slices.SortFunc(sorted, func(x, y sample) int { return cmp.Compare(x.WallS, y.WallS) })
+		rep.Methods = append(rep.Methods, methodResult{
+			Key: mt.key, Name: mt.name, Best: sorted[0], Median: sorted[(len(sorted)-1)/2], Runs: runs,
+		})
+	}
+	rep.Best = rep.ratios(func(r methodResult) sample { return r.Best })
+	rep.Median = rep.ratios(func(r methodResult) sample { return r.Median })
+	return rep
+}
+
+func (r *report) ratios(pick func(methodResult) sample) ratios {
+	wall := map[string]float64{}
+	for _, m := range r.Methods {
+		wall[m.Key] = pick(m).WallS
+	}
+	var out ratios
+	d, ok := wall["d"]
+	if !ok {
+		return out
+	}
+	a, okA := wall["a"]
+	bw, okB := wall["b"]
+	if okA && okB {
+		v := d / max(a, bw)
+		out.DOverMaxAB = &v
+	}
+	if c, ok := wall["c"]; ok {
+		v := d / c
+		out.DOverC = &v
+	}
+	return out
+}
+
+func (r *report) print(w io.Writer) {
+	f := r.Flags
+	fmt.Fprintf(w, "\n%s, nproc=%d, %s\n", r.ServerVersion, r.Machine.NProc, r.Machine.CPU)
+	fmt.Fprintf(w, "rows=%d  row bytes≈%.1f MB  chunk_rows=%s packet=%s workers=%s flush=%d  buffer_pool=%s log_file_size=%s\n",
+		f.Rows, float64(r.RowBytes)/1e6, orDefault(f.ChunkRows), orDefault(f.PacketBytes), orDefault(int64(f.Workers)),
+		f.Flush, f.BufferPool, f.LogFileSize)
+	title := "best run"
+	if f.Runs > 1 {
+		title = fmt.Sprintf("best of %d runs", f.Runs)
+	}
+	r.printTable(w, title, func(m methodResult) sample { return m.Best }, r.Best)
+	if f.Runs > 1 {
+		r.printTable(w, fmt.Sprintf("median of %d runs", f.Runs), func(m methodResult) sample { return m.Median }, r.Median)
+	}
+	fmt.Fprintln(w, "client CPU: (a),(b) this Go process; (c) mariadb-dump + mariadb; (d) rowlift streamer + applier")
+	fmt.Fprintln(w, "results written to", f.Out)
+}
+
+func (r *report) printTable(w io.Writer, title string, pick func(methodResult) sample, rat ratios) {
+	fmt.Fprintf(w, "\n%-28s %8s %10s %8s %13s %13s %13s\n", title, "wall s", "rows/s", "MB/s", "client CPU s", "source CPU s", "target CPU s")
+	for _, m := range r.Methods {
+		s := pick(m)
+		fmt.Fprintf(w, "%-28s %8.2f %10.0f %8.1f %13.2f %13.2f %13.2f\n",
+			m.Name, s.WallS, s.RowsPerS, s.MBPerS, s.ClientCPUS, s.SourceCPUS, s.TargetCPUS)
+	}
+	fmt.Fprintf(w, "d/max(a,b) = %s    d/c = %s\n", fmtRatio(rat.DOverMaxAB), fmtRatio(rat.DOverC))
+}
+
+func fmtRatio(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
+
+func orDefault(v int64) string {
+	if v == 0 {
+		return "default"
+	}
+	return fmt.Sprint(v)
+}
+
+// write stores the report as indented JSON at path, creating its directory.
+func (r *report) write(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("results dir: %w", err)
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+func machineInfo() machine {
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return machine{
+		NProc:     runtime.NumCPU(),
+		CPU:       procField("/proc/cpuinfo", "model name"),
+		MemTotal:  procField("/proc/meminfo", "MemTotal"),
+		Kernel:    strings.TrimSpace(string(kernel)),
+		GoVersion: runtime.Version(),
+	}
+}
+
+// procField returns the value of the first "key: value" line of a /proc file, or
+// "" when there is none.
+func procField(path, key string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/rowlift/rowlift/applier"
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/streamer"
+)
+
+func streamerCommand() *command {
+	var listen, sourceDSN string
+	return &command{
+		name:    "streamer",
+		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
+		usage:   "--source-dsn DSN [--listen ADDR]",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&listen, "listen", "127.0.0.1:7001", "address to serve the Streamer gRPC service on")
+			fs.StringVar(&sourceDSN, "source-dsn", "", "go-sql-driver DSN of the source server, e.g. user:pass@tcp(host:3306)/")
+		},
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+			if sourceDSN == "" {
+				return errors.New("--source-dsn (or $ROWLIFT_SOURCE_DSN) is required")
+			}
+			log, err := newLogger()
+			if err != nil {
+				return err
+			}
+			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			srv, err := streamer.New(streamer.Config{SourceDSN: sourceDSN, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			lis, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", listen, err)
+			}
+			gs := grpc.NewServer(grpcopt.ServerOptions()...)
+			rowliftv1.RegisterStreamerServer(gs, srv)
+			log.Info("streamer serving", zap.String("listen", lis.Addr().String()))
+			return serveUntilDone(ctx, gs, lis)
+		},
+	}
+}
+
+func applierCommand() *command {
+	var targetDSN string
+	var poll time.Duration
+	return &command{
+		name:    "applier",
+		summary: "run the target side: apply every workflow recorded in the target's _rowlift schema",
+		usage:   "--target-dsn DSN [--poll-interval D]",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&targetDSN, "target-dsn", "", "go-sql-driver DSN of the target server, e.g. user:pass@tcp(host:3306)/")
+			fs.DurationVar(&poll, "poll-interval", applier.DefaultPollInterval, "how often to look for new, started or stopped workflows")
+		},
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+			if targetDSN == "" {
+				return errors.New("--target-dsn (or $ROWLIFT_TARGET_DSN) is required")
+			}
+			log, err := newLogger()
+			if err != nil {
+				return err
+			}
+			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			engine, err := applier.New(applier.Config{TargetDSN: targetDSN, Logger: log, PollInterval: poll})
+			if err != nil {
+				return err
+			}
+			log.Info("applier running")
+			return engine.Run(ctx)
+		},
+	}
+}
+
+// serveUntilDone serves until ctx ends, then stops gracefully: open streams are
+// cancelled, and their appliers resume from committed state on reconnect.
+func serveUntilDone(ctx context.Context, gs *grpc.Server, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		gs.Stop()
+		return nil
+	}
+}
+
+func newLogger() (*zap.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	cfg.Sampling = nil
+	return cfg.Build()
+}

@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// nothingWritten checks that a failed workflow left no table and no row on the
+// target database, and no copy progress.
+func (e *env) nothingWritten(workflow, db string) {
+	e.t.Helper()
+	var tables int
+	require.NoError(e.t, e.dstDB.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", db).Scan(&tables))
+	require.Zero(e.t, tables, "no table may be created in %s", db)
+	cs, err := e.store.CopyState(context.Background(), workflow, "")
+	require.NoError(e.t, err)
+	for _, c := range cs {
+		require.Zero(e.t, c.RowsCopied, "%s", c.Table)
+		require.Nil(e.t, c.LastPK, "%s", c.Table)
+	}
+}
+
+// streamMessage returns the retry message of the workflow's only stream.
+func (e *env) streamMessage(workflow string) string {
+	streams, err := e.store.Streams(context.Background(), workflow)
+	require.NoError(e.t, err)
+	require.Len(e.t, streams, 1)
+	return streams[0].Message
+}
+
+// TestBadWorkflowsFailWithAMessageAndWriteNothing runs each workflow a user can get
+// wrong against one pair of servers: each must end in state error with a message
+// naming the table and what to do, with nothing written to the target.
+func TestBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T) {
+	e := newEnv(t)
+	e.startStreamer()
+	e.startApplier()
+	e.sourceExec("CREATE DATABASE bad",
+		"CREATE TABLE bad.good (id INT PRIMARY KEY, v VARCHAR(10))",
+		"INSERT INTO bad.good VALUES (1, 'a'), (2, 'b')",
+		"CREATE TABLE bad.nokey (a INT, b INT NULL, UNIQUE KEY (b))",
+		"INSERT INTO bad.nokey VALUES (1, 1)",
+		"CREATE TABLE bad.shape (id INT PRIMARY KEY, v VARCHAR(10))",
+		"CREATE TABLE bad.full (id INT PRIMARY KEY)", "INSERT INTO bad.full VALUES (1)",
+		"CREATE TABLE bad.dup (id INT PRIMARY KEY, v INT)", "INSERT INTO bad.dup VALUES (1, 1), (2, 2), (3, 3), (4, 4)")
+	diverged := []string{"duplicate key", "was not empty when the copy started"}
+
+	cases := []struct {
+		name   string
+		tables []string
+		target []string // statements run on the target first
+		db     string   // target database that must stay untouched
+		opts   *rowliftv1.WorkflowOptions
+		want   []string // parts of the error message
+	}{
+		{name: "nokey", tables: []string{"good", "nokey"}, db: "bad",
+			want: []string{"bad.nokey has no PRIMARY KEY and no UNIQUE key on NOT NULL columns", "add a primary key"}},
+		{name: "missing", tables: []string{"good", "ghost"}, db: "bad",
+			want: []string{"table does not exist: bad.ghost on the source", "check the workflow's table list"}},
+		{name: "shape", tables: []string{"shape"}, db: "bad_shape",
+			target: []string{"CREATE DATABASE bad_shape", "CREATE TABLE bad_shape.shape (id BIGINT PRIMARY KEY, v VARCHAR(10))"},
+			want:   []string{"target table bad_shape.shape differs from the source", "column id is bigint(20), source has int(11)", "make it match or drop it"}},
+		{name: "nonempty", tables: []string{"full"}, db: "bad_full",
+			target: []string{"CREATE DATABASE bad_full", "CREATE TABLE bad_full.full (id INT PRIMARY KEY)", "INSERT INTO bad_full.full VALUES (7)"},
+			want:   []string{"target table bad_full.full already has rows and its copy has not started", "TRUNCATE", "allow_nonempty_target"}},
+		// A row the copy collides with is divergence with either write method: LOAD
+		// DATA LOCAL would skip it silently, so the applier must notice.
+		{name: "diverged-load", tables: []string{"dup"}, db: "bad_load",
+			target: []string{"CREATE DATABASE bad_load", "CREATE TABLE bad_load.dup (id INT PRIMARY KEY, v INT)", "INSERT INTO bad_load.dup VALUES (3, 30)"},
+			opts:   &rowliftv1.WorkflowOptions{AllowNonemptyTarget: true, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA},
+			want:   diverged},
+		{name: "diverged-insert", tables: []string{"dup"}, db: "bad_insert",
+			target: []string{"CREATE DATABASE bad_insert", "CREATE TABLE bad_insert.dup (id INT PRIMARY KEY, v INT)", "INSERT INTO bad_insert.dup VALUES (3, 30)"},
+			opts:   &rowliftv1.WorkflowOptions{AllowNonemptyTarget: true, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_INSERT},
+			want:   diverged},
+		{name: "no-local-infile", tables: []string{"good"}, db: "bad_infile",
+			target: []string{"SET GLOBAL local_infile = OFF"},
+			opts:   &rowliftv1.WorkflowOptions{CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA},
+			want:   []string{"target has local_infile=OFF", "SET GLOBAL local_infile=ON on the target, or use copy_method INSERT"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, q := range tc.target {
+				_, err := e.dstDB.Exec(q)
+				require.NoError(t, err)
+			}
+			tablesBefore := targetTables(t, e, tc.db)
+			spec := e.workflow(tc.name, "bad", tc.tables...)
+			spec.TargetDatabase = tc.db
+			if tc.opts != nil {
+				spec.Options = tc.opts
+			}
+			e.start(spec)
+			w := e.waitState(tc.name, state.Error, 30*time.Second)
+			for _, part := range tc.want {
+				require.Contains(t, w.Message, part)
+			}
+			if tc.opts.GetAllowNonemptyTarget() {
+				require.Equal(t, "dup:1", targetTables(t, e, tc.db), "the diverged copy is rolled back, the target keeps its own row")
+			} else if len(tc.target) == 0 || tc.name == "no-local-infile" {
+				e.nothingWritten(tc.name, tc.db)
+			} else {
+				require.Equal(t, tablesBefore, targetTables(t, e, tc.db), "target tables unchanged")
+			}
+		})
+	}
+	_, err := e.dstDB.Exec("SET GLOBAL local_infile = ON")
+	require.NoError(t, err)
+	require.Equal(t, 1, count(t, e.dstDB, "bad_full.full"), "the non-empty target keeps only its own row")
+	require.Zero(t, count(t, e.dstDB, "bad_shape.shape"))
+}
+
+// targetTables lists tables and row counts of a target database.
+func targetTables(t *testing.T, e *env, db string) string {
+	rows, err := e.dstDB.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY 1", db)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		out = append(out, fmt.Sprintf("%s:%d", name, count(t, e.dstDB, db+"."+name)))
+	}
+	return strings.Join(out, ",")
+}
+
+// TestWrongSourceCredentials: the stream keeps retrying with a message that says
+// the source rejected the streamer's user and where to fix it; the password
+// never appears in any log or message.
+func TestWrongSourceCredentials(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE USER 'mover'@'127.0.0.1' IDENTIFIED BY 'right-pass'", "GRANT ALL ON *.* TO 'mover'@'127.0.0.1'",
+		"CREATE DATABASE creds", "CREATE TABLE creds.t (id INT PRIMARY KEY)", "INSERT INTO creds.t VALUES (1)")
+	badDSN := "mover:s3cret-wrong@tcp(" + e.src.Addr() + ")/"
+	e.streamer = startProc(t, "streamer", "streamer", "--listen", e.streamerAddr, "--source-dsn", badDSN)
+	e.startApplier()
+	e.start(e.workflow("creds", "creds", "t"))
+
+	e.waitFor("a retry message about credentials", 30*time.Second, func() (bool, string) {
+		msg := e.streamMessage("creds")
+		return strings.Contains(msg, `rejected the credentials of user "mover"`), msg
+	})
+	msg := e.streamMessage("creds")
+	require.Contains(t, msg, "retrying")
+	require.Contains(t, msg, "check the user and password in the source DSN")
+	w, err := e.store.Workflow(context.Background(), "creds")
+	require.NoError(t, err)
+	require.Equal(t, state.Copying, w.State, "credentials can be fixed without recreating the workflow")
+	e.nothingWritten("creds", "creds")
+	for _, text := range []string{msg, e.streamer.logText(), e.applier.logText()} {
+		require.NotContains(t, text, "s3cret-wrong", "a password leaked")
+	}
+
+	// Fixing the DSN and restarting the streamer recovers without operator action.
+	e.streamer.stop()
+	e.streamer = startProc(t, "streamer", "streamer", "--listen", e.streamerAddr,
+		"--source-dsn", "mover:right-pass@tcp("+e.src.Addr()+")/")
+	e.waitState("creds", state.Running, 30*time.Second)
+	require.Empty(t, e.streamMessage("creds"), "the retry message clears once the stream is up")
+	require.Equal(t, 1, count(t, e.dstDB, "creds.t"))
+}
+
+// TestUnreachableStreamerRetriesThenRecovers: with no streamer listening the
+// workflow shows it is retrying and why, and copies once the streamer comes up.
+func TestUnreachableStreamerRetriesThenRecovers(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE DATABASE late", "CREATE TABLE late.t (id INT PRIMARY KEY)", "INSERT INTO late.t VALUES (1), (2), (3)")
+	e.startApplier()
+	e.start(e.workflow("late", "late", "t"))
+	e.waitFor("a retry message about the streamer", 30*time.Second, func() (bool, string) {
+		msg := e.streamMessage("late")
+		return strings.Contains(msg, "retrying") && strings.Contains(msg, e.streamerAddr), msg
+	})
+	require.Contains(t, e.streamMessage("late"), "connection refused")
+	e.nothingWritten("late", "late")
+
+	e.startStreamer()
+	e.waitState("late", state.Running, time.Minute)
+	require.Equal(t, 3, count(t, e.dstDB, "late.t"))
+}
+
+// TestUnreachableSource: a streamer whose source is down makes the stream retry
+// with a message naming the source address.
+func TestUnreachableSource(t *testing.T) {
+	e := newEnv(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadAddr := l.Addr().String()
+	require.NoError(t, l.Close())
+	e.streamer = startProc(t, "streamer", "streamer", "--listen", e.streamerAddr, "--source-dsn", "root@tcp("+deadAddr+")/")
+	e.startApplier()
+	e.start(e.workflow("dead", "dead", "t"))
+	e.waitFor("a retry message about the source", 30*time.Second, func() (bool, string) {
+		msg := e.streamMessage("dead")
+		return strings.Contains(msg, "cannot reach source server "+deadAddr), msg
+	})
+	require.Contains(t, e.streamMessage("dead"), "is it running")
+}

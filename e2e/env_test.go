@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// env is one source and one target server with a streamer and an applier process
+// of the real binary between them, as an operator would run them.
+type env struct {
+	t        *testing.T
+	src, dst *sandbox.Server
+	srcDB    *sql.DB
+	dstDB    *sql.DB
+	store    *state.Store
+	streamer *proc
+	applier  *proc
+	// streamerAddr is fixed for the env so a restarted streamer is found again.
+	streamerAddr string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvWith(t, sandbox.Options{})
+}
+
+// newEnvWith is newEnv with both servers started with opts (for example
+// Args: []string{"--default-time-zone=+05:30"}).
+func newEnvWith(t *testing.T, opts sandbox.Options) *env {
+	t.Helper()
+	e := &env{t: t, src: sandboxtest.Start(t, opts), dst: sandboxtest.Start(t, opts)}
+	e.srcDB = sandboxtest.Open(t, e.src, "")
+	e.dstDB = sandboxtest.Open(t, e.dst, "")
+	store, err := state.Open(context.Background(), e.dstDB)
+	require.NoError(t, err)
+	e.store = store
+	e.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	return e
+}
+
+// startStreamer starts the streamer process for the source server.
+func (e *env) startStreamer(extraArgs ...string) *proc {
+	args := append([]string{"streamer", "--listen", e.streamerAddr, "--source-dsn", e.src.DSN("")}, extraArgs...)
+	e.streamer = startProc(e.t, "streamer", args...)
+	return e.streamer
+}
+
+// startApplier starts the applier process for the target server.
+func (e *env) startApplier() *proc {
+	e.applier = startProc(e.t, "applier", "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms")
+	return e.applier
+}
+
+// workflow returns a one-source move spec of the given tables from database db.
+func (e *env) workflow(name, db string, tables ...string) *rowliftv1.WorkflowSpec {
+	spec := &rowliftv1.WorkflowSpec{
+		Name:           name,
+		SourceDatabase: db,
+		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: e.streamerAddr}},
+		Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
+		Options:        &rowliftv1.WorkflowOptions{},
+	}
+	for _, tbl := range tables {
+		spec.Tables = append(spec.Tables, &rowliftv1.TableSpec{Name: tbl})
+	}
+	return spec
+}
+
+// start creates the workflow in the target's store and starts its copy.
+func (e *env) start(spec *rowliftv1.WorkflowSpec) {
+	e.t.Helper()
+	ctx := context.Background()
+	require.NoError(e.t, e.store.CreateWorkflow(ctx, spec))
+	require.NoError(e.t, e.store.SetState(ctx, spec.GetName(), state.Copying, ""))
+}
+
+// waitFor polls cond until it is true, failing the test with what it last saw.
+func (e *env) waitFor(what string, timeout time.Duration, cond func() (bool, string)) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		var ok bool
+		if ok, last = cond(); ok {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout, what, last)
+}
+
+// waitState waits until the workflow reaches st and returns it.
+func (e *env) waitState(name string, st state.State, timeout time.Duration) *state.Workflow {
+	e.t.Helper()
+	var w *state.Workflow
+	e.waitFor(fmt.Sprintf("workflow %s in state %s", name, st), timeout, func() (bool, string) {
+		var err error
+		w, err = e.store.Workflow(context.Background(), name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return w.State == st, fmt.Sprintf("state %s: %s", w.State, w.Message)
+	})
+	return w
+}
+
+// sourceExec runs statements on the source server.
+func (e *env) sourceExec(stmts ...string) {
+	e.t.Helper()
+	sandboxtest.Exec(e.t, e.srcDB, stmts...)
+}
+
+// count returns the row count of a table.
+func count(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// proc is one rowlift process with its log captured to a file that is printed
+// when the test fails.
+type proc struct {
+	t    *testing.T
+	name string
+	args []string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, args: args, log: filepath.Join(t.TempDir(), name+".log")}
+	p.start()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("log of %s:\n%s", name, tail(string(b), 40))
+		}
+	})
+	return p
+}
+
+func (p *proc) start() {
+	p.t.Helper()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(p.t, err)
+	defer f.Close()
+	fmt.Fprintf(f, "--- start %s\n", time.Now().Format(time.RFC3339Nano))
+	p.cmd = exec.Command(rowliftBin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	require.NoError(p.t, p.cmd.Start())
+	p.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(p.cmd, p.done)
+}
+
+// kill sends SIGKILL, as a crash or an OOM kill would, and waits for the exit.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop asks the process to exit (SIGTERM) and kills it if it does not.
+func (p *proc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.kill()
+	}
+}
+
+// restart starts the process again with the same arguments.
+func (p *proc) restart() { p.start() }
+
+// logText returns what the process has logged so far.
+func (p *proc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,97 @@
+// Package dbconn opens connections to source and target servers with the session
+// settings that make rowlift's copy byte-exact, and turns connection failures into
+// messages that say what to do. DSNs carry passwords: only Redacted forms may be
+// logged or returned.
+package dbconn
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Role says which side a pool talks to; targets get the write session settings.
+type Role int
+
+// The roles.
+const (
+	Source Role = iota
+	Target
+)
+
+// Open parses a go-sql-driver DSN and opens a pool whose sessions move values
+// unconverted: SET NAMES binary (strings are the column's own bytes both ways),
+// time_zone '+00:00' (TIMESTAMP values are exact), parseTime off, and the server's
+// own max_allowed_packet. Target sessions also take strict SQL mode with
+// NO_AUTO_VALUE_ON_ZERO (an id of 0 stays 0) and no foreign key checks (a copy
+// writes children before parents).
+func Open(dsn string, role Role) (*sql.DB, *mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse DSN (want user:password@tcp(host:port)/db): %w", err)
+	}
+	if err := cfg.Apply(mysql.Charset("binary", "")); err != nil {
+		return nil, nil, err
+	}
+	cfg.ParseTime = false
+	cfg.MaxAllowedPacket = 0 // read the server's value instead of assuming 64 MiB
+	cfg.InterpolateParams = true
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	if role == Target {
+		cfg.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'"
+		cfg.Params["foreign_key_checks"] = "0"
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connector for %s: %w", Redacted(cfg), err)
+	}
+	return sql.OpenDB(conn), cfg, nil
+}
+
+// Redacted is user@address/db, for logs and messages: never the password.
+func Redacted(cfg *mysql.Config) string {
+	return fmt.Sprintf("%s@%s/%s", cfg.User, cfg.Addr, cfg.DBName)
+}
+
+// Ping checks that the server accepts the pool's credentials, and explains the
+// failure otherwise.
+func Ping(ctx context.Context, db *sql.DB, cfg *mysql.Config, what string) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout+time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		return Explain(err, cfg, what)
+	}
+	return nil
+}
+
+// ErrAccessDenied marks failures a retry will not fix until credentials change.
+var ErrAccessDenied = errors.New("access denied")
+
+// ErrUnreachable marks failures to reach the server at all.
+var ErrUnreachable = errors.New("server unreachable")
+
+// Explain wraps a connection error with what it means and what to do.
+func Explain(err error, cfg *mysql.Config, what string) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && (me.Number == 1045 || me.Number == 1044 || me.Number == 1698) {
+		return fmt.Errorf("%w: %s server %s rejected the credentials of user %q (%s): check the user and password in the %s DSN",
+			ErrAccessDenied, what, cfg.Addr, cfg.User, me.Message, what)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, mysql.ErrInvalidConn) {
+		return fmt.Errorf("%w: cannot reach %s server %s: %v (is it running, and is the address in the %s DSN right?)",
+			ErrUnreachable, what, cfg.Addr, err, what)
+	}
+	return fmt.Errorf("%s server %s: %w", what, Redacted(cfg), err)
+}

@@ -1,0 +1,39 @@
+// Package grpcopt holds the gRPC settings both ends of a rowlift connection must
+// agree on: message size limits large enough for the biggest row MySQL can hold,
+// and keepalive pings the server permits (a server rejects clients that ping more
+// often than its enforcement policy allows, with "too_many_pings").
+package grpcopt
+
+import (
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+)
+
+const (
+	// MaxMessage fits one row of the largest max_allowed_packet (1 GiB) plus framing.
+	MaxMessage = 1<<30 + 1<<20
+	// pingEvery is how often an idle client pings; the server permits half that.
+	pingEvery = 30 * time.Second
+)
+
+// ServerOptions are the options every rowlift gRPC server uses.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessage),
+		grpc.MaxSendMsgSize(MaxMessage),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: pingEvery / 2, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: pingEvery, Timeout: 10 * time.Second}),
+	}
+}
+
+// DialOptions are the options every rowlift gRPC client uses.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: pingEvery, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+	}
+}

@@ -1,0 +1,221 @@
+// Package rowcodec packs rows for the stream and writes their values back as SQL
+// literals that reproduce the source bytes exactly. Values are in MySQL text
+// protocol form read with character_set_results=binary and time_zone='+00:00' (see
+// rowlift.v1.Row); every function here appends into caller-owned buffers so the
+// hot paths allocate nothing per value.
+package rowcodec
+
+import (
+	"fmt"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// Pack appends values (nil means NULL) to row, reusing row's storage.
+func Pack(row *rowliftv1.Row, values [][]byte) {
+	row.Lengths = row.Lengths[:0]
+	row.Values = row.Values[:0]
+	for _, v := range values {
+		if v == nil {
+			row.Lengths = append(row.Lengths, -1)
+			continue
+		}
+		row.Lengths = append(row.Lengths, int64(len(v)))
+		row.Values = append(row.Values, v...)
+	}
+}
+
+// emptyValue is an empty string value: non-nil, so it is not taken for NULL.
+var emptyValue = []byte{}
+
+// Values splits a packed row into values (nil for NULL), appending to dst.
+// The returned slices alias row.Values.
+func Values(dst [][]byte, row *rowliftv1.Row) ([][]byte, error) {
+	off := int64(0)
+	for _, n := range row.GetLengths() {
+		if n < 0 {
+			dst = append(dst, nil)
+			continue
+		}
+		if n == 0 {
+			// Not a slice of row.Values: that is nil when no value has a byte (a
+			// row of only empty strings and NULLs), and a slice of nil is nil.
+			dst = append(dst, emptyValue[:0:0])
+			continue
+		}
+		if off+n > int64(len(row.GetValues())) {
+			return dst, fmt.Errorf("packed row is truncated: value of %d bytes at offset %d of %d", n, off, len(row.GetValues()))
+		}
+		dst = append(dst, row.Values[off:off+n:off+n])
+		off += n
+	}
+	if off != int64(len(row.GetValues())) {
+		return dst, fmt.Errorf("packed row has %d bytes after its last value", int64(len(row.GetValues()))-off)
+	}
+	return dst, nil
+}
+
+// Size is the number of value bytes of a packed row plus its length words, an
+// estimate of its share of a message.
+func Size(row *rowliftv1.Row) int {
+	return len(row.GetValues()) + 2*len(row.GetLengths())
+}
+
+// Kind says how a column's values are written as SQL literals.
+type Kind uint8
+
+// The literal kinds.
+const (
+	// String values are written as escaped binary string literals; with
+	// character_set_client=binary the server stores their bytes unconverted.
+	String Kind = iota
+	// Number values (integers, DECIMAL, FLOAT, DOUBLE, YEAR) are written bare.
+	Number
+	// Temporal values (DATE, TIME, DATETIME, TIMESTAMP) are written quoted.
+	Temporal
+	// Bits (BIT) are written as hex literals; their text form is raw bytes.
+	Bits
+)
+
+// KindOf maps an information_schema DATA_TYPE to its literal kind.
+func KindOf(dataType string) Kind {
+	switch dataType {
+	case "tinyint", "smallint", "mediumint", "int", "integer", "bigint",
+		"decimal", "numeric", "float", "double", "real", "year":
+		return Number
+	case "date", "time", "datetime", "timestamp":
+		return Temporal
+	case "bit":
+		return Bits
+	}
+	return String
+}
+
+// AppendLiteral appends v (nil for NULL) as a literal of the given kind, for a
+// VALUES list: string bytes go in unconverted.
+func AppendLiteral(buf []byte, kind Kind, v []byte) []byte {
+	if v == nil {
+		return append(buf, "NULL"...)
+	}
+	switch kind {
+	case Number:
+		return append(buf, v...)
+	case Temporal:
+		buf = append(buf, '\'')
+		buf = append(buf, v...)
+		return append(buf, '\'')
+	case Bits:
+		return appendHex(buf, v)
+	}
+	return appendEscaped(buf, v)
+}
+
+// AppendComparable appends v as a literal to compare against a column of the given
+// kind and character set in a WHERE clause. Strings carry the column's character
+// set, so the comparison uses the column's collation, exactly like ORDER BY does;
+// a binary literal would compare bytes instead and break key order for
+// case-insensitive keys.
+func AppendComparable(buf []byte, kind Kind, charset string, v []byte) []byte {
+	if kind != String || charset == "" || charset == "binary" || v == nil {
+		return AppendLiteral(buf, kind, v)
+	}
+	buf = append(buf, '_')
+	buf = append(buf, charset...)
+	buf = append(buf, ' ')
+	return appendHex(buf, v)
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+func appendHex(buf, v []byte) []byte {
+	buf = append(buf, "X'"...)
+	for _, b := range v {
+		buf = append(buf, hexDigits[b>>4], hexDigits[b&15])
+	}
+	return append(buf, '\'')
+}
+
+// appendEscaped quotes v the way mysql_real_escape_string does for a binary
+// connection character set, where every backslash byte is an escape.
+func appendEscaped(buf, v []byte) []byte {
+	buf = append(buf, '\'')
+	start := 0
+	for i, b := range v {
+		var esc byte
+		switch b {
+		case 0:
+			esc = '0'
+		case '\n':
+			esc = 'n'
+		case '\r':
+			esc = 'r'
+		case '\\':
+			esc = '\\'
+		case '\'':
+			esc = '\''
+		case 0x1a:
+			esc = 'Z'
+		default:
+			continue
+		}
+		buf = append(buf, v[start:i]...)
+		buf = append(buf, '\\', esc)
+		start = i + 1
+	}
+	buf = append(buf, v[start:]...)
+	return append(buf, '\'')
+}
+
+// AppendIdent appends a backtick-quoted identifier.
+func AppendIdent(buf []byte, name string) []byte {
+	buf = append(buf, '`')
+	for i := 0; i < len(name); i++ {
+		if name[i] == '`' {
+			buf = append(buf, '`')
+		}
+		buf = append(buf, name[i])
+	}
+	return append(buf, '`')
+}
+
+// Ident returns a backtick-quoted identifier.
+func Ident(name string) string {
+	return string(AppendIdent(nil, name))
+}
+
+// QualifiedIdent returns `db`.`table`.
+func QualifiedIdent(db, table string) string {
+	return Ident(db) + "." + Ident(table)
+}
+
+// AppendLoadField appends v (nil for NULL) as one field of LOAD DATA input with
+// FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' and CHARACTER
+// SET binary. Every kind is written as its raw bytes: the server parses numbers and
+// temporals from text and stores string and BIT bytes as they are.
+func AppendLoadField(buf []byte, v []byte) []byte {
+	if v == nil {
+		return append(buf, '\\', 'N')
+	}
+	start := 0
+	for i, b := range v {
+		var esc byte
+		switch b {
+		case 0:
+			esc = '0'
+		case '\t':
+			esc = 't'
+		case '\n':
+			esc = 'n'
+		case '\r':
+			esc = 'r'
+		case '\\':
+			esc = '\\'
+		default:
+			continue
+		}
+		buf = append(buf, v[start:i]...)
+		buf = append(buf, '\\', esc)
+		start = i + 1
+	}
+	return append(buf, v[start:]...)
+}

@@ -1,0 +1,247 @@
+// Package schema reads what rowlift needs to know about a table from
+// information_schema: its columns, the key it is copied and applied by, its
+// CREATE TABLE, and whether a target table has the same shape as a source one.
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// Errors callers classify (for gRPC codes and workflow states).
+var (
+	ErrNoTable = errors.New("table does not exist")
+	ErrNoKey   = errors.New("table has no usable key")
+	ErrColumn  = errors.New("bad column list")
+)
+
+// Queryer is what Load needs of *sql.DB, *sql.Conn or *sql.Tx.
+type Queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Column is one column of a table.
+type Column struct {
+	Name       string
+	DataType   string // information_schema DATA_TYPE, lower case
+	ColumnType string // information_schema COLUMN_TYPE
+	Charset    string
+	Collation  string
+	Nullable   bool
+	Generated  bool // virtual or stored generated column: never written
+}
+
+// Table is a table's metadata.
+type Table struct {
+	Database string
+	Name     string
+	Columns  []Column // in ordinal order, generated ones included
+	// Key names the columns rows are ordered and applied by: the PRIMARY KEY, or
+	// the first NOT NULL UNIQUE key when there is none.
+	Key          []string
+	KeyName      string
+	CreateTable  string
+	RowsEstimate int64
+}
+
+var generatedExtra = regexp.MustCompile(`(?i)\b(VIRTUAL|STORED|PERSISTENT) GENERATED\b`)
+
+// Load reads a table's metadata. It fails with ErrNoTable when the table does not
+// exist and ErrNoKey when it has no primary key and no NOT NULL unique key.
+func Load(ctx context.Context, q Queryer, database, table string) (*Table, error) {
+	t := &Table{Database: database, Name: table}
+	rows, err := q.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IFNULL(CHARACTER_SET_NAME, ''),
+		IFNULL(COLLATION_NAME, ''), IS_NULLABLE = 'YES', EXTRA
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, database, table)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s.%s: %w", database, table, err)
+	}
+	for rows.Next() {
+		var c Column
+		var extra string
+		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Collation, &c.Nullable, &extra); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read columns of %s.%s: %w", database, table, err)
+		}
+		c.Generated = generatedExtra.MatchString(extra)
+		t.Columns = append(t.Columns, c)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("read columns of %s.%s: %w", database, table, err)
+	}
+	if len(t.Columns) == 0 {
+		return nil, fmt.Errorf("%w: %s.%s", ErrNoTable, database, table)
+	}
+	if err := t.loadKey(ctx, q); err != nil {
+		return nil, err
+	}
+	var name string
+	if err := q.QueryRowContext(ctx, "SHOW CREATE TABLE "+rowcodec.QualifiedIdent(database, table)).Scan(&name, &t.CreateTable); err != nil {
+		return nil, fmt.Errorf("show create table %s.%s: %w", database, table, err)
+	}
+	if err := q.QueryRowContext(ctx, `SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, database, table).Scan(&t.RowsEstimate); err != nil {
+		return nil, fmt.Errorf("read row estimate of %s.%s: %w", database, table, err)
+	}
+	return t, nil
+}
+
+func (t *Table) loadKey(ctx context.Context, q Queryer) error {
+	rows, err := q.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0
+		ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX`, t.Database, t.Name)
+	if err != nil {
+		return fmt.Errorf("read keys of %s.%s: %w", t.Database, t.Name, err)
+	}
+	var order []string
+	keys := map[string][]string{}
+	for rows.Next() {
+		var index, column string
+		if err := rows.Scan(&index, &column); err != nil {
+			rows.Close()
+			return fmt.Errorf("read keys of %s.%s: %w", t.Database, t.Name, err)
+		}
+		if _, seen := keys[index]; !seen {
+			order = append(order, index)
+		}
+		keys[index] = append(keys[index], column)
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("read keys of %s.%s: %w", t.Database, t.Name, err)
+	}
+	for _, index := range order {
+		if t.usableKey(keys[index]) {
+			t.KeyName, t.Key = index, keys[index]
+			break
+		}
+	}
+	if t.Key == nil {
+		return fmt.Errorf("%w: %s.%s has no PRIMARY KEY and no UNIQUE key on NOT NULL columns; "+
+			"add a primary key (rowlift copies in key order and applies changes by key)", ErrNoKey, t.Database, t.Name)
+	}
+	for _, name := range t.Key {
+		if dt := t.Column(name).DataType; dt == "enum" || dt == "set" {
+			return fmt.Errorf("%w: %s.%s key column %s is %s, which sorts by its index but compares as text; "+
+				"rowlift cannot copy in its key order", ErrNoKey, t.Database, t.Name, name, strings.ToUpper(dt))
+		}
+	}
+	return nil
+}
+
+// usableKey reports whether a unique key's columns are all NOT NULL real columns.
+func (t *Table) usableKey(cols []string) bool {
+	for _, name := range cols {
+		c := t.Column(name)
+		if c == nil || c.Nullable || c.Generated {
+			return false
+		}
+	}
+	return true
+}
+
+// Column returns the named column (case-insensitive, as MySQL compares column
+// names), or nil.
+func (t *Table) Column(name string) *Column {
+	for i := range t.Columns {
+		if strings.EqualFold(t.Columns[i].Name, name) {
+			return &t.Columns[i]
+		}
+	}
+	return nil
+}
+
+// Streamed returns the columns to stream for a requested column list: every
+// non-generated column when names is empty. Key columns must be included.
+func (t *Table) Streamed(names []string) ([]Column, error) {
+	var out []Column
+	if len(names) == 0 {
+		for _, c := range t.Columns {
+			if !c.Generated {
+				out = append(out, c)
+			}
+		}
+		return out, nil
+	}
+	for _, name := range names {
+		c := t.Column(name)
+		switch {
+		case c == nil:
+			return nil, fmt.Errorf("%w: %s.%s has no column %q", ErrColumn, t.Database, t.Name, name)
+		case c.Generated:
+			return nil, fmt.Errorf("%w: %s.%s column %s is generated; the target computes it, leave it out",
+				ErrColumn, t.Database, t.Name, c.Name)
+		}
+		out = append(out, *c)
+	}
+	for _, k := range t.Key {
+		if !slices.ContainsFunc(out, func(c Column) bool { return strings.EqualFold(c.Name, k) }) {
+			return nil, fmt.Errorf("%w: %s.%s column list must include key column %s", ErrColumn, t.Database, t.Name, k)
+		}
+	}
+	return out, nil
+}
+
+// Fields describes streamed columns for the stream, with the key's positions.
+func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
+	tf := &rowliftv1.TableFields{Table: t.Name, CreateTable: t.CreateTable, RowsEstimate: t.RowsEstimate}
+	for _, c := range cols {
+		tf.Fields = append(tf.Fields, &rowliftv1.Field{Name: c.Name, DataType: c.DataType, ColumnType: c.ColumnType,
+			Charset: c.Charset, Collation: c.Collation, Nullable: c.Nullable})
+	}
+	for _, k := range t.Key {
+		for i, c := range cols {
+			if strings.EqualFold(c.Name, k) {
+				tf.PkColumns = append(tf.PkColumns, int32(i))
+			}
+		}
+	}
+	return tf
+}
+
+// CheckShape compares a target table with the streamed fields: every streamed
+// column must exist on the target with the same type, character set, collation
+// and nullability, and the target must be keyed by the same columns. It returns
+// one error that lists every difference.
+func CheckShape(target *Table, fields *rowliftv1.TableFields) error {
+	var diffs []string
+	for _, f := range fields.GetFields() {
+		c := target.Column(f.GetName())
+		switch {
+		case c == nil:
+			diffs = append(diffs, fmt.Sprintf("column %s is missing", f.GetName()))
+		case c.Generated:
+			diffs = append(diffs, fmt.Sprintf("column %s is generated on the target", f.GetName()))
+		case !strings.EqualFold(c.ColumnType, f.GetColumnType()):
+			diffs = append(diffs, fmt.Sprintf("column %s is %s, source has %s", f.GetName(), c.ColumnType, f.GetColumnType()))
+		case c.Collation != f.GetCollation():
+			diffs = append(diffs, fmt.Sprintf("column %s has collation %q, source has %q", f.GetName(), c.Collation, f.GetCollation()))
+		case c.Nullable != f.GetNullable():
+			diffs = append(diffs, fmt.Sprintf("column %s nullable=%v, source nullable=%v", f.GetName(), c.Nullable, f.GetNullable()))
+		}
+	}
+	var srcKey []string
+	for _, i := range fields.GetPkColumns() {
+		srcKey = append(srcKey, strings.ToLower(fields.GetFields()[i].GetName()))
+	}
+	var dstKey []string
+	for _, k := range target.Key {
+		dstKey = append(dstKey, strings.ToLower(k))
+	}
+	if !slices.Equal(srcKey, dstKey) {
+		diffs = append(diffs, fmt.Sprintf("target is keyed by (%s), source by (%s)", strings.Join(dstKey, ", "), strings.Join(srcKey, ", ")))
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("target table %s.%s differs from the source: %s; make it match or drop it so rowlift creates it",
+			target.Database, target.Name, strings.Join(diffs, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package schema_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/schema"
+)
+
+func server(t *testing.T, stmts ...string) *sql.DB {
+	db := sandboxtest.Open(t, sandboxtest.Start(t, sandbox.Options{}), "")
+	sandboxtest.Exec(t, db, append([]string{"CREATE DATABASE d"}, stmts...)...)
+	return db
+}
+
+func TestLoadPrefersPrimaryKeyAndSkipsGeneratedColumns(t *testing.T) {
+	db := server(t, `CREATE TABLE d.t (a INT NOT NULL, b VARCHAR(5) COLLATE latin1_swedish_ci, g INT AS (a * 2) VIRTUAL,
+		s INT AS (a + 1) STORED, UNIQUE KEY u (b), PRIMARY KEY (b, a)) CHARSET latin1`)
+	tbl, err := schema.Load(context.Background(), db, "d", "t")
+	require.NoError(t, err)
+	require.Equal(t, "PRIMARY", tbl.KeyName)
+	require.Equal(t, []string{"b", "a"}, tbl.Key, "key columns in key order, not table order")
+	cols, err := tbl.Streamed(nil)
+	require.NoError(t, err)
+	require.Len(t, cols, 2, "generated columns are not streamed")
+	require.Equal(t, "latin1", cols[1].Charset)
+	require.Contains(t, tbl.CreateTable, "CREATE TABLE `t`")
+	_, err = tbl.Streamed([]string{"a", "b", "g"})
+	require.ErrorIs(t, err, schema.ErrColumn)
+	require.ErrorContains(t, err, "column g is generated")
+	_, err = tbl.Streamed([]string{"a", "nope"})
+	require.ErrorContains(t, err, `has no column "nope"`)
+}
+
+func TestLoadFallsBackToNotNullUniqueKey(t *testing.T) {
+	db := server(t, "CREATE TABLE d.t (x INT NULL, y INT NOT NULL, z INT NOT NULL, UNIQUE KEY a_nullable (x), UNIQUE KEY b_ok (y, z))")
+	tbl, err := schema.Load(context.Background(), db, "d", "t")
+	require.NoError(t, err)
+	require.Equal(t, "b_ok", tbl.KeyName, "a unique key with a nullable column cannot identify rows")
+	require.Equal(t, []string{"y", "z"}, tbl.Key)
+}
+
+func TestLoadErrors(t *testing.T) {
+	db := server(t, "CREATE TABLE d.nokey (x INT NULL, UNIQUE KEY (x))", "CREATE TABLE d.enumkey (e ENUM('b','a') PRIMARY KEY)")
+	ctx := context.Background()
+	_, err := schema.Load(ctx, db, "d", "ghost")
+	require.ErrorIs(t, err, schema.ErrNoTable)
+	_, err = schema.Load(ctx, db, "d", "nokey")
+	require.ErrorIs(t, err, schema.ErrNoKey)
+	require.ErrorContains(t, err, "d.nokey has no PRIMARY KEY")
+	_, err = schema.Load(ctx, db, "d", "enumkey")
+	require.ErrorIs(t, err, schema.ErrNoKey)
+	require.ErrorContains(t, err, "sorts by its index but compares as text")
+}
+
+func TestCheckShapeListsEveryDifference(t *testing.T) {
+	db := server(t,
+		"CREATE TABLE d.src (id INT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_bin, n INT NULL, gone INT)",
+		"CREATE TABLE d.dst (id BIGINT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_general_ci, n INT NOT NULL)",
+		"CREATE TABLE d.same (id INT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_bin, n INT NULL, gone INT, extra INT NULL)")
+	ctx := context.Background()
+	src, err := schema.Load(ctx, db, "d", "src")
+	require.NoError(t, err)
+	cols, err := src.Streamed(nil)
+	require.NoError(t, err)
+	fields := src.Fields(cols)
+
+	dst, err := schema.Load(ctx, db, "d", "dst")
+	require.NoError(t, err)
+	err = schema.CheckShape(dst, fields)
+	require.ErrorContains(t, err, "column id is bigint(20), source has int(11)")
+	require.ErrorContains(t, err, `column name has collation "utf8mb4_general_ci", source has "utf8mb4_bin"`)
+	require.ErrorContains(t, err, "column n nullable=false, source nullable=true")
+	require.ErrorContains(t, err, "column gone is missing")
+
+	same, err := schema.Load(ctx, db, "d", "same")
+	require.NoError(t, err)
+	require.NoError(t, schema.CheckShape(same, fields), "extra nullable target columns are allowed")
+}

@@ -1,0 +1,594 @@
+// Package verify compares a table on a source server with the same table on a
+// target server, row by row, and reports exactly which keys are missing, extra or
+// different. End-to-end tests use it to prove a copy correct, and operators run it
+// through the verify command.
+//
+// Values are never decoded in Go: each server hashes every column of every row
+// (MD5 of an exact text or byte form per column, then MD5 of those per row), so
+// what is compared is what the servers store. Each side runs one streaming query
+// ordered by the source's key, and the two ordered streams are merge-joined in
+// constant memory. Keys are compared in Go in exactly the order the servers sort
+// them: numbers and temporal values by value, strings by their collation weight
+// strings (WEIGHT_STRING, padded for PAD SPACE collations), binary strings by their
+// bytes. Each stream is checked to come in strictly increasing key order, so a
+// comparison that disagreed with a server's order would fail the run instead of
+// giving a wrong answer.
+//
+// The streaming connections run with time_zone='+00:00' (TIMESTAMP values are
+// hashed as UTC text, identical on servers in different zones) and
+// character_set_results=binary (the caller's connection character set does not
+// matter); they are closed afterwards rather than returned to the caller's pool.
+// Each side's query reads its own consistent snapshot: under concurrent writes the
+// two sides are compared at slightly different moments.
+package verify
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
+)
+
+// DefaultMaxReported is how many differing keys a Result lists when Options leaves
+// MaxReported zero: enough to start debugging, short enough to read.
+const DefaultMaxReported = 20
+
+// Options select what Table compares and how much of it Table reports.
+type Options struct {
+	// Columns to compare; empty means every non-generated column of the source.
+	// They must exist on both sides and include the key columns.
+	Columns []string
+	// MaxReported caps Result.Examples; zero or less means DefaultMaxReported.
+	MaxReported int
+}
+
+// Result is what Table found, counted and with the first differing keys spelled
+// out for a person to read.
+type Result struct {
+	Table      string // the table's name, to tell results apart in a report
+	SourceRows int64  // rows read from the source
+	TargetRows int64  // rows read from the target
+	Missing    int64  // keys on the source only
+	Extra      int64  // keys on the target only
+	Different  int64  // keys on both sides whose rows differ
+	// Examples are the first differing keys in key order, at most MaxReported,
+	// like "missing on target: (id=5, c='ab')".
+	Examples []string
+}
+
+// Identical reports whether both sides hold the same rows.
+func (r *Result) Identical() bool {
+	return r.Missing == 0 && r.Extra == 0 && r.Different == 0
+}
+
+// String is a one-line summary followed by the examples, one per line, for logs
+// and the verify command's output.
+func (r *Result) String() string {
+	var b strings.Builder
+	if r.Identical() {
+		fmt.Fprintf(&b, "%s: identical, %d rows", r.Table, r.SourceRows)
+		return b.String()
+	}
+	total := r.Missing + r.Extra + r.Different
+	fmt.Fprintf(&b, "%s: %d missing on target, %d extra on target, %d different (%d source rows, %d target rows)",
+		r.Table, r.Missing, r.Extra, r.Different, r.SourceRows, r.TargetRows)
+	if int64(len(r.Examples)) < total {
+		fmt.Fprintf(&b, "; first %d of %d differing keys:", len(r.Examples), total)
+	} else {
+		b.WriteString(":")
+	}
+	for _, e := range r.Examples {
+		b.WriteString("\n  ")
+		b.WriteString(e)
+	}
+	return b.String()
+}
+
+// Table compares table srcDB.table on src with dstDB.table on dst. The key and
+// the column list come from the source; key columns must have the same type and
+// collation on the target, so both servers sort them alike.
+func Table(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, opts Options) (*Result, error) {
+	res, err := compare(ctx, src, dst, srcDB, dstDB, table, opts)
+	if err != nil {
+		return nil, fmt.Errorf("verify %s: %w", table, err)
+	}
+	return res, nil
+}
+
+// compare is Table without the error context.
+func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, opts Options) (*Result, error) {
+	st, err := schema.Load(ctx, src, srcDB, table)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	tt, err := schema.Load(ctx, dst, dstDB, table)
+	if err != nil {
+		return nil, fmt.Errorf("target: %w", err)
+	}
+	cols, err := st.Streamed(opts.Columns)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cols {
+		if tt.Column(c.Name) == nil {
+			return nil, fmt.Errorf("%w: target %s.%s has no column %s", schema.ErrColumn, dstDB, table, c.Name)
+		}
+	}
+	p, err := planKeys(ctx, src, st, tt)
+	if err != nil {
+		return nil, err
+	}
+	p.selects = append(p.selects, rowHashExpr(cols))
+
+	a, err := openStream(ctx, src, "source", p.query(srcDB, table), len(p.selects), len(p.keys))
+	if err != nil {
+		return nil, err
+	}
+	defer a.close()
+	b, err := openStream(ctx, dst, "target", p.query(dstDB, table), len(p.selects), len(p.keys))
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+
+	limit := opts.MaxReported
+	if limit <= 0 {
+		limit = DefaultMaxReported
+	}
+	res := &Result{Table: table}
+	room := func() bool { return len(res.Examples) < limit }
+	if err := a.next(p.keys); err != nil {
+		return nil, err
+	}
+	if err := b.next(p.keys); err != nil {
+		return nil, err
+	}
+	for a.ok || b.ok {
+		var c int
+		switch {
+		case !b.ok:
+			c = -1
+		case !a.ok:
+			c = 1
+		default:
+			c = compareKeys(p.keys, a.cur, b.cur)
+		}
+		switch {
+		case c < 0:
+			res.Missing++
+			if room() {
+				res.Examples = append(res.Examples, "missing on target: "+a.display(p.keys))
+			}
+			err = a.next(p.keys)
+		case c > 0:
+			res.Extra++
+			if room() {
+				res.Examples = append(res.Examples, "extra on target: "+b.display(p.keys))
+			}
+			err = b.next(p.keys)
+		default:
+			if !bytes.Equal(a.hash(), b.hash()) {
+				res.Different++
+				if room() {
+					ak, bk := a.display(p.keys), b.display(p.keys)
+					e := "different: " + ak
+					if bk != ak { // equal under the key's collation, not in bytes
+						e += ", on target " + bk
+					}
+					res.Examples = append(res.Examples, e)
+				}
+			}
+			if err = a.next(p.keys); err == nil {
+				err = b.next(p.keys)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	res.SourceRows, res.TargetRows = a.n, b.n
+	return res, nil
+}
+
+// keyKind says how a key column's sort form is compared and its value shown.
+type keyKind uint8
+
+const (
+	// keyNumber is decimal text (integers, DECIMAL, YEAR, BIT as a number),
+	// compared by value without limits on its size.
+	keyNumber keyKind = iota
+	// keyTemporal is DATE, TIME, DATETIME or TIMESTAMP text; its digits with the
+	// separators left out form a number that sorts like the value.
+	keyTemporal
+	// keyFloat is FLOAT or DOUBLE text, encoded as bytes that sort like the value.
+	keyFloat
+	// keyBytes is a weight string or binary string, compared byte by byte and
+	// shown from a separate text column.
+	keyBytes
+)
+
+// keyCol is one key column of the merge: where its sort form and its shown form
+// are in the select list.
+type keyCol struct {
+	name   string
+	kind   keyKind
+	sortAt int
+	showAt int
+}
+
+// plan is the select list of the streaming query and how to read its key part.
+type plan struct {
+	keys    []keyCol
+	selects []string // the key columns' forms, then the row hash last
+	order   []string
+}
+
+// query is the streaming query for one side.
+func (p *plan) query(db, table string) string {
+	return "SELECT " + strings.Join(p.selects, ", ") + " FROM " + rowcodec.QualifiedIdent(db, table) +
+		" ORDER BY " + strings.Join(p.order, ", ")
+}
+
+var (
+	sqlName    = regexp.MustCompile(`^[0-9A-Za-z_]+$`)
+	charLength = regexp.MustCompile(`^(?i)(?:var)?char\((\d+)\)`)
+)
+
+// planKeys chooses each key column's sort form and shown form.
+func planKeys(ctx context.Context, src *sql.DB, st, tt *schema.Table) (*plan, error) {
+	p := &plan{}
+	for _, name := range st.Key {
+		c := st.Column(name)
+		tc := tt.Column(name)
+		switch {
+		case tc == nil:
+			return nil, fmt.Errorf("%w: target has no key column %s", schema.ErrColumn, c.Name)
+		case !strings.EqualFold(c.ColumnType, tc.ColumnType) || c.Collation != tc.Collation:
+			return nil, fmt.Errorf("%w: key column %s is %s %s on the source but %s %s on the target, so the servers would sort it differently",
+				schema.ErrColumn, c.Name, c.ColumnType, c.Collation, tc.ColumnType, tc.Collation)
+		}
+		id := rowcodec.Ident(c.Name)
+		p.order = append(p.order, id)
+		k := keyCol{name: c.Name, sortAt: len(p.selects), showAt: len(p.selects)}
+		// Non-string keys are read as the server's text of exactly the value that is
+		// hashed; CONCAT makes it a string, so the driver passes it on untouched.
+		text := "CONCAT(" + valueExpr(*c) + ")"
+		switch c.DataType {
+		case "tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "year", "bit":
+			k.kind = keyNumber
+			p.selects = append(p.selects, text)
+		case "float", "double":
+			k.kind = keyFloat
+			p.selects = append(p.selects, text)
+		case "date", "time", "datetime", "timestamp":
+			k.kind = keyTemporal
+			p.selects = append(p.selects, text)
+		case "char", "varchar", "binary", "varbinary", "tinytext", "text", "mediumtext", "longtext",
+			"tinyblob", "blob", "mediumblob", "longblob":
+			k.kind = keyBytes
+			sortExpr, showExpr, err := stringForms(ctx, src, c, id)
+			if err != nil {
+				return nil, err
+			}
+			p.selects = append(p.selects, sortExpr)
+			if showExpr != sortExpr {
+				k.showAt++
+				p.selects = append(p.selects, showExpr)
+			}
+		default:
+			return nil, fmt.Errorf("%w: key column %s is %s; verify cannot compare its order", schema.ErrNoKey, c.Name, c.ColumnType)
+		}
+		p.keys = append(p.keys, k)
+	}
+	return p, nil
+}
+
+// stringForms returns a string key column's sort form, whose bytes sort exactly as
+// the server orders the column, and its form for showing, as UTF-8 (raw bytes for
+// binary strings). WEIGHT_STRING leaves out trailing spaces under PAD SPACE
+// collations, where 'a' sorts after 'a\t'; padding every value to the column's
+// length puts the spaces back.
+func stringForms(ctx context.Context, src *sql.DB, c *schema.Column, id string) (sortExpr, showExpr string, err error) {
+	if c.Charset == "" || c.Charset == "binary" {
+		return id, id, nil
+	}
+	showExpr = "CONVERT(" + id + " USING utf8mb4)"
+	if !sqlName.MatchString(c.Charset) || !sqlName.MatchString(c.Collation) {
+		return "", "", fmt.Errorf("key column %s has unexpected character set %q or collation %q", c.Name, c.Charset, c.Collation)
+	}
+	var pad bool
+	q := fmt.Sprintf("SELECT CONVERT('a' USING %[1]s) COLLATE %[2]s = CONVERT('a ' USING %[1]s) COLLATE %[2]s", c.Charset, c.Collation)
+	if err := src.QueryRowContext(ctx, q).Scan(&pad); err != nil {
+		return "", "", fmt.Errorf("source: pad attribute of collation %s: %w", c.Collation, err)
+	}
+	if !pad {
+		return "WEIGHT_STRING(" + id + ")", showExpr, nil
+	}
+	m := charLength.FindStringSubmatch(c.ColumnType)
+	if m == nil {
+		return "", "", fmt.Errorf("%w: key column %s is %s with PAD SPACE collation %s; verify compares only CHAR and VARCHAR keys under such collations",
+			schema.ErrNoKey, c.Name, c.ColumnType, c.Collation)
+	}
+	return "WEIGHT_STRING(" + id + " AS CHAR(" + m[1] + "))", showExpr, nil
+}
+
+// valueExpr is a column's value in a form that tells apart every value the column
+// can hold: the stored bytes for strings, exact decimal text for integers, DECIMAL
+// and BIT, text for temporal types, ENUM, SET and JSON, and for FLOAT and DOUBLE
+// the DOUBLE's shortest text that parses back to the same bits (the column's own
+// text shows a FLOAT with 6 digits only).
+func valueExpr(c schema.Column) string {
+	id := rowcodec.Ident(c.Name)
+	switch c.DataType {
+	case "float", "double":
+		return "CAST(" + id + " AS DOUBLE)"
+	case "bit":
+		return "(" + id + " + 0)"
+	}
+	return id
+}
+
+// rowHashExpr hashes a row: the MD5 of each value (MD5 hashes a string's stored
+// bytes, whatever its character set), 'n' for NULL, joined and hashed again. Every
+// part is 32 hex digits or 'n', so the joined text is unambiguous, and no value is
+// ever copied whole into a string that max_allowed_packet could cut to NULL.
+func rowHashExpr(cols []schema.Column) string {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		parts[i] = "IFNULL(MD5(" + valueExpr(c) + "), 'n')"
+	}
+	return "MD5(CONCAT_WS(',', " + strings.Join(parts, ", ") + "))"
+}
+
+// stream is one side's ordered rows, read one at a time.
+type stream struct {
+	side   string
+	conn   *sql.Conn
+	rows   *sql.Rows
+	cancel context.CancelFunc
+	raw    []sql.RawBytes
+	dest   []any
+	cur    [][]byte // sort forms of the current row's key, owned
+	prev   [][]byte // sort forms of the previous row's key, owned
+	n      int64
+	ok     bool
+}
+
+// openStream runs query on a connection of its own, set up for an exact and
+// unhurried read: a slow consumer must not be cut off after the default 60 s.
+func openStream(ctx context.Context, db *sql.DB, side, query string, ncols, nkeys int) (*stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &stream{side: side, cancel: cancel, raw: make([]sql.RawBytes, ncols), dest: make([]any, ncols),
+		cur: make([][]byte, nkeys), prev: make([][]byte, nkeys)}
+	for i := range s.raw {
+		s.dest[i] = &s.raw[i]
+	}
+	var err error
+	if s.conn, err = db.Conn(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("%s: connect: %w", side, err)
+	}
+	if _, err = s.conn.ExecContext(ctx, "SET SESSION time_zone = '+00:00', net_write_timeout = 3600, character_set_results = binary"); err != nil {
+		s.close()
+		return nil, fmt.Errorf("%s: set up session: %w", side, err)
+	}
+	if s.rows, err = s.conn.QueryContext(ctx, query); err != nil {
+		s.close()
+		return nil, fmt.Errorf("%s: %w", side, err)
+	}
+	return s, nil
+}
+
+// close stops the query (canceling it, so an unread rest is not drained) and
+// closes the connection instead of returning it to the pool with this session's
+// settings.
+func (s *stream) close() {
+	s.cancel()
+	if s.rows != nil {
+		s.rows.Close()
+	}
+	// Raw hands back driver.ErrBadConn, which makes database/sql discard the
+	// connection; the error it returns is that one.
+	_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
+	s.conn.Close()
+}
+
+// next reads the next row, or sets ok false at the end. It fails when the row's key
+// is not greater than the previous one: then the servers' order and this
+// package's comparison disagree, and a merge would report wrong differences.
+func (s *stream) next(keys []keyCol) error {
+	if s.ok = s.rows.Next(); !s.ok {
+		if err := s.rows.Err(); err != nil {
+			return fmt.Errorf("%s: read rows: %w", s.side, err)
+		}
+		return nil
+	}
+	if err := s.rows.Scan(s.dest...); err != nil {
+		return fmt.Errorf("%s: read rows: %w", s.side, err)
+	}
+	s.cur, s.prev = s.prev, s.cur
+	for i, k := range keys {
+		var err error
+		if s.cur[i], err = sortForm(s.cur[i][:0], k.kind, s.raw[k.sortAt]); err != nil {
+			return fmt.Errorf("%s: key %s: %w", s.side, s.display(keys), err)
+		}
+	}
+	if s.n > 0 && compareKeys(keys, s.prev, s.cur) >= 0 {
+		return fmt.Errorf("%s: key %s does not sort after the row before it; the server's key order and verify's disagree, "+
+			"so the comparison cannot be trusted", s.side, s.display(keys))
+	}
+	s.n++
+	return nil
+}
+
+// hash is the current row's hash; valid until the next call to next.
+func (s *stream) hash() []byte {
+	return s.raw[len(s.raw)-1]
+}
+
+// display shows the current row's key as "(a=1, b='x')".
+func (s *stream) display(keys []keyCol) string {
+	var b strings.Builder
+	b.WriteByte('(')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k.name)
+		b.WriteByte('=')
+		v := s.raw[k.showAt]
+		switch k.kind {
+		case keyNumber, keyFloat:
+			b.Write(v)
+		case keyTemporal:
+			b.WriteByte('\'')
+			b.Write(v)
+			b.WriteByte('\'')
+		case keyBytes:
+			b.WriteString(quote(v))
+		}
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// quote shows a string value: quoted, with quotes, backslashes and unprintable
+// characters escaped, or as 0x hex digits when it is not valid UTF-8.
+func quote(v []byte) string {
+	if !utf8.Valid(v) {
+		return fmt.Sprintf("0x%X", v)
+	}
+	var b strings.Builder
+	b.WriteByte('\'')
+	for _, r := range string(v) {
+		switch r {
+		case 0:
+			b.WriteString(`\0`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\'', '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		default:
+			if unicode.IsPrint(r) {
+				b.WriteRune(r)
+			} else {
+				fmt.Fprintf(&b, `\u%04X`, r)
+			}
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
+
+// sortForm appends a key value's form for compareKeys to dst.
+func sortForm(dst []byte, kind keyKind, v []byte) ([]byte, error) {
+	switch kind {
+	case keyTemporal:
+		// "-838:59:59.5" -> "-8385959.5", "2024-01-02 03:04:05" -> "20240102030405":
+		// every part after the first has a fixed width, so the digits sort like the
+		// value. Only TIME can be negative, with a leading '-'.
+		for i, ch := range v {
+			if ch == ':' || ch == ' ' || (ch == '-' && i > 0) {
+				continue
+			}
+			dst = append(dst, ch)
+		}
+		return dst, nil
+	case keyFloat:
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil {
+			return dst, err
+		}
+		return appendFloatKey(dst, f), nil
+	}
+	return append(dst, v...), nil
+}
+
+// appendFloatKey appends f as 8 bytes that compare like the value: the sign bit
+// flipped for positive numbers, all bits flipped for negative ones. -0 is 0, as
+// the server compares it.
+func appendFloatKey(dst []byte, f float64) []byte {
+	if f == 0 {
+		f = 0
+	}
+	u := math.Float64bits(f)
+	if u>>63 == 1 {
+		u = ^u
+	} else {
+		u |= 1 << 63
+	}
+	return binary.BigEndian.AppendUint64(dst, u)
+}
+
+// compareKeys compares two keys' sort forms column by column.
+func compareKeys(keys []keyCol, a, b [][]byte) int {
+	for i, k := range keys {
+		var c int
+		if k.kind == keyNumber || k.kind == keyTemporal {
+			c = compareNumber(a[i], b[i])
+		} else {
+			c = bytes.Compare(a[i], b[i])
+		}
+		if c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// compareNumber compares two decimal numbers in text, like "-12.50" and "3", by
+// value and without limits on their size.
+func compareNumber(a, b []byte) int {
+	aNeg, aInt, aFrac := splitNumber(a)
+	bNeg, bInt, bFrac := splitNumber(b)
+	if aNeg != bNeg {
+		if aNeg {
+			return -1
+		}
+		return 1
+	}
+	c := len(aInt) - len(bInt)
+	if c == 0 {
+		c = bytes.Compare(aInt, bInt)
+	}
+	if c == 0 {
+		c = bytes.Compare(aFrac, bFrac)
+	}
+	c = min(max(c, -1), 1)
+	if aNeg {
+		return -c
+	}
+	return c
+}
+
+// splitNumber splits decimal text into its sign, its integer digits without
+// leading zeros and its fraction digits without trailing zeros; zero is never
+// negative.
+func splitNumber(v []byte) (neg bool, intPart, frac []byte) {
+	if len(v) > 0 && v[0] == '-' {
+		neg, v = true, v[1:]
+	}
+	intPart, frac, _ = bytes.Cut(v, []byte{'.'})
+	intPart = bytes.TrimLeft(intPart, "0")
+	frac = bytes.TrimRight(frac, "0")
+	if len(intPart) == 0 && len(frac) == 0 {
+		neg = false
+	}
+	return neg, intPart, frac
+}

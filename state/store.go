@@ -1,0 +1,336 @@
+// Package state is the workflow state kept in the sidecar schema on each target
+// server (`_rowlift`): workflow definitions, one stream row per (workflow, source)
+// with its position, and one copy_state row per (workflow, source, table). The
+// applier writes progress in the same transaction as the rows it describes, so a
+// restarted process resumes from this schema and nothing else.
+package state
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// Schema is the sidecar database on every target.
+const Schema = "_rowlift"
+
+// State is a workflow's life-cycle state, stored as text so SQL readers see it.
+type State string
+
+// The workflow states of DESIGN.md.
+const (
+	Init    State = "init"
+	Copying State = "copying"
+	Running State = "running"
+	Stopped State = "stopped"
+	Error   State = "error"
+	Cutover State = "cutover"
+	Done    State = "done"
+)
+
+// Errors callers branch on.
+var (
+	ErrExists   = errors.New("workflow already exists")
+	ErrNotFound = errors.New("workflow not found")
+)
+
+var schemaDDL = []string{
+	"CREATE DATABASE IF NOT EXISTS " + Schema,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.workflow (
+		name VARCHAR(64) NOT NULL,
+		spec LONGTEXT NOT NULL COMMENT 'WorkflowSpec as protojson',
+		state VARCHAR(16) NOT NULL,
+		message TEXT NOT NULL,
+		created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+		updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+		PRIMARY KEY (name)
+	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.stream (
+		workflow VARCHAR(64) NOT NULL,
+		source VARCHAR(64) NOT NULL,
+		position TEXT NOT NULL COMMENT 'GTID set applied on this target',
+		source_time_us BIGINT NOT NULL DEFAULT 0 COMMENT 'source commit time of the last applied item',
+		message TEXT NOT NULL COMMENT 'non-empty while the stream is retrying',
+		PRIMARY KEY (workflow, source)
+	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.copy_state (
+		workflow VARCHAR(64) NOT NULL,
+		source VARCHAR(64) NOT NULL,
+		table_name VARCHAR(64) NOT NULL,
+		last_pk VARBINARY(16384) NULL COMMENT 'rowlift.v1.Row of the last copied PK',
+		rows_copied BIGINT NOT NULL DEFAULT 0,
+		done TINYINT(1) NOT NULL DEFAULT 0,
+		PRIMARY KEY (workflow, source, table_name)
+	) ENGINE=InnoDB`,
+}
+
+// Store reads and writes the sidecar schema of one target server.
+type Store struct {
+	db *sql.DB
+}
+
+// Open creates the sidecar schema if it is missing and returns a store on it.
+func Open(ctx context.Context, db *sql.DB) (*Store, error) {
+	for _, q := range schemaDDL {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return nil, fmt.Errorf("create sidecar schema %s: %w", Schema, err)
+		}
+	}
+	return &Store{db: db}, nil
+}
+
+// Workflow is a stored workflow: its definition and life-cycle state.
+type Workflow struct {
+	Spec      *rowliftv1.WorkflowSpec
+	State     State
+	Message   string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// TableCopy is the copy progress of one table from one source.
+type TableCopy struct {
+	Source     string
+	Table      string
+	LastPK     *rowliftv1.Row // nil before the first chunk
+	RowsCopied int64
+	Done       bool
+}
+
+// Stream is the replication progress of one (workflow, source) stream.
+type Stream struct {
+	Source       string
+	Position     string
+	SourceTimeUS int64
+	Message      string
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// CreateWorkflow stores a new workflow in state init with its stream and
+// copy_state rows, all in one transaction.
+func (s *Store) CreateWorkflow(ctx context.Context, spec *rowliftv1.WorkflowSpec) error {
+	if !validName.MatchString(spec.GetName()) {
+		return fmt.Errorf("workflow name %q: use 1 to 64 letters, digits, '_' or '-'", spec.GetName())
+	}
+	if len(spec.GetSources()) == 0 || len(spec.GetTables()) == 0 {
+		return fmt.Errorf("workflow %q: needs at least one source and one table", spec.GetName())
+	}
+	js, err := protojson.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("encode workflow %q: %w", spec.GetName(), err)
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".workflow (name, spec, state, message) VALUES (?, ?, ?, '')",
+			spec.GetName(), js, Init)
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1062 {
+			return fmt.Errorf("%w: %q (delete it first or pick another name)", ErrExists, spec.GetName())
+		}
+		if err != nil {
+			return err
+		}
+		for _, src := range spec.GetSources() {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".stream (workflow, source, position, message) VALUES (?, ?, '', '')",
+				spec.GetName(), src.GetName()); err != nil {
+				return err
+			}
+			for _, t := range spec.GetTables() {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".copy_state (workflow, source, table_name) VALUES (?, ?, ?)",
+					spec.GetName(), src.GetName(), t.GetName()); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// Workflow returns one workflow, or ErrNotFound.
+func (s *Store) Workflow(ctx context.Context, name string) (*Workflow, error) {
+	ws, err := s.workflows(ctx, "WHERE name = ?", name)
+	if err != nil {
+		return nil, err
+	}
+	if len(ws) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return ws[0], nil
+}
+
+// Workflows returns every workflow on this target, by name.
+func (s *Store) Workflows(ctx context.Context) ([]*Workflow, error) {
+	return s.workflows(ctx, "")
+}
+
+func (s *Store) workflows(ctx context.Context, where string, args ...any) ([]*Workflow, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT spec, state, message, UNIX_TIMESTAMP(created_at), UNIX_TIMESTAMP(updated_at) FROM "+Schema+".workflow "+where+" ORDER BY name", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read workflows: %w", err)
+	}
+	defer rows.Close()
+	var out []*Workflow
+	for rows.Next() {
+		var js []byte
+		var created, updated float64
+		w := &Workflow{Spec: &rowliftv1.WorkflowSpec{}}
+		if err := rows.Scan(&js, &w.State, &w.Message, &created, &updated); err != nil {
+			return nil, fmt.Errorf("read workflows: %w", err)
+		}
+		if err := protojson.Unmarshal(js, w.Spec); err != nil {
+			return nil, fmt.Errorf("decode workflow spec: %w", err)
+		}
+		w.CreatedAt, w.UpdatedAt = unixTime(created), unixTime(updated)
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// SetState moves a workflow to a state with a message for the operator.
+func (s *Store) SetState(ctx context.Context, name string, st State, message string) error {
+	res, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".workflow SET state = ?, message = ?, updated_at = NOW(6) WHERE name = ?",
+		st, message, name)
+	if err != nil {
+		return fmt.Errorf("set workflow %q to %s: %w", name, st, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("set workflow %q to %s: %w", name, st, ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteWorkflow removes a workflow and all its progress. Copied rows stay.
+func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, table := range []string{"copy_state", "stream", "workflow"} {
+			col := "workflow"
+			if table == "workflow" {
+				col = "name"
+			}
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+Schema+"."+table+" WHERE "+col+" = ?", name); err != nil {
+				return fmt.Errorf("delete workflow %q: %w", name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// CopyState returns the copy progress of a workflow's tables from one source, or
+// from every source when source is empty.
+func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]TableCopy, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT source, table_name, last_pk, rows_copied, done FROM "+Schema+
+		".copy_state WHERE workflow = ? AND (? = '' OR source = ?) ORDER BY source, table_name", workflow, source, source)
+	if err != nil {
+		return nil, fmt.Errorf("read copy state of %q: %w", workflow, err)
+	}
+	defer rows.Close()
+	var out []TableCopy
+	for rows.Next() {
+		var tc TableCopy
+		var lastPK []byte
+		if err := rows.Scan(&tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.Done); err != nil {
+			return nil, fmt.Errorf("read copy state of %q: %w", workflow, err)
+		}
+		if lastPK != nil {
+			tc.LastPK = &rowliftv1.Row{}
+			if err := proto.Unmarshal(lastPK, tc.LastPK); err != nil {
+				return nil, fmt.Errorf("decode last_pk of %s.%s: %w", workflow, tc.Table, err)
+			}
+		}
+		out = append(out, tc)
+	}
+	return out, rows.Err()
+}
+
+// CopyDone reports whether every table of the workflow has finished copying.
+func (s *Store) CopyDone(ctx context.Context, workflow string) (bool, error) {
+	var total, pending int
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(SUM(NOT done), 0) FROM "+Schema+".copy_state WHERE workflow = ?",
+		workflow).Scan(&total, &pending)
+	if err != nil {
+		return false, fmt.Errorf("read copy state of %q: %w", workflow, err)
+	}
+	if total == 0 {
+		return false, fmt.Errorf("%w: %q", ErrNotFound, workflow)
+	}
+	return pending == 0, nil
+}
+
+// Streams returns the streams of a workflow.
+func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT source, position, source_time_us, message FROM "+Schema+
+		".stream WHERE workflow = ? ORDER BY source", workflow)
+	if err != nil {
+		return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
+	}
+	defer rows.Close()
+	var out []Stream
+	for rows.Next() {
+		var st Stream
+		if err := rows.Scan(&st.Source, &st.Position, &st.SourceTimeUS, &st.Message); err != nil {
+			return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
+		}
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+// SetStreamMessage records why a stream is retrying; empty clears it.
+func (s *Store) SetStreamMessage(ctx context.Context, workflow, source, message string) error {
+	_, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".stream SET message = ? WHERE workflow = ? AND source = ?",
+		message, workflow, source)
+	if err != nil {
+		return fmt.Errorf("set stream message of %s/%s: %w", workflow, source, err)
+	}
+	return nil
+}
+
+// Execer is the part of *sql.Tx and *sql.Conn that progress writers need, so
+// progress commits in the caller's transaction with the data.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// SaveCopyProgress records, inside the caller's transaction, that rows up to
+// lastPK of a table have been copied.
+func SaveCopyProgress(ctx context.Context, tx Execer, workflow, source, table string, lastPK *rowliftv1.Row, rows int64, done bool) error {
+	var pk []byte
+	if lastPK != nil {
+		var err error
+		if pk, err = proto.Marshal(lastPK); err != nil {
+			return fmt.Errorf("encode last_pk of %s: %w", table, err)
+		}
+	}
+	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET last_pk = COALESCE(?, last_pk), rows_copied = rows_copied + ?, done = ? "+
+		"WHERE workflow = ? AND source = ? AND table_name = ?", pk, rows, done, workflow, source, table)
+	if err != nil {
+		return fmt.Errorf("save copy progress of %s: %w", table, err)
+	}
+	return nil
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func unixTime(seconds float64) time.Time {
+	return time.UnixMicro(int64(math.Round(seconds * 1e6)))
+}

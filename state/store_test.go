@@ -1,0 +1,157 @@
+package state_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+func openStore(t *testing.T) (*state.Store, *sql.DB) {
+	srv := sandboxtest.Start(t, sandbox.Options{})
+	db := sandboxtest.Open(t, srv, "")
+	store, err := state.Open(context.Background(), db)
+	require.NoError(t, err)
+	return store, db
+}
+
+func spec(name string) *rowliftv1.WorkflowSpec {
+	return &rowliftv1.WorkflowSpec{
+		Name:           name,
+		SourceDatabase: "shop",
+		Sources:        []*rowliftv1.SourceShard{{Name: "-80", StreamerAddress: "a:1"}, {Name: "80-", StreamerAddress: "b:1"}},
+		Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
+		Tables:         []*rowliftv1.TableSpec{{Name: "orders", Columns: []string{"id", "total"}}, {Name: "users"}},
+		Options:        &rowliftv1.WorkflowOptions{ChunkRows: 500},
+	}
+}
+
+func TestCreateAndReadWorkflow(t *testing.T) {
+	store, _ := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("move")))
+
+	w, err := store.Workflow(ctx, "move")
+	require.NoError(t, err)
+	require.Equal(t, state.Init, w.State)
+	require.Equal(t, []string{"id", "total"}, w.Spec.GetTables()[0].GetColumns())
+	require.EqualValues(t, 500, w.Spec.GetOptions().GetChunkRows())
+	require.False(t, w.CreatedAt.IsZero())
+
+	cs, err := store.CopyState(ctx, "move", "")
+	require.NoError(t, err)
+	require.Len(t, cs, 4, "one copy_state row per source and table")
+	streams, err := store.Streams(ctx, "move")
+	require.NoError(t, err)
+	require.Len(t, streams, 2)
+}
+
+func TestOpenIsIdempotent(t *testing.T) {
+	store, db := openStore(t)
+	require.NoError(t, store.CreateWorkflow(context.Background(), spec("keep")))
+	again, err := state.Open(context.Background(), db)
+	require.NoError(t, err)
+	_, err = again.Workflow(context.Background(), "keep")
+	require.NoError(t, err, "reopening the schema keeps existing workflows")
+}
+
+func TestDuplicateWorkflowName(t *testing.T) {
+	store, _ := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("dup")))
+	err := store.CreateWorkflow(ctx, spec("dup"))
+	require.ErrorIs(t, err, state.ErrExists)
+	require.ErrorContains(t, err, `"dup" (delete it first or pick another name)`)
+	cs, err := store.CopyState(ctx, "dup", "")
+	require.NoError(t, err)
+	require.Len(t, cs, 4, "a refused duplicate writes nothing")
+}
+
+func TestInvalidWorkflows(t *testing.T) {
+	store, _ := openStore(t)
+	ctx := context.Background()
+	bad := spec("has space")
+	require.ErrorContains(t, store.CreateWorkflow(ctx, bad), "use 1 to 64 letters")
+	noTables := spec("empty")
+	noTables.Tables = nil
+	require.ErrorContains(t, store.CreateWorkflow(ctx, noTables), "needs at least one source and one table")
+	ws, err := store.Workflows(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ws)
+}
+
+func TestSetStateAndMissingWorkflow(t *testing.T) {
+	store, _ := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("s")))
+	require.NoError(t, store.SetState(ctx, "s", state.Error, "table x has no key"))
+	w, err := store.Workflow(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, state.Error, w.State)
+	require.Equal(t, "table x has no key", w.Message)
+
+	require.ErrorIs(t, store.SetState(ctx, "nope", state.Copying, ""), state.ErrNotFound)
+	_, err = store.Workflow(ctx, "nope")
+	require.ErrorIs(t, err, state.ErrNotFound)
+}
+
+// TestCopyProgressCommitsWithTheData checks that progress saved in a transaction
+// that rolls back is gone with it, and kept when it commits.
+func TestCopyProgressCommitsWithTheData(t *testing.T) {
+	store, db := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("p")))
+	pk := &rowliftv1.Row{}
+	rowcodec.Pack(pk, [][]byte{[]byte("42")})
+
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", "orders", pk, 42, false))
+	require.NoError(t, tx.Rollback())
+	cs, err := store.CopyState(ctx, "p", "-80")
+	require.NoError(t, err)
+	require.Nil(t, cs[0].LastPK)
+	require.Zero(t, cs[0].RowsCopied)
+
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", "orders", pk, 42, false))
+	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", "orders", nil, 0, true))
+	require.NoError(t, tx.Commit())
+	cs, err = store.CopyState(ctx, "p", "-80")
+	require.NoError(t, err)
+	require.Equal(t, "orders", cs[0].Table)
+	require.Equal(t, "42", string(cs[0].LastPK.GetValues()), "an empty final chunk keeps the last PK")
+	require.EqualValues(t, 42, cs[0].RowsCopied)
+	require.True(t, cs[0].Done)
+
+	done, err := store.CopyDone(ctx, "p")
+	require.NoError(t, err)
+	require.False(t, done, "three more tables are still copying")
+}
+
+func TestDeleteWorkflowRemovesAllState(t *testing.T) {
+	store, db := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("d")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("other")))
+	require.NoError(t, store.DeleteWorkflow(ctx, "d"))
+	for _, table := range []string{"workflow", "stream", "copy_state"} {
+		col := "workflow"
+		if table == "workflow" {
+			col = "name"
+		}
+		var n int
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM _rowlift."+table+" WHERE "+col+" = 'd'").Scan(&n))
+		require.Zero(t, n, table)
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM _rowlift."+table+" WHERE "+col+" = 'other'").Scan(&n))
+		require.NotZero(t, n, "other workflows keep their %s rows", table)
+	}
+}

@@ -1,0 +1,91 @@
+package streamer
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+func testTable() *schema.Table {
+	return &schema.Table{
+		Database: "shop",
+		Name:     "orders",
+		Columns: []schema.Column{
+			{Name: "region", DataType: "varchar", Charset: "utf8mb4", Collation: "utf8mb4_general_ci"},
+			{Name: "id", DataType: "bigint"},
+			{Name: "at", DataType: "datetime"},
+			{Name: "note", DataType: "text", Charset: "latin1", Nullable: true},
+			{Name: "total", DataType: "decimal", Generated: true},
+		},
+		Key: []string{"region", "id", "at"},
+	}
+}
+
+func TestChunkQueryFirstChunk(t *testing.T) {
+	p, err := newTablePlan(testTable(), nil)
+	require.NoError(t, err)
+	q, err := p.chunkQuery(nil, 1000)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT `region`, `id`, `at`, `note` FROM `shop`.`orders` ORDER BY `region`, `id`, `at` LIMIT 1000", q,
+		"generated columns are not streamed")
+}
+
+func TestChunkQueryCompositeKeyAfterLastPK(t *testing.T) {
+	p, err := newTablePlan(testTable(), nil)
+	require.NoError(t, err)
+	q, err := p.chunkQuery([][]byte{[]byte("eu'"), []byte("42"), []byte("2024-01-02 03:04:05")}, 500)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT `region`, `id`, `at`, `note` FROM `shop`.`orders` WHERE `region` >= _utf8mb4 X'657527' AND "+
+		"(`region` > _utf8mb4 X'657527' OR (`region` = _utf8mb4 X'657527' AND "+
+		"(`id` > 42 OR (`id` = 42 AND (`at` > '2024-01-02 03:04:05'))))) "+
+		"ORDER BY `region`, `id`, `at` LIMIT 500", q)
+}
+
+func TestChunkQuerySingleKey(t *testing.T) {
+	tbl := &schema.Table{Database: "d", Name: "t", Columns: []schema.Column{{Name: "id", DataType: "int"}, {Name: "v", DataType: "blob"}}, Key: []string{"id"}}
+	p, err := newTablePlan(tbl, nil)
+	require.NoError(t, err)
+	q, err := p.chunkQuery([][]byte{[]byte("-7")}, 10)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT `id`, `v` FROM `d`.`t` WHERE `id` >= -7 AND (`id` > -7) ORDER BY `id` LIMIT 10", q)
+}
+
+func TestChunkQueryWrongKeyWidth(t *testing.T) {
+	p, err := newTablePlan(testTable(), nil)
+	require.NoError(t, err)
+	_, err = p.chunkQuery([][]byte{[]byte("x")}, 10)
+	require.ErrorContains(t, err, "has 1 values, key has 3 columns")
+}
+
+func TestColumnSubsetMustKeepKey(t *testing.T) {
+	_, err := newTablePlan(testTable(), []string{"region", "note"})
+	require.ErrorIs(t, err, schema.ErrColumn)
+	require.ErrorContains(t, err, "must include key column id")
+
+	p, err := newTablePlan(testTable(), []string{"note", "at", "id", "region"})
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 2, 1}, p.keyIdx, "key positions follow the requested column order")
+	key := p.keyOf([][]byte{[]byte("n"), []byte("2020-01-01 00:00:00"), []byte("9"), []byte("us")})
+	require.Equal(t, []int64{2, 1, 19}, key.Lengths)
+	require.Equal(t, "us92020-01-01 00:00:00", string(key.Values))
+}
+
+func TestRowArenaPacksLikePack(t *testing.T) {
+	var a rowArena
+	var rows []*rowliftv1.Row
+	for i := 0; i < 3*arenaBlock; i++ {
+		vals := [][]byte{[]byte(fmt.Sprint(i)), nil, {}, make([]byte, i%97)}
+		rows = append(rows, a.pack(vals))
+	}
+	for i, r := range rows {
+		want := &rowliftv1.Row{}
+		rowcodec.Pack(want, [][]byte{[]byte(fmt.Sprint(i)), nil, {}, make([]byte, i%97)})
+		require.Equal(t, want.Lengths, r.Lengths, "row %d", i)
+		require.Equal(t, string(want.Values), string(r.Values), "row %d: earlier rows survive later slabs", i)
+	}
+}

@@ -1,0 +1,204 @@
+package streamer
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// rowStreamer copies one table: continuous PK-ordered LIMITed chunks, each read in
+// its own short consistent snapshot whose binlog position is the chunk's fence.
+// Rows are packed into Chunk items of about packetBytes as they are read.
+type rowStreamer struct {
+	plan        *tablePlan
+	conn        *sql.Conn
+	chunkRows   int64
+	packetBytes int
+	emit        func(context.Context, *rowliftv1.StreamItem) error
+	// lastPK is where the copy resumes (nil: from the start).
+	lastPK [][]byte
+}
+
+func (r *rowStreamer) run(ctx context.Context) error {
+	// A chunk's reader can stall while the applier is slow; the server would cut
+	// the connection after net_write_timeout (60 s by default) of not being read.
+	for _, q := range []string{
+		"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+		"SET SESSION net_write_timeout = 3600",
+	} {
+		if _, err := r.conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("copy %s: %w", r.plan.table.Name, err)
+		}
+	}
+	for {
+		done, err := r.chunk(ctx)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", r.plan.table.Name, err)
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// chunk reads and emits one chunk; done means the table has no rows after it.
+func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
+	fence, err := beginSnapshot(ctx, r.conn)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if _, cerr := r.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
+			err = fmt.Errorf("end snapshot: %w", cerr)
+		}
+	}()
+	q, err := r.plan.chunkQuery(r.lastPK, r.chunkRows)
+	if err != nil {
+		return false, err
+	}
+	rows, err := r.conn.QueryContext(ctx, q)
+	if err != nil {
+		return false, fmt.Errorf("select chunk: %w", err)
+	}
+	defer rows.Close()
+
+	raw := make([]sql.RawBytes, len(r.plan.cols))
+	dest := make([]any, len(raw))
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	values := make([][]byte, len(raw))
+	var arena rowArena
+	part := r.newPart(fence)
+	size := 0
+	var n int64
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return false, fmt.Errorf("read chunk row: %w", err)
+		}
+		for i, v := range raw {
+			values[i] = v
+		}
+		row := arena.pack(values)
+		part.Rows = append(part.Rows, row)
+		size += rowcodec.Size(row)
+		n++
+		if size >= r.packetBytes {
+			part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
+			if err := r.emit(ctx, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}}); err != nil {
+				return false, err
+			}
+			r.lastPK = rowKey(part.LastPk)
+			part, size = r.newPart(fence), 0
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("read chunk: %w", err)
+	}
+	done = n < r.chunkRows
+	if len(part.Rows) == 0 && !done {
+		return false, nil
+	}
+	if len(part.Rows) > 0 {
+		// The last row's RawBytes died with rows.Next; take the key from its copy.
+		part.LastPk = r.plan.keyOf(rowKey(part.Rows[len(part.Rows)-1]))
+		r.lastPK = rowKey(part.LastPk)
+	}
+	part.TableDone = done
+	return done, r.emit(ctx, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
+}
+
+func (r *rowStreamer) newPart(fence *rowliftv1.Position) *rowliftv1.Chunk {
+	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence}
+}
+
+// rowKey unpacks a row this package packed, which is always well-formed.
+func rowKey(row *rowliftv1.Row) [][]byte {
+	vals, _ := rowcodec.Values(nil, row)
+	return vals
+}
+
+// beginSnapshot opens a consistent snapshot on conn and returns its binlog
+// position: MariaDB reports the exact binlog file and offset the snapshot
+// corresponds to, with no lock (binlog_snapshot_file/position), and
+// BINLOG_GTID_POS turns that into a GTID position.
+func beginSnapshot(ctx context.Context, conn *sql.Conn) (*rowliftv1.Position, error) {
+	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
+		return nil, fmt.Errorf("start snapshot: %w", err)
+	}
+	rows, err := conn.QueryContext(ctx, "SHOW STATUS LIKE 'binlog_snapshot_%'")
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot position: %w", err)
+	}
+	pos := &rowliftv1.Position{}
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read snapshot position: %w", err)
+		}
+		switch name {
+		case "Binlog_snapshot_file":
+			pos.BinlogFile = value
+		case "Binlog_snapshot_position":
+			if _, err := fmt.Sscan(value, &pos.BinlogOffset); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("parse snapshot position %q: %w", value, err)
+			}
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("read snapshot position: %w", err)
+	}
+	if pos.BinlogFile == "" {
+		return nil, fmt.Errorf("source reports no binlog snapshot position: is the binary log enabled (log_bin)?")
+	}
+	if err := conn.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", pos.BinlogFile, pos.BinlogOffset).Scan(&pos.GtidSet); err != nil {
+		return nil, fmt.Errorf("GTID of snapshot position %s:%d: %w", pos.BinlogFile, pos.BinlogOffset, err)
+	}
+	return pos, nil
+}
+
+// rowArena packs rows into shared slabs: a Row struct block, one byte slab and one
+// length slab, instead of three allocations per row. Slabs are only appended to
+// or replaced, so rows already packed keep pointing at valid memory.
+type rowArena struct {
+	rows    []rowliftv1.Row
+	values  []byte
+	lengths []int64
+}
+
+const arenaBlock = 512
+
+func (a *rowArena) pack(values [][]byte) *rowliftv1.Row {
+	if len(a.rows) == 0 {
+		a.rows = make([]rowliftv1.Row, arenaBlock)
+	}
+	row := &a.rows[0]
+	a.rows = a.rows[1:]
+	size := 0
+	for _, v := range values {
+		size += len(v)
+	}
+	if cap(a.values)-len(a.values) < size {
+		a.values = make([]byte, 0, max(size, 64<<10))
+	}
+	if cap(a.lengths)-len(a.lengths) < len(values) {
+		a.lengths = make([]int64, 0, max(len(values), arenaBlock*len(values)))
+	}
+	vstart, lstart := len(a.values), len(a.lengths)
+	for _, v := range values {
+		if v == nil {
+			a.lengths = append(a.lengths, -1)
+			continue
+		}
+		a.lengths = append(a.lengths, int64(len(v)))
+		a.values = append(a.values, v...)
+	}
+	row.Values = a.values[vstart:len(a.values):len(a.values)]
+	row.Lengths = a.lengths[lstart:len(a.lengths):len(a.lengths)]
+	return row
+}

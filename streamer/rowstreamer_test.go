@@ -1,0 +1,151 @@
+package streamer
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/schema"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// sourceWithRows starts a server with d.t keyed by (region ci, id) holding n rows.
+func sourceWithRows(t *testing.T, n int) (*sql.DB, *tablePlan) {
+	srv := sandboxtest.Start(t, sandbox.Options{})
+	admin := sandboxtest.Open(t, srv, "")
+	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
+		"CREATE TABLE d.t (region VARCHAR(4) COLLATE utf8mb4_general_ci, id INT, v VARCHAR(20), PRIMARY KEY (region, id))",
+		"SET SESSION max_recursive_iterations = 100000",
+		fmt.Sprintf("INSERT INTO d.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "+
+			"SELECT ELT(1 + i %% 3, 'a', 'B', 'c'), i, CONCAT('v', i) FROM s", n))
+	db, _, err := dbconn.Open(srv.DSN(""), dbconn.Source)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	tbl, err := schema.Load(context.Background(), db, "d", "t")
+	require.NoError(t, err)
+	p, err := newTablePlan(tbl, nil)
+	require.NoError(t, err)
+	return db, p
+}
+
+func TestChunkQueryUsesKeyRange(t *testing.T) {
+	db, p := sourceWithRows(t, 2000)
+	q, err := p.chunkQuery([][]byte{[]byte("B"), []byte("700")}, 100)
+	require.NoError(t, err)
+	var id, selectType, table, typ, key, rows, extra sql.NullString
+	var possible, keyLen, ref sql.NullString
+	row := db.QueryRow("EXPLAIN " + q)
+	require.NoError(t, row.Scan(&id, &selectType, &table, &typ, &possible, &key, &keyLen, &ref, &rows, &extra))
+	require.Equal(t, "range", typ.String, "chunk query must range-scan the key: %s", extra.String)
+	require.Equal(t, "PRIMARY", key.String)
+	require.NotContains(t, extra.String, "filesort")
+}
+
+// streamAll runs a rowStreamer from lastPK and returns the chunk items it emits.
+func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRows int64, packet int) []*rowliftv1.Chunk {
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	var out []*rowliftv1.Chunk
+	r := &rowStreamer{plan: p, conn: conn, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK,
+		emit: func(_ context.Context, item *rowliftv1.StreamItem) error {
+			out = append(out, item.GetChunk())
+			return nil
+		}}
+	require.NoError(t, r.run(ctx))
+	return out
+}
+
+func keyString(t *testing.T, row *rowliftv1.Row) string {
+	vals, err := rowcodec.Values(nil, row)
+	require.NoError(t, err)
+	return fmt.Sprintf("%s/%s", vals[0], vals[1])
+}
+
+func TestRowStreamerCopiesInKeyOrderAcrossChunksAndParts(t *testing.T) {
+	db, p := sourceWithRows(t, 1000)
+	parts := streamAll(t, db, p, nil, 128, 700)
+	var keys []string
+	for i, c := range parts {
+		require.NotNil(t, c.GetFence(), "every part carries its chunk's fence")
+		require.NotEmpty(t, c.GetFence().GetGtidSet())
+		require.Equal(t, i == len(parts)-1, c.GetTableDone(), "only the last part ends the table")
+		for _, r := range c.GetRows() {
+			vals, err := rowcodec.Values(nil, r)
+			require.NoError(t, err)
+			keys = append(keys, fmt.Sprintf("%s/%s", vals[0], vals[1]))
+		}
+		if len(c.GetRows()) > 0 {
+			require.Equal(t, keys[len(keys)-1], keyString(t, c.GetLastPk()), "last_pk is the part's last row")
+		}
+	}
+	require.Len(t, keys, 1000, "every row exactly once")
+	var want []string
+	rows, err := db.Query("SELECT region, id FROM d.t ORDER BY region, id")
+	require.NoError(t, err)
+	for rows.Next() {
+		var region, id string
+		require.NoError(t, rows.Scan(&region, &id))
+		want = append(want, region+"/"+id)
+	}
+	require.Equal(t, want, keys, "same order as the server's ORDER BY, case-insensitive collation included")
+}
+
+func TestRowStreamerResumesAfterLastPK(t *testing.T) {
+	db, p := sourceWithRows(t, 300)
+	parts := streamAll(t, db, p, [][]byte{[]byte("b"), []byte("200")}, 1000, 1<<20)
+	var n int
+	for _, c := range parts {
+		n += len(c.GetRows())
+	}
+	var want int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM d.t WHERE region > 'b' OR (region = 'b' AND id > 200)").Scan(&want))
+	require.Equal(t, want, n, "resume takes the rows after last_pk by the column's collation ('b' matches 'B')")
+}
+
+func TestRowStreamerEmptyTable(t *testing.T) {
+	db, p := sourceWithRows(t, 1)
+	_, err := db.Exec("DELETE FROM d.t")
+	require.NoError(t, err)
+	parts := streamAll(t, db, p, nil, 10, 100)
+	require.Len(t, parts, 1)
+	require.True(t, parts[0].GetTableDone())
+	require.Empty(t, parts[0].GetRows())
+}
+
+func TestSnapshotFenceIsTheServersPosition(t *testing.T) {
+	db, _ := sourceWithRows(t, 10)
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	fence, err := beginSnapshot(ctx, conn)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+	var gtid, file string
+	var pos uint64
+	require.NoError(t, db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&gtid))
+	rows, err := db.Query("SHOW MASTER STATUS")
+	require.NoError(t, err)
+	cols, _ := rows.Columns()
+	vals := make([]any, len(cols))
+	vals[0], vals[1] = &file, &pos
+	for i := 2; i < len(vals); i++ {
+		vals[i] = new(sql.RawBytes)
+	}
+	require.True(t, rows.Next())
+	require.NoError(t, rows.Scan(vals...))
+	require.NoError(t, rows.Close())
+	require.Equal(t, gtid, fence.GetGtidSet(), "idle source: the fence is the current GTID position")
+	require.Equal(t, file, fence.GetBinlogFile())
+	require.Equal(t, pos, fence.GetBinlogOffset())
+}

@@ -1,0 +1,281 @@
+// Package streamer is the source side of rowlift. It serves the Stream RPC: for the
+// tables a workflow asks for it runs continuous PK-ordered LIMITed chunks, each at
+// its fence, and sends them on one long-lived gRPC stream to the applier.
+package streamer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// Defaults for zero StreamOptions, chosen on benchmarks/copy: large chunks and
+// packets mean few target transactions, which is most of what a copy costs the
+// target beyond the rows themselves.
+const (
+	DefaultChunkRows      = 100000
+	DefaultPacketBytes    = 4 << 20
+	DefaultParallelTables = 4
+	// sendQueue is how many items wait for the gRPC sender; it bounds memory to
+	// about sendQueue packets per stream (32 MiB at the default packet size).
+	sendQueue = 8
+)
+
+// Config configures a Server.
+type Config struct {
+	// SourceDSN is the go-sql-driver DSN of the source server.
+	SourceDSN string
+	Logger    *zap.Logger
+}
+
+// Server serves the Streamer service for one source server.
+type Server struct {
+	rowliftv1.UnimplementedStreamerServer
+	db  *sql.DB
+	cfg *mysql.Config
+	log *zap.Logger
+}
+
+// New opens the source pool; it does not connect until a stream needs it, so a
+// streamer can start before its source is up.
+func New(cfg Config) (*Server, error) {
+	db, mcfg, err := dbconn.Open(cfg.SourceDSN, dbconn.Source)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg)))}, nil
+}
+
+// Close closes the source pool.
+func (s *Server) Close() error { return s.db.Close() }
+
+// Stream serves one (workflow, source) stream until the applier cancels it.
+func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse]) error {
+	ctx := stream.Context()
+	log := s.log.With(zap.String("workflow", req.GetWorkflow()))
+	err := s.stream(ctx, req, stream, log)
+	if err != nil && ctx.Err() == nil {
+		log.Warn("stream ended", zap.Error(err))
+	}
+	return err
+}
+
+func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], log *zap.Logger) error {
+	opts, err := checkRequest(req)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
+		if errors.Is(err, dbconn.ErrAccessDenied) {
+			return status.Error(codes.PermissionDenied, err.Error())
+		}
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	if err := s.checkSource(ctx); err != nil {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	plans, err := s.plan(ctx, req)
+	if err != nil {
+		return err
+	}
+	fields := &rowliftv1.StreamResponse{}
+	for _, p := range plans {
+		fields.Items = append(fields.Items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Fields{Fields: p.fields}})
+	}
+	if err := stream.Send(fields); err != nil {
+		return err
+	}
+	log.Info("stream started", zap.Int("tables", len(plans)))
+
+	g, ctx := errgroup.WithContext(ctx)
+	items := make(chan *rowliftv1.StreamItem, sendQueue)
+	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes) })
+	emit := func(ctx context.Context, item *rowliftv1.StreamItem) error {
+		select {
+		case items <- item:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	g.Go(func() error {
+		err := s.copyTables(ctx, req, plans, opts, emit)
+		if err == nil {
+			log.Info("copy finished")
+			// The binlog tail keeps the stream going from here; until the applier
+			// hangs up there is nothing more to copy.
+			<-ctx.Done()
+		}
+		return err
+	})
+	return g.Wait()
+}
+
+// copyTables runs a rowStreamer for every table still copying, at most
+// ParallelTables at once, each on its own source connection.
+func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, plans []*tablePlan, opts *rowliftv1.StreamOptions,
+	emit func(context.Context, *rowliftv1.StreamItem) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(int(opts.ParallelTables))
+	for i, t := range req.GetTables() {
+		if t.GetCopy().GetDone() {
+			continue
+		}
+		var lastPK [][]byte
+		if pk := t.GetCopy().GetLastPk(); pk != nil {
+			vals, err := rowcodec.Values(nil, pk)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "last PK of %s: %v", t.GetName(), err)
+			}
+			lastPK = vals
+		}
+		plan := plans[i]
+		g.Go(func() error {
+			conn, err := s.db.Conn(ctx)
+			if err != nil {
+				return status.Error(codes.Unavailable, dbconn.Explain(err, s.cfg, "source").Error())
+			}
+			defer conn.Close()
+			r := &rowStreamer{plan: plan, conn: conn, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), emit: emit, lastPK: lastPK}
+			return r.run(ctx)
+		})
+	}
+	return g.Wait()
+}
+
+// send packs items into messages of about packetBytes and sends them in order.
+func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], items <-chan *rowliftv1.StreamItem, packetBytes int64) error {
+	for {
+		var item *rowliftv1.StreamItem
+		select {
+		case item = <-items:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		msg := &rowliftv1.StreamResponse{Items: []*rowliftv1.StreamItem{item}}
+		size := itemSize(item)
+		// Add whatever else is already waiting, up to the packet size.
+	batch:
+		for size < packetBytes {
+			select {
+			case next := <-items:
+				msg.Items = append(msg.Items, next)
+				size += itemSize(next)
+			default:
+				break batch
+			}
+		}
+		if err := stream.Send(msg); err != nil {
+			return fmt.Errorf("send to applier: %w", err)
+		}
+	}
+}
+
+func itemSize(item *rowliftv1.StreamItem) int64 {
+	var n int
+	for _, r := range item.GetChunk().GetRows() {
+		n += rowcodec.Size(r)
+	}
+	return int64(n) + 64
+}
+
+func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error) {
+	if req.GetDatabase() == "" {
+		return nil, errors.New("stream request names no source database")
+	}
+	if len(req.GetTables()) == 0 {
+		return nil, errors.New("stream request names no tables")
+	}
+	if req.GetKeyRange() != nil {
+		return nil, errors.New("key ranges are not supported by this streamer version")
+	}
+	seen := map[string]bool{}
+	for _, t := range req.GetTables() {
+		name := strings.ToLower(t.GetName())
+		if name == "" || seen[name] {
+			return nil, fmt.Errorf("stream request names table %q twice or empty", t.GetName())
+		}
+		seen[name] = true
+	}
+	o := &rowliftv1.StreamOptions{
+		ChunkRows:      req.GetOptions().GetChunkRows(),
+		PacketBytes:    req.GetOptions().GetPacketBytes(),
+		ParallelTables: req.GetOptions().GetParallelTables(),
+		HeartbeatMs:    req.GetOptions().GetHeartbeatMs(),
+	}
+	if o.ChunkRows <= 0 {
+		o.ChunkRows = DefaultChunkRows
+	}
+	if o.PacketBytes <= 0 {
+		o.PacketBytes = DefaultPacketBytes
+	}
+	if o.ParallelTables <= 0 {
+		o.ParallelTables = DefaultParallelTables
+	}
+	return o, nil
+}
+
+// checkSource refuses servers whose chunk fence this version cannot take.
+func (s *Server) checkSource(ctx context.Context) error {
+	var version string
+	if err := s.db.QueryRowContext(ctx, "SELECT @@version").Scan(&version); err != nil {
+		return fmt.Errorf("read source version: %w", err)
+	}
+	if !strings.Contains(version, "MariaDB") {
+		return fmt.Errorf("source %s runs %s: this streamer version takes chunk fences from MariaDB's binlog snapshot only", s.cfg.Addr, version)
+	}
+	var logBin bool
+	if err := s.db.QueryRowContext(ctx, "SELECT @@log_bin").Scan(&logBin); err != nil {
+		return fmt.Errorf("read source log_bin: %w", err)
+	}
+	if !logBin {
+		return fmt.Errorf("source %s has the binary log off: start it with --log-bin (rowlift fences chunks by binlog position)", s.cfg.Addr)
+	}
+	return nil
+}
+
+// plan loads every requested table and its column list, failing with a status
+// that names the table when one cannot be streamed.
+func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tablePlan, error) {
+	var plans []*tablePlan
+	for _, t := range req.GetTables() {
+		tbl, err := schema.Load(ctx, s.db, req.GetDatabase(), t.GetName())
+		if err != nil {
+			return nil, schemaStatus(err)
+		}
+		p, err := newTablePlan(tbl, t.GetColumns())
+		if err != nil {
+			return nil, schemaStatus(err)
+		}
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+func schemaStatus(err error) error {
+	switch {
+	case errors.Is(err, schema.ErrNoTable):
+		return status.Errorf(codes.NotFound, "%v on the source: check the workflow's table list and source database", err)
+	case errors.Is(err, schema.ErrNoKey), errors.Is(err, schema.ErrColumn):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // registers /debug/pprof on the default mux
 	"time"
 
 	"go.uber.org/zap"
@@ -19,7 +21,7 @@ import (
 )
 
 func streamerCommand() *command {
-	var listen, sourceDSN string
+	var listen, sourceDSN, debug string
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -27,6 +29,7 @@ func streamerCommand() *command {
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&listen, "listen", "127.0.0.1:7001", "address to serve the Streamer gRPC service on")
 			fs.StringVar(&sourceDSN, "source-dsn", "", "go-sql-driver DSN of the source server, e.g. user:pass@tcp(host:3306)/")
+			debugFlag(fs, &debug)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			if sourceDSN == "" {
@@ -42,6 +45,7 @@ func streamerCommand() *command {
 				return err
 			}
 			defer srv.Close()
+			serveDebug(debug, log)
 			lis, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", listen, err)
@@ -55,7 +59,7 @@ func streamerCommand() *command {
 }
 
 func applierCommand() *command {
-	var targetDSN string
+	var targetDSN, debug string
 	var poll time.Duration
 	return &command{
 		name:    "applier",
@@ -64,6 +68,7 @@ func applierCommand() *command {
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&targetDSN, "target-dsn", "", "go-sql-driver DSN of the target server, e.g. user:pass@tcp(host:3306)/")
 			fs.DurationVar(&poll, "poll-interval", applier.DefaultPollInterval, "how often to look for new, started or stopped workflows")
+			debugFlag(fs, &debug)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			if targetDSN == "" {
@@ -78,6 +83,7 @@ func applierCommand() *command {
 			if err != nil {
 				return err
 			}
+			serveDebug(debug, log)
 			log.Info("applier running")
 			return engine.Run(ctx)
 		},
@@ -102,4 +108,22 @@ func newLogger() (*zap.Logger, error) {
 	cfg := zap.NewProductionConfig()
 	cfg.Sampling = nil
 	return cfg.Build()
+}
+
+func debugFlag(fs *flag.FlagSet, addr *string) {
+	fs.StringVar(addr, "debug-listen", "", "address to serve Go profiles on (/debug/pprof/), e.g. 127.0.0.1:6060; off when empty")
+}
+
+// serveDebug serves net/http/pprof, so an operator can see where a slow copy's CPU
+// goes without restarting anything.
+func serveDebug(addr string, log *zap.Logger) {
+	if addr == "" {
+		return
+	}
+	go func() {
+		log.Info("debug server listening", zap.String("addr", addr))
+		if err := http.ListenAndServe(addr, nil); err != nil {
+			log.Error("debug server stopped", zap.Error(err))
+		}
+	}()
 }

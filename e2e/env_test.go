@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -51,7 +50,9 @@ func newEnvWith(t *testing.T, opts sandbox.Options) *env {
 	store, err := state.Open(context.Background(), e.dstDB)
 	require.NoError(t, err)
 	e.store = store
-	e.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	port, err := sandbox.FreePort()
+	require.NoError(t, err)
+	e.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	return e
 }
 
@@ -154,7 +155,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 		p.stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(p.log)
-			t.Logf("log of %s:\n%s", name, tail(string(b), 40))
+			t.Logf("log of %s:\n%s", name, sandbox.Tail(string(b), 40))
 		}
 	})
 	return p
@@ -204,19 +205,4 @@ func (p *proc) restart() { p.start() }
 func (p *proc) logText() string {
 	b, _ := os.ReadFile(p.log)
 	return string(b)
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -229,7 +229,7 @@ func (m *meter) stop() error {
 func (b *bench) serverCPU(s *sandbox.Server) (float64, error) {
 	pid := s.Pid()
 	if pid == 0 {
-		return 0, errors.New("server in " + s.Dir + " is not running:\n" + tail(s.ErrorLog(), 20))
+		return 0, errors.New("server in " + s.Dir + " is not running:\n" + sandbox.Tail(s.ErrorLog(), 20))
 	}
 	return procCPU(pid, b.clkTck)
 }

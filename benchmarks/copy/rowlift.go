@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rowlift/rowlift/internal/sandbox"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -65,7 +66,7 @@ func (b *bench) copyRowlift(ctx context.Context, m *meter) error {
 	if err := store.DeleteWorkflow(ctx, workflowName); err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := sandbox.FreePort()
 	if err != nil {
 		return err
 	}
@@ -264,5 +265,5 @@ func (p *rowliftProc) logTail() string {
 	if err != nil {
 		return fmt.Sprintf("--- rowlift %s: no log: %v", p.role, err)
 	}
-	return fmt.Sprintf("--- rowlift %s log (%s), last lines:\n%s", p.role, p.log, tail(string(b), 30))
+	return fmt.Sprintf("--- rowlift %s log (%s), last lines:\n%s", p.role, p.log, sandbox.Tail(string(b), 30))
 }

@@ -139,31 +139,38 @@ func appendHex(buf, v []byte) []byte {
 // connection character set, where every backslash byte is an escape.
 func appendEscaped(buf, v []byte) []byte {
 	buf = append(buf, '\'')
+	buf = appendEscapes(buf, v, &literalEscapes)
+	return append(buf, '\'')
+}
+
+// escapeTable maps a byte to the letter that follows its backslash, or 0 for a
+// byte written as itself.
+type escapeTable [256]byte
+
+func newEscapeTable(pairs string) (t escapeTable) {
+	for i := 0; i < len(pairs); i += 2 {
+		t[pairs[i]] = pairs[i+1]
+	}
+	return t
+}
+
+var (
+	// literalEscapes are the escapes of a quoted SQL string literal.
+	literalEscapes = newEscapeTable("\x000\nn\rr\\\\''\x1aZ")
+	// loadEscapes are the escapes of a LOAD DATA field (ESCAPED BY '\\').
+	loadEscapes = newEscapeTable("\x000\tt\nn\rr\\\\")
+)
+
+func appendEscapes(buf, v []byte, table *escapeTable) []byte {
 	start := 0
 	for i, b := range v {
-		var esc byte
-		switch b {
-		case 0:
-			esc = '0'
-		case '\n':
-			esc = 'n'
-		case '\r':
-			esc = 'r'
-		case '\\':
-			esc = '\\'
-		case '\'':
-			esc = '\''
-		case 0x1a:
-			esc = 'Z'
-		default:
-			continue
+		if esc := table[b]; esc != 0 {
+			buf = append(buf, v[start:i]...)
+			buf = append(buf, '\\', esc)
+			start = i + 1
 		}
-		buf = append(buf, v[start:i]...)
-		buf = append(buf, '\\', esc)
-		start = i + 1
 	}
-	buf = append(buf, v[start:]...)
-	return append(buf, '\'')
+	return append(buf, v[start:]...)
 }
 
 // AppendIdent appends a backtick-quoted identifier.
@@ -196,26 +203,5 @@ func AppendLoadField(buf []byte, v []byte) []byte {
 	if v == nil {
 		return append(buf, '\\', 'N')
 	}
-	start := 0
-	for i, b := range v {
-		var esc byte
-		switch b {
-		case 0:
-			esc = '0'
-		case '\t':
-			esc = 't'
-		case '\n':
-			esc = 'n'
-		case '\r':
-			esc = 'r'
-		case '\\':
-			esc = '\\'
-		default:
-			continue
-		}
-		buf = append(buf, v[start:i]...)
-		buf = append(buf, '\\', esc)
-		start = i + 1
-	}
-	return append(buf, v[start:]...)
+	return appendEscapes(buf, v, &loadEscapes)
 }

@@ -6,7 +6,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -131,7 +130,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// A free port can be taken between our probe and the server's bind; try again
 	// with another one when that happens.
 	for attempt := 0; ; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
@@ -235,7 +234,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	if err := waitReady(ctx, s.Socket, done); err != nil {
 		_ = s.Kill()
-		return fmt.Errorf("server in %s did not start: %w\n%s", s.Dir, err, tail(s.ErrorLog(), 20))
+		return fmt.Errorf("server in %s did not start: %w\n%s", s.Dir, err, Tail(s.ErrorLog(), 20))
 	}
 	return nil
 }
@@ -401,7 +400,9 @@ func findBinaryIn(flavor Flavor, dirs []string) (path, version string, err error
 		ErrNoServer, flavor, strings.Join(names, ", "), strings.Join(dirs, ":"))
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on right now, for
+// servers and rowlift processes started by tests, benchmarks and the demo.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
@@ -432,10 +433,11 @@ func copyDir(src, dst string) error {
 	})
 }
 
-func tail(s string, n int) string {
-	lines := bytes.Split([]byte(strings.TrimRight(s, "\n")), []byte("\n"))
+// Tail returns the last n lines of a log, for failure reports.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return string(bytes.Join(lines, []byte("\n")))
+	return strings.Join(lines, "\n")
 }

@@ -90,7 +90,7 @@ func initDatadir(ctx context.Context, flavor Flavor, bin, data, logPath string) 
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		log, _ := os.ReadFile(logPath)
-		return fmt.Errorf("initialize datadir with %s: %w\n%s%s", cmd.Path, err, tail(string(out), 20), tail(string(log), 20))
+		return fmt.Errorf("initialize datadir with %s: %w\n%s%s", cmd.Path, err, Tail(string(out), 20), Tail(string(log), 20))
 	}
 	return nil
 }

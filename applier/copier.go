@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
@@ -125,6 +126,13 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 		return err
 	}
 	defer conn.Close()
+	// SHOW CREATE TABLE is UTF-8 text (with binary defaults as raw bytes): under the
+	// pool's SET NAMES binary, non-ASCII ENUM members and defaults of latin1 columns
+	// would be taken byte by byte. This session must not go back to the pool.
+	defer conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck
+	if _, err := conn.ExecContext(ctx, "SET NAMES utf8mb4"); err != nil {
+		return fmt.Errorf("set names for creating tables: %w", err)
+	}
 	if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+rowcodec.Ident(targetDB)); err != nil {
 		return fmt.Errorf("create target database %s: %w", targetDB, err)
 	}
@@ -132,7 +140,7 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 		return fmt.Errorf("use target database %s: %w", targetDB, err)
 	}
 	for _, f := range missing {
-		if _, err := conn.ExecContext(ctx, f.GetCreateTable()); err != nil {
+		if _, err := conn.ExecContext(ctx, string(f.GetCreateTable())); err != nil {
 			return permanent("create target table %s.%s from the source's definition: %v", targetDB, f.GetTable(), err)
 		}
 	}
@@ -296,14 +304,30 @@ func (t *targetTable) writer(buf *scratch, rows []*rowliftv1.Row) (func(context.
 	return func(ctx context.Context, tx *sql.Tx) error {
 		for _, stmt := range stmts {
 			if _, err := tx.ExecContext(ctx, string(stmt)); err != nil {
-				var me *mysql.MySQLError
-				if errors.As(err, &me) && me.Number == 1062 {
-					return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
-						"it was changed by something other than rowlift, or was not empty when the copy started", t.name, me.Message)
-				}
-				return fmt.Errorf("copy %s: insert: %w", t.name, err)
+				return writeError(t.name, err)
 			}
 		}
 		return nil
 	}, nil
+}
+
+// writeError classifies a failed copy write. A duplicate key is divergence; any
+// other error the server raises about the rows (a value the target column cannot
+// hold, a NULL in a NOT NULL column) fails the same way on every retry, so it
+// stops the workflow. Lock waits, deadlocks and lost connections are retried.
+func writeError(table string, err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return fmt.Errorf("copy %s: %w", table, err)
+	}
+	switch me.Number {
+	case 1062:
+		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
+			"it was changed by something other than rowlift, or was not empty when the copy started", table, me.Message)
+	case 1205, 1213: // lock wait timeout, deadlock
+		return fmt.Errorf("copy %s: %w", table, err)
+	}
+	return permanent("copy %s: the target rejected a copied row (%d: %s): make the target table's definition match the source's "+
+		"(a table rowlift created from SHOW CREATE TABLE can lose 4-byte ENUM or SET members and defaults; create such tables by hand)",
+		table, me.Number, me.Message)
 }

@@ -73,7 +73,7 @@ func (b *loadBuilder) load(ctx context.Context, tx *sql.Tx, table string, data [
 	defer mysql.DeregisterReaderHandler(name)
 	res, err := tx.ExecContext(ctx, b.prefix+name+b.suffix)
 	if err != nil {
-		return fmt.Errorf("load: %w", err)
+		return writeError(table, err)
 	}
 	var warnings int
 	if err := tx.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&warnings); err != nil {

@@ -45,7 +45,17 @@ func newTablePlan(t *schema.Table, columns []string) (*tablePlan, error) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(rowcodec.Ident(c.Name))
+		switch c.DataType {
+		case "float":
+			// A FLOAT's text form has 6 significant digits; its DOUBLE has them all.
+			b.WriteString("CAST(" + rowcodec.Ident(c.Name) + " AS DOUBLE)")
+		case "year":
+			// As text: go-sql-driver parses a YEAR column's "0000" to 0, and LOAD
+			// DATA reads the string '0' as 2000.
+			b.WriteString("CAST(" + rowcodec.Ident(c.Name) + " AS CHAR)")
+		default:
+			b.WriteString(rowcodec.Ident(c.Name))
+		}
 	}
 	b.WriteString(" FROM ")
 	b.WriteString(rowcodec.QualifiedIdent(t.Database, t.Name))

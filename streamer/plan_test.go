@@ -89,3 +89,14 @@ func TestRowArenaPacksLikePack(t *testing.T) {
 		require.Equal(t, string(want.Values), string(r.Values), "row %d: earlier rows survive later slabs", i)
 	}
 }
+
+func TestChunkQuerySelectsFloatAndYearExactly(t *testing.T) {
+	tbl := &schema.Table{Database: "d", Name: "t", Key: []string{"id"}, Columns: []schema.Column{
+		{Name: "id", DataType: "int"}, {Name: "f", DataType: "float"}, {Name: "y", DataType: "year"}, {Name: "d", DataType: "double"}}}
+	p, err := newTablePlan(tbl, nil)
+	require.NoError(t, err)
+	q, err := p.chunkQuery(nil, 5)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT `id`, CAST(`f` AS DOUBLE), CAST(`y` AS CHAR), `d` FROM `d`.`t` ORDER BY `id` LIMIT 5", q,
+		"FLOAT text has 6 digits and the driver turns YEAR 0000 into 0: both are selected in exact forms")
+}

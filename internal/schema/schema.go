@@ -192,7 +192,7 @@ func (t *Table) Streamed(names []string) ([]Column, error) {
 
 // Fields describes streamed columns for the stream, with the key's positions.
 func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
-	tf := &rowliftv1.TableFields{Table: t.Name, CreateTable: t.CreateTable, RowsEstimate: t.RowsEstimate}
+	tf := &rowliftv1.TableFields{Table: t.Name, CreateTable: []byte(t.CreateTable), RowsEstimate: t.RowsEstimate}
 	for _, c := range cols {
 		tf.Fields = append(tf.Fields, &rowliftv1.Field{Name: c.Name, DataType: c.DataType, ColumnType: c.ColumnType,
 			Charset: c.Charset, Collation: c.Collation, Nullable: c.Nullable})

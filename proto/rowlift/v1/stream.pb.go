@@ -619,9 +619,12 @@ func (*StreamItem_Ddl) isStreamItem_Item() {}
 
 // Row is one row packed as Vitess's query.Row: the length of each value in
 // column order (-1 for NULL) and all values concatenated in one byte string.
-// Each value is its MySQL text-protocol form read with character_set_results=binary
-// and time_zone='+00:00': numbers and temporals as text, strings as the raw bytes
-// of the column's own character set, BIT as raw bytes.
+// Each value is text a server parses back to the identical value, read with
+// character_set_results=binary and time_zone='+00:00': integers and DOUBLE as
+// decimal text (DOUBLE in its shortest exact form), FLOAT as the shortest exact
+// text of its DOUBLE widening, YEAR as four digits, DECIMAL and temporals as the
+// server prints them, strings as the raw bytes of the column's own character set,
+// BIT as raw bytes.
 type Row struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Lengths       []int64                `protobuf:"zigzag64,1,rep,packed,name=lengths,proto3" json:"lengths,omitempty"`
@@ -772,8 +775,9 @@ type TableFields struct {
 	// Indexes into fields of the primary key columns, in key order. This is the
 	// PRIMARY KEY, or the first NOT NULL unique key when the table has none.
 	PkColumns []int32 `protobuf:"varint,3,rep,packed,name=pk_columns,json=pkColumns,proto3" json:"pk_columns,omitempty"`
-	// The source's SHOW CREATE TABLE, used to create a missing target table.
-	CreateTable string `protobuf:"bytes,4,opt,name=create_table,json=createTable,proto3" json:"create_table,omitempty"`
+	// The source's SHOW CREATE TABLE, used to create a missing target table. Bytes,
+	// not string: it holds binary column defaults as raw bytes, not UTF-8.
+	CreateTable []byte `protobuf:"bytes,4,opt,name=create_table,json=createTable,proto3" json:"create_table,omitempty"`
 	// Estimated rows on the source (information_schema.TABLES.TABLE_ROWS).
 	RowsEstimate  int64 `protobuf:"varint,5,opt,name=rows_estimate,json=rowsEstimate,proto3" json:"rows_estimate,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -831,11 +835,11 @@ func (x *TableFields) GetPkColumns() []int32 {
 	return nil
 }
 
-func (x *TableFields) GetCreateTable() string {
+func (x *TableFields) GetCreateTable() []byte {
 	if x != nil {
 		return x.CreateTable
 	}
-	return ""
+	return nil
 }
 
 func (x *TableFields) GetRowsEstimate() int64 {
@@ -1313,7 +1317,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x06fields\x18\x02 \x03(\v2\x11.rowlift.v1.FieldR\x06fields\x12\x1d\n" +
 	"\n" +
 	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
-	"\fcreate_table\x18\x04 \x01(\tR\vcreateTable\x12#\n" +
+	"\fcreate_table\x18\x04 \x01(\fR\vcreateTable\x12#\n" +
 	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xb7\x01\n" +
 	"\x05Chunk\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12#\n" +

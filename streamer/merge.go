@@ -1,0 +1,346 @@
+package streamer
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// binlogPos orders events within one source's binlog: the binlog file's sequence
+// number and the offset just after the event.
+type binlogPos struct {
+	file   uint64
+	offset uint64
+}
+
+func (p binlogPos) less(q binlogPos) bool {
+	return p.file < q.file || (p.file == q.file && p.offset < q.offset)
+}
+
+func (p binlogPos) String() string { return fmt.Sprintf("%d:%d", p.file, p.offset) }
+
+// parseBinlogPos reads the sequence number from a binlog file name
+// ("binlog.000012"); names sort by it, not by text, past 999999.
+func parseBinlogPos(file string, offset uint64) (binlogPos, error) {
+	dot := strings.LastIndexByte(file, '.')
+	seq, err := strconv.ParseUint(file[dot+1:], 10, 64)
+	if dot < 0 || err != nil {
+		return binlogPos{}, fmt.Errorf("binlog file name %q has no sequence number", file)
+	}
+	return binlogPos{file: seq, offset: offset}, nil
+}
+
+// mergeTable is what the merger needs to filter one table's binlog changes.
+type mergeTable struct {
+	// keyOf extracts the key values of a row.
+	keyOf func(*rowliftv1.Row) [][]byte
+	// compare orders keys as the source's ORDER BY does.
+	compare func(a, b [][]byte) (int, error)
+	// copying is true until the chunk that ends the table's copy is emitted.
+	copying bool
+	// lastPK is the key of the last copied row emitted (nil: none yet). While the
+	// table copies, only changes to rows at or below it are forwarded.
+	lastPK [][]byte
+	// chunks are the table's chunks in flight, oldest first. A table reads them
+	// one after another, so their fences only grow, and only the oldest decides
+	// what may be emitted.
+	chunks []*mergeChunk
+}
+
+// newest is the chunk being read, or nil.
+func (t *mergeTable) newest() *mergeChunk {
+	if len(t.chunks) == 0 {
+		return nil
+	}
+	return t.chunks[len(t.chunks)-1]
+}
+
+// mergeChunk is a chunk from the moment its snapshot is requested: its fence is
+// unknown until the snapshot returns, and its parts arrive as they are read.
+type mergeChunk struct {
+	fenced   bool
+	fence    binlogPos
+	parts    []*rowliftv1.Chunk
+	complete bool
+}
+
+// mergeTx is one source transaction as read from the binlog.
+type mergeTx struct {
+	pos  binlogPos
+	item *rowliftv1.StreamItem // a Transaction or a DDL
+	// tables lists the streamed tables it touches; a DDL touches its tables.
+	tables []string
+}
+
+// merger puts copy chunks and binlog transactions into one stream order, so that
+// each chunk sits exactly at its fence: after every transaction at or before the
+// fence that touches its table, and before every later one. It also decides
+// which row changes of tables still copying reach the target. It does no I/O:
+// the binlog reader and the row streamers feed it, and it is the one component
+// that knows every pending fence, so every drop decision is made at emission.
+type merger struct {
+	tables map[string]*mergeTable
+	// queue holds transactions read but not emitted, in binlog order.
+	queue []*mergeTx
+	// readerAt is how far the binlog reader has read: nothing at or before it
+	// will arrive any more.
+	readerAt binlogPos
+	// visible is the highest position a snapshot has shown to be visible. A
+	// transaction is in the binlog (and readable) before its commit makes it
+	// visible, so a snapshot taken after reading it may still miss it: only a
+	// transaction at or before visible is certain to be in every later snapshot.
+	visible binlogPos
+	out     []*rowliftv1.StreamItem
+}
+
+func newMerger(start binlogPos) *merger {
+	return &merger{tables: map[string]*mergeTable{}, readerAt: start}
+}
+
+func (m *merger) addTable(name string, t *mergeTable) { m.tables[name] = t }
+
+// requestChunk records that a chunk of table is about to take its snapshot. It
+// must be called before the snapshot starts: until the fence is known, no
+// transaction touching the table can be placed.
+func (m *merger) requestChunk(table string) error {
+	t := m.tables[table]
+	if c := t.newest(); c != nil && !c.complete {
+		return fmt.Errorf("merge: chunk of %s requested while the previous one is still being read", table)
+	}
+	t.chunks = append(t.chunks, &mergeChunk{})
+	return nil
+}
+
+func (m *merger) fenceChunk(table string, fence binlogPos) error {
+	c := m.tables[table].newest()
+	if c == nil || c.fenced {
+		return fmt.Errorf("merge: fence for %s without a requested chunk", table)
+	}
+	c.fenced, c.fence = true, fence
+	m.observeVisible(fence)
+	return nil
+}
+
+// observeVisible records a snapshot's position (a chunk's fence, or a probe
+// snapshot the streamer takes while transactions wait for one).
+func (m *merger) observeVisible(pos binlogPos) {
+	if m.visible.less(pos) {
+		m.visible = pos
+	}
+}
+
+// waitsForVisibility reports whether queued transactions wait for a snapshot
+// to prove them visible, so the streamer knows to take a probe snapshot.
+func (m *merger) waitsForVisibility() bool {
+	return len(m.queue) > 0 && m.visible.less(m.queue[0].pos) && m.touchesCopying(m.queue[0])
+}
+
+func (m *merger) touchesCopying(tx *mergeTx) bool {
+	for _, name := range tx.tables {
+		if t := m.tables[name]; t != nil && t.copying {
+			return true
+		}
+	}
+	return false
+}
+
+// addPart adds one part of a table's chunk; last means the chunk is complete.
+func (m *merger) addPart(part *rowliftv1.Chunk, last bool) error {
+	c := m.tables[part.GetTable()].newest()
+	if c == nil || !c.fenced || c.complete {
+		return fmt.Errorf("merge: part of %s without a fenced chunk", part.GetTable())
+	}
+	c.parts = append(c.parts, part)
+	c.complete = last
+	return nil
+}
+
+// addTx queues a transaction the reader has read; the reader is then at its end.
+func (m *merger) addTx(tx *mergeTx) {
+	m.queue = append(m.queue, tx)
+	m.readerAt = tx.pos
+}
+
+// readTo records that the reader has read up to pos (an event the target does
+// not need, a rotate, a server heartbeat).
+func (m *merger) readTo(pos binlogPos) {
+	if m.readerAt.less(pos) {
+		m.readerAt = pos
+	}
+}
+
+// idle reports whether everything read has been emitted and no chunk is in
+// flight: the stream's position is then the reader's.
+func (m *merger) idle() bool {
+	if len(m.queue) > 0 {
+		return false
+	}
+	for _, t := range m.tables {
+		if len(t.chunks) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// drain emits everything that can be placed now and returns it in stream order.
+func (m *merger) drain() ([]*rowliftv1.StreamItem, error) {
+	m.out = m.out[:0]
+	for {
+		progressed, err := m.emitDueChunks()
+		if err != nil {
+			return nil, err
+		}
+		sent, err := m.emitTxs()
+		if err != nil {
+			return nil, err
+		}
+		if !progressed && !sent {
+			return m.out, nil
+		}
+	}
+}
+
+// emitDueChunks emits the parts of every chunk that is due: the reader is past
+// its fence and no queued transaction at or before the fence remains.
+func (m *merger) emitDueChunks() (bool, error) {
+	progressed := false
+	for _, t := range m.tables {
+		if len(t.chunks) == 0 {
+			continue
+		}
+		c := t.chunks[0]
+		if !c.fenced || m.readerAt.less(c.fence) {
+			continue
+		}
+		if len(m.queue) > 0 && !c.fence.less(m.queue[0].pos) {
+			continue // a transaction at or before the fence still waits
+		}
+		for _, part := range c.parts {
+			m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
+			if len(part.GetRows()) > 0 {
+				last := part.GetRows()[len(part.GetRows())-1]
+				t.lastPK = t.keyOf(last)
+			}
+			if part.GetTableDone() {
+				t.copying = false
+			}
+			progressed = true
+		}
+		c.parts = c.parts[:0]
+		if c.complete {
+			t.chunks = t.chunks[1:]
+			progressed = true
+		}
+	}
+	return progressed, nil
+}
+
+// emitTxs emits queued transactions in order until one must wait: for a
+// snapshot to show it visible, or for a chunk of a table it touches whose fence
+// is unknown or before the transaction.
+func (m *merger) emitTxs() (bool, error) {
+	n := 0
+	for _, tx := range m.queue {
+		if m.blocked(tx) {
+			break
+		}
+		if err := m.emitTx(tx); err != nil {
+			return false, err
+		}
+		n++
+	}
+	m.queue = m.queue[n:]
+	return n > 0, nil
+}
+
+func (m *merger) blocked(tx *mergeTx) bool {
+	// Whether a change of a copying table is already copied, or will be by the
+	// next chunk, is only known once the transaction is visible to snapshots.
+	if m.visible.less(tx.pos) && m.touchesCopying(tx) {
+		return true
+	}
+	for _, name := range tx.tables {
+		t := m.tables[name]
+		if t == nil || len(t.chunks) == 0 {
+			continue
+		}
+		if c := t.chunks[0]; !c.fenced || c.fence.less(tx.pos) {
+			return true
+		}
+	}
+	return false
+}
+
+// emitTx filters a transaction's changes to what the target needs and emits it
+// if anything is left (a DDL always goes out).
+func (m *merger) emitTx(tx *mergeTx) error {
+	trx := tx.item.GetTransaction()
+	if trx == nil {
+		m.out = append(m.out, tx.item)
+		return nil
+	}
+	var events []*rowliftv1.RowEvent
+	for _, ev := range trx.GetEvents() {
+		t := m.tables[ev.GetTable()]
+		if t == nil {
+			continue
+		}
+		if !t.copying {
+			events = append(events, ev)
+			continue
+		}
+		var kept []*rowliftv1.RowChange
+		for _, ch := range ev.GetChanges() {
+			c, err := t.filter(ch)
+			if err != nil {
+				return fmt.Errorf("filter change of %s: %w", ev.GetTable(), err)
+			}
+			if c != nil {
+				kept = append(kept, c)
+			}
+		}
+		if len(kept) > 0 {
+			events = append(events, &rowliftv1.RowEvent{Table: ev.GetTable(), Changes: kept})
+		}
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: &rowliftv1.Transaction{
+		Gtid: trx.GetGtid(), Position: trx.GetPosition(), CommitTimeUs: trx.GetCommitTimeUs(), Events: events}}})
+	return nil
+}
+
+// filter keeps a change of a copying table only where it touches rows already
+// copied. An update that moves a row across the copied boundary becomes a delete
+// (moved out: the chunk that copies its new key will bring it) or an insert
+// (moved in: no chunk will bring it again).
+func (t *mergeTable) filter(ch *rowliftv1.RowChange) (*rowliftv1.RowChange, error) {
+	copied := func(row *rowliftv1.Row) (bool, error) {
+		if row == nil || t.lastPK == nil {
+			return false, nil
+		}
+		c, err := t.compare(t.keyOf(row), t.lastPK)
+		return c <= 0, err
+	}
+	before, err := copied(ch.GetBefore())
+	if err != nil {
+		return nil, err
+	}
+	after, err := copied(ch.GetAfter())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case before && after, before && ch.GetAfter() == nil, after && ch.GetBefore() == nil:
+		return ch, nil
+	case before:
+		return &rowliftv1.RowChange{Before: ch.GetBefore()}, nil
+	case after:
+		return &rowliftv1.RowChange{After: ch.GetAfter()}, nil
+	}
+	return nil, nil
+}

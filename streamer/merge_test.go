@@ -1,0 +1,411 @@
+package streamer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// The merger is checked against a simulated source: random transactions on two
+// tables, a binlog reader that lags or leads the chunk reads by random amounts,
+// chunks snapshotted at random moments and delivered in parts of random sizes.
+// Everything the merger emits is applied to a model target that refuses a
+// duplicate key or a missing row as divergence; at the end the target must
+// equal the source. No I/O and no goroutines: a seed replays a run exactly.
+
+func simRow(k int64, v string) *rowliftv1.Row {
+	r := &rowliftv1.Row{}
+	rowcodec.Pack(r, [][]byte{[]byte(strconv.FormatInt(k, 10)), []byte(v)})
+	return r
+}
+
+func simKey(r *rowliftv1.Row) [][]byte {
+	vals, _ := rowcodec.Values(nil, r)
+	return vals[:1]
+}
+
+func simCompare(a, b [][]byte) (int, error) {
+	x, _ := strconv.ParseInt(string(a[0]), 10, 64)
+	y, _ := strconv.ParseInt(string(b[0]), 10, 64)
+	switch {
+	case x < y:
+		return -1, nil
+	case x > y:
+		return 1, nil
+	}
+	return 0, nil
+}
+
+type simTable map[int64]string
+
+func (t simTable) clone() simTable {
+	c := simTable{}
+	for k, v := range t {
+		c[k] = v
+	}
+	return c
+}
+
+// simChunk is the chunk reader of one table.
+type simChunk struct {
+	lastRead  int64 // last key read, once started
+	started   bool
+	requested bool
+	// requestedAt is the binlog end when the chunk was requested: the position an
+	// unsafe fence would read before a plain SELECT.
+	requestedAt int
+	// snapped: the snapshot is taken (at snapFence) but the merger does not know
+	// its fence yet; meanwhile the reader may read past it.
+	snapped   bool
+	snapFence int
+	fenced    bool
+	rows      []int64 // the snapshot's rows still to deliver
+	snap      simTable
+	full      bool // the snapshot had chunkRows rows: more chunks follow
+	done      bool
+}
+
+type sim struct {
+	// fail reports divergence; the simulation stops at the first one.
+	fail func(format string, args ...any)
+	// staleFence fences chunks with the position read when they were requested,
+	// before their rows were read: the unsafe fence the invariant forbids.
+	staleFence bool
+	// trustBinlog assumes what is in the binlog is visible: it tells the merger
+	// everything read is visible, ignoring that commits become visible later.
+	trustBinlog bool
+	t           *testing.T
+	rng         *rand.Rand
+	source      map[string]simTable
+	target      map[string]simTable
+	// visible is the source as snapshots see it: the binlog's first visibleUpTo
+	// transactions. A commit is in the binlog before it becomes visible.
+	visible     map[string]simTable
+	visibleUpTo int
+	binlog      []*mergeTx
+	read        int // transactions delivered to the merger
+	m           *merger
+	chunks      map[string]*simChunk
+	chunkRows   int
+	keySpace    int64
+	nextVal     int
+}
+
+func newSim(t *testing.T, seed uint64) *sim {
+	s := &sim{t: t, fail: t.Fatalf, rng: rand.New(rand.NewPCG(seed, 7)), source: map[string]simTable{}, target: map[string]simTable{},
+		visible: map[string]simTable{},
+		m:       newMerger(binlogPos{file: 1}), chunks: map[string]*simChunk{}}
+	s.chunkRows = 1 + s.rng.IntN(8)
+	s.keySpace = int64(10 + s.rng.IntN(60))
+	for _, name := range []string{"a", "b"} {
+		src := simTable{}
+		for k := int64(1); k <= s.keySpace; k++ {
+			if s.rng.IntN(2) == 0 {
+				src[k] = s.val()
+			}
+		}
+		s.source[name], s.target[name], s.visible[name] = src, simTable{}, src.clone()
+		s.chunks[name] = &simChunk{}
+		s.m.addTable(name, &mergeTable{keyOf: simKey, compare: simCompare, copying: true})
+	}
+	return s
+}
+
+func (s *sim) val() string {
+	s.nextVal++
+	return "v" + strconv.Itoa(s.nextVal)
+}
+
+func (s *sim) pos(i int) binlogPos { return binlogPos{file: 1, offset: uint64(i)} }
+
+// commit runs a random transaction of one to three changes on the source; some
+// touch only a table outside the workflow (nil item), which the reader skips.
+func (s *sim) commit() {
+	if s.rng.IntN(6) == 0 {
+		s.binlog = append(s.binlog, &mergeTx{pos: s.pos(len(s.binlog) + 1)})
+		return
+	}
+	ev := map[string]*rowliftv1.RowEvent{}
+	var tables []string
+	for n := 1 + s.rng.IntN(3); n > 0; n-- {
+		name := []string{"a", "b"}[s.rng.IntN(2)]
+		src := s.source[name]
+		k := 1 + s.rng.Int64N(s.keySpace)
+		var ch *rowliftv1.RowChange
+		old, exists := src[k]
+		switch {
+		case !exists:
+			src[k] = s.val()
+			ch = &rowliftv1.RowChange{After: simRow(k, src[k])}
+		case s.rng.IntN(3) == 0:
+			delete(src, k)
+			ch = &rowliftv1.RowChange{Before: simRow(k, old)}
+		case s.rng.IntN(2) == 0:
+			k2 := 1 + s.rng.Int64N(s.keySpace)
+			if _, taken := src[k2]; taken {
+				continue
+			}
+			delete(src, k)
+			src[k2] = s.val()
+			ch = &rowliftv1.RowChange{Before: simRow(k, old), After: simRow(k2, src[k2])}
+		default:
+			src[k] = s.val()
+			ch = &rowliftv1.RowChange{Before: simRow(k, old), After: simRow(k, src[k])}
+		}
+		if ev[name] == nil {
+			ev[name] = &rowliftv1.RowEvent{Table: name}
+			tables = append(tables, name)
+		}
+		ev[name].Changes = append(ev[name].Changes, ch)
+	}
+	if len(tables) == 0 {
+		return
+	}
+	trx := &rowliftv1.Transaction{Gtid: fmt.Sprint(len(s.binlog) + 1)}
+	for _, name := range tables {
+		trx.Events = append(trx.Events, ev[name])
+	}
+	s.binlog = append(s.binlog, &mergeTx{pos: s.pos(len(s.binlog) + 1), tables: tables,
+		item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: trx}}})
+}
+
+// step advances one table's chunk reader by one action.
+func (s *sim) stepChunk(name string) {
+	c := s.chunks[name]
+	switch {
+	case c.done:
+	case !c.requested:
+		require.NoError(s.t, s.m.requestChunk(name))
+		c.requested, c.requestedAt = true, s.visibleUpTo
+	case !c.snapped:
+		// The snapshot sees the visible transactions: its fence is the last of them.
+		c.snapFence = s.visibleUpTo
+		if s.staleFence {
+			c.snapFence = c.requestedAt
+		}
+		c.snapped = true
+		var keys []int64
+		for k := range s.visible[name] {
+			if !c.started || k > c.lastRead {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		c.full = len(keys) >= s.chunkRows
+		if c.full {
+			keys = keys[:s.chunkRows]
+		}
+		c.rows, c.snap = keys, s.visible[name].clone()
+	case !c.fenced:
+		require.NoError(s.t, s.m.fenceChunk(name, s.pos(c.snapFence)))
+		c.fenced = true
+	default:
+		n := min(len(c.rows), s.rng.IntN(3)+1)
+		part := &rowliftv1.Chunk{Table: name}
+		for _, k := range c.rows[:n] {
+			part.Rows = append(part.Rows, simRow(k, c.snap[k]))
+			c.lastRead, c.started = k, true
+		}
+		c.rows = c.rows[n:]
+		last := len(c.rows) == 0
+		part.TableDone = last && !c.full
+		require.NoError(s.t, s.m.addPart(part, last))
+		if last {
+			c.requested, c.snapped, c.fenced, c.done = false, false, false, part.TableDone
+		}
+	}
+}
+
+// makeVisible lets the oldest invisible commit become visible to snapshots.
+func (s *sim) makeVisible() {
+	for _, ev := range s.binlog[s.visibleUpTo].item.GetTransaction().GetEvents() { // nil item: no events
+		dst := s.visible[ev.GetTable()]
+		for _, ch := range ev.GetChanges() {
+			if ch.GetBefore() != nil {
+				k, _ := s.kv(ch.GetBefore())
+				delete(dst, k)
+			}
+			if ch.GetAfter() != nil {
+				k, v := s.kv(ch.GetAfter())
+				dst[k] = v
+			}
+		}
+	}
+	s.visibleUpTo++
+}
+
+// probe is the streamer's probe snapshot: it shows what is visible now.
+func (s *sim) probe() { s.m.observeVisible(s.pos(s.visibleUpTo)) }
+
+func (s *sim) deliver() {
+	if tx := s.binlog[s.read]; tx.item != nil {
+		s.m.addTx(tx)
+	} else {
+		s.m.readTo(tx.pos)
+	}
+	s.read++
+}
+
+// apply applies emitted items to the model target, failing on divergence.
+func (s *sim) apply(items []*rowliftv1.StreamItem) {
+	for _, it := range items {
+		if c := it.GetChunk(); c != nil {
+			for _, r := range c.GetRows() {
+				k, v := s.kv(r)
+				if _, dup := s.target[c.GetTable()][k]; dup {
+					s.fail("chunk of %s copies key %d that the target already has", c.GetTable(), k)
+				}
+				s.target[c.GetTable()][k] = v
+			}
+			continue
+		}
+		for _, ev := range it.GetTransaction().GetEvents() {
+			dst := s.target[ev.GetTable()]
+			for _, ch := range ev.GetChanges() {
+				if ch.GetBefore() != nil {
+					k, _ := s.kv(ch.GetBefore())
+					if _, ok := dst[k]; !ok {
+						s.fail("trx %s: %s key %d is missing on the target", it.GetTransaction().GetGtid(), ev.GetTable(), k)
+					}
+					delete(dst, k)
+				}
+				if ch.GetAfter() != nil {
+					k, v := s.kv(ch.GetAfter())
+					if _, dup := dst[k]; dup {
+						s.fail("trx %s: %s key %d already exists on the target", it.GetTransaction().GetGtid(), ev.GetTable(), k)
+					}
+					dst[k] = v
+				}
+			}
+		}
+	}
+}
+
+func (s *sim) kv(r *rowliftv1.Row) (int64, string) {
+	vals, err := rowcodec.Values(nil, r)
+	require.NoError(s.t, err)
+	k, err := strconv.ParseInt(string(vals[0]), 10, 64)
+	require.NoError(s.t, err)
+	return k, string(vals[1])
+}
+
+func (s *sim) drain() {
+	if s.trustBinlog {
+		s.m.observeVisible(s.pos(s.read))
+	}
+	items, err := s.m.drain()
+	require.NoError(s.t, err)
+	s.apply(items)
+}
+
+func (s *sim) run(steps int) {
+	for i := 0; i < steps; i++ {
+		switch r := s.rng.IntN(12); {
+		case r < 4:
+			s.commit()
+		case r < 6 && s.read < len(s.binlog):
+			s.deliver()
+		case r < 8 && s.visibleUpTo < len(s.binlog):
+			s.makeVisible()
+		case r < 9 && s.m.waitsForVisibility():
+			s.probe()
+		default:
+			s.stepChunk([]string{"a", "b"}[s.rng.IntN(2)])
+		}
+		if s.rng.IntN(3) == 0 {
+			s.drain()
+		}
+	}
+	// Stop writing; let the reader catch up and the copy finish.
+	for !s.chunks["a"].done || !s.chunks["b"].done || s.read < len(s.binlog) || !s.m.idle() {
+		switch r := s.rng.IntN(4); {
+		case r == 0 && s.read < len(s.binlog):
+			s.deliver()
+		case r == 1 && s.visibleUpTo < len(s.binlog):
+			s.makeVisible()
+		case r == 2:
+			s.probe()
+		default:
+			s.stepChunk([]string{"a", "b"}[s.rng.IntN(2)])
+		}
+		s.drain()
+	}
+	s.drain()
+	require.True(s.t, s.m.idle(), "merger holds items after everything was read")
+	for _, name := range []string{"a", "b"} {
+		if fmt.Sprint(s.source[name]) != fmt.Sprint(s.target[name]) {
+			s.fail("table %s differs:\nsource %v\ntarget %v", name, s.source[name], s.target[name])
+		}
+	}
+}
+
+func TestMergeSimulation(t *testing.T) {
+	for seed := uint64(1); seed <= 3000; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			newSim(t, seed).run(200)
+		})
+		if t.Failed() {
+			t.Fatalf("seed %d failed", seed)
+		}
+	}
+}
+
+// failingSeeds runs the simulation with a flaw and counts the seeds in which it
+// found divergence.
+func failingSeeds(t *testing.T, flaw func(*sim)) int {
+	type diverged struct{ msg string }
+	failures := 0
+	for seed := uint64(1); seed <= 200; seed++ {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					if _, ok := r.(diverged); !ok {
+						panic(r)
+					}
+					failures++
+				}
+			}()
+			s := newSim(t, seed)
+			flaw(s)
+			s.fail = func(format string, args ...any) { panic(diverged{fmt.Sprintf(format, args...)}) }
+			s.run(200)
+		}()
+	}
+	return failures
+}
+
+// TestMergeSimulationWithStaleFenceFails proves the simulation can fail: chunks
+// fenced with a position read before their rows (a plain SELECT after reading
+// the binlog position) must make it find divergence.
+func TestMergeSimulationWithStaleFenceFails(t *testing.T) {
+	failures := failingSeeds(t, func(s *sim) { s.staleFence = true })
+	t.Logf("%d of 200 seeds found divergence with stale fences", failures)
+	require.Greater(t, failures, 50, "the simulation hardly notices chunks placed off their fence")
+}
+
+// TestMergeSimulationTrustingTheBinlogFails proves the visibility rule matters:
+// treating what the reader has read as visible to the next snapshot loses or
+// doubles rows, because a commit is in the binlog before it is visible.
+func TestMergeSimulationTrustingTheBinlogFails(t *testing.T) {
+	failures := failingSeeds(t, func(s *sim) { s.trustBinlog = true })
+	t.Logf("%d of 200 seeds found divergence when trusting the binlog", failures)
+	require.Greater(t, failures, 10, "the simulation does not model commits becoming visible after the binlog write")
+}
+
+func TestParseBinlogPos(t *testing.T) {
+	p, err := parseBinlogPos("binlog.000012", 345)
+	require.NoError(t, err)
+	require.Equal(t, binlogPos{file: 12, offset: 345}, p)
+	big, err := parseBinlogPos("mysql-bin.1000000", 4)
+	require.NoError(t, err)
+	require.True(t, p.less(big), "file sequence numbers past 999999 still order after shorter ones")
+	_, err = parseBinlogPos("nodot", 4)
+	require.ErrorContains(t, err, "has no sequence number")
+}

@@ -2,35 +2,28 @@ package streamer
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// binlogPos orders events within one source's binlog: the binlog file's sequence
-// number and the offset just after the event.
-type binlogPos struct {
-	file   uint64
-	offset uint64
+// position is a point in the source's history. Production positions are GTID
+// sets: a fence is the set of transactions its snapshot contains, the reader's
+// position the set it has read, a transaction's position its own GTID. GTIDs
+// make the comparisons exact even when the source is idle and no event arrives
+// to show how far the reader has got.
+type position interface {
+	// covers reports whether every transaction in o is also in p.
+	covers(o position) bool
 }
 
-func (p binlogPos) less(q binlogPos) bool {
-	return p.file < q.file || (p.file == q.file && p.offset < q.offset)
-}
+// gtidPos is a position as a go-mysql GTID set (MariaDB or MySQL flavor).
+type gtidPos struct{ set mysql.GTIDSet }
 
-func (p binlogPos) String() string { return fmt.Sprintf("%d:%d", p.file, p.offset) }
+func (p gtidPos) covers(o position) bool { return p.set.Contain(o.(gtidPos).set) }
 
-// parseBinlogPos reads the sequence number from a binlog file name
-// ("binlog.000012"); names sort by it, not by text, past 999999.
-func parseBinlogPos(file string, offset uint64) (binlogPos, error) {
-	dot := strings.LastIndexByte(file, '.')
-	seq, err := strconv.ParseUint(file[dot+1:], 10, 64)
-	if dot < 0 || err != nil {
-		return binlogPos{}, fmt.Errorf("binlog file name %q has no sequence number", file)
-	}
-	return binlogPos{file: seq, offset: offset}, nil
-}
+func (p gtidPos) String() string { return p.set.String() }
 
 // mergeTable is what the merger needs to filter one table's binlog changes.
 type mergeTable struct {
@@ -61,14 +54,15 @@ func (t *mergeTable) newest() *mergeChunk {
 // unknown until the snapshot returns, and its parts arrive as they are read.
 type mergeChunk struct {
 	fenced   bool
-	fence    binlogPos
+	fence    position
 	parts    []*rowliftv1.Chunk
 	complete bool
 }
 
 // mergeTx is one source transaction as read from the binlog.
 type mergeTx struct {
-	pos  binlogPos
+	// pos is the transaction's own GTID (a DDL's too).
+	pos  position
 	item *rowliftv1.StreamItem // a Transaction or a DDL
 	// tables lists the streamed tables it touches; a DDL touches its tables.
 	tables []string
@@ -86,17 +80,17 @@ type merger struct {
 	queue []*mergeTx
 	// readerAt is how far the binlog reader has read: nothing at or before it
 	// will arrive any more.
-	readerAt binlogPos
+	readerAt position
 	// visible is the highest position a snapshot has shown to be visible. A
 	// transaction is in the binlog (and readable) before its commit makes it
 	// visible, so a snapshot taken after reading it may still miss it: only a
 	// transaction at or before visible is certain to be in every later snapshot.
-	visible binlogPos
+	visible position
 	out     []*rowliftv1.StreamItem
 }
 
-func newMerger(start binlogPos) *merger {
-	return &merger{tables: map[string]*mergeTable{}, readerAt: start}
+func newMerger(start position) *merger {
+	return &merger{tables: map[string]*mergeTable{}, readerAt: start, visible: start}
 }
 
 func (m *merger) addTable(name string, t *mergeTable) { m.tables[name] = t }
@@ -113,7 +107,7 @@ func (m *merger) requestChunk(table string) error {
 	return nil
 }
 
-func (m *merger) fenceChunk(table string, fence binlogPos) error {
+func (m *merger) fenceChunk(table string, fence position) error {
 	c := m.tables[table].newest()
 	if c == nil || c.fenced {
 		return fmt.Errorf("merge: fence for %s without a requested chunk", table)
@@ -125,8 +119,8 @@ func (m *merger) fenceChunk(table string, fence binlogPos) error {
 
 // observeVisible records a snapshot's position (a chunk's fence, or a probe
 // snapshot the streamer takes while transactions wait for one).
-func (m *merger) observeVisible(pos binlogPos) {
-	if m.visible.less(pos) {
+func (m *merger) observeVisible(pos position) {
+	if pos.covers(m.visible) {
 		m.visible = pos
 	}
 }
@@ -134,7 +128,7 @@ func (m *merger) observeVisible(pos binlogPos) {
 // waitsForVisibility reports whether queued transactions wait for a snapshot
 // to prove them visible, so the streamer knows to take a probe snapshot.
 func (m *merger) waitsForVisibility() bool {
-	return len(m.queue) > 0 && m.visible.less(m.queue[0].pos) && m.touchesCopying(m.queue[0])
+	return len(m.queue) > 0 && !m.visible.covers(m.queue[0].pos) && m.touchesCopying(m.queue[0])
 }
 
 func (m *merger) touchesCopying(tx *mergeTx) bool {
@@ -157,18 +151,17 @@ func (m *merger) addPart(part *rowliftv1.Chunk, last bool) error {
 	return nil
 }
 
-// addTx queues a transaction the reader has read; the reader is then at its end.
-func (m *merger) addTx(tx *mergeTx) {
+// addTx queues a transaction the reader has read; readerAt is the reader's
+// position after it.
+func (m *merger) addTx(tx *mergeTx, readerAt position) {
 	m.queue = append(m.queue, tx)
-	m.readerAt = tx.pos
+	m.readerAt = readerAt
 }
 
-// readTo records that the reader has read up to pos (an event the target does
-// not need, a rotate, a server heartbeat).
-func (m *merger) readTo(pos binlogPos) {
-	if m.readerAt.less(pos) {
-		m.readerAt = pos
-	}
+// readTo records the reader's position after a transaction the target does not
+// need.
+func (m *merger) readTo(pos position) {
+	m.readerAt = pos
 }
 
 // idle reports whether everything read has been emitted and no chunk is in
@@ -212,10 +205,10 @@ func (m *merger) emitDueChunks() (bool, error) {
 			continue
 		}
 		c := t.chunks[0]
-		if !c.fenced || m.readerAt.less(c.fence) {
+		if !c.fenced || !m.readerAt.covers(c.fence) {
 			continue
 		}
-		if len(m.queue) > 0 && !c.fence.less(m.queue[0].pos) {
+		if len(m.queue) > 0 && c.fence.covers(m.queue[0].pos) {
 			continue // a transaction at or before the fence still waits
 		}
 		for _, part := range c.parts {
@@ -259,7 +252,7 @@ func (m *merger) emitTxs() (bool, error) {
 func (m *merger) blocked(tx *mergeTx) bool {
 	// Whether a change of a copying table is already copied, or will be by the
 	// next chunk, is only known once the transaction is visible to snapshots.
-	if m.visible.less(tx.pos) && m.touchesCopying(tx) {
+	if !m.visible.covers(tx.pos) && m.touchesCopying(tx) {
 		return true
 	}
 	for _, name := range tx.tables {
@@ -267,7 +260,7 @@ func (m *merger) blocked(tx *mergeTx) bool {
 		if t == nil || len(t.chunks) == 0 {
 			continue
 		}
-		if c := t.chunks[0]; !c.fenced || c.fence.less(tx.pos) {
+		if c := t.chunks[0]; !c.fenced || !c.fence.covers(tx.pos) {
 			return true
 		}
 	}

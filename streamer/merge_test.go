@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -19,6 +20,12 @@ import (
 // Everything the merger emits is applied to a model target that refuses a
 // duplicate key or a missing row as divergence; at the end the target must
 // equal the source. No I/O and no goroutines: a seed replays a run exactly.
+
+// seqPos is the simulation's position: the number of transactions in the
+// binlog up to it, as with a single GTID domain.
+type seqPos int
+
+func (p seqPos) covers(o position) bool { return p >= o.(seqPos) }
 
 func simRow(k int64, v string) *rowliftv1.Row {
 	r := &rowliftv1.Row{}
@@ -101,7 +108,7 @@ type sim struct {
 func newSim(t *testing.T, seed uint64) *sim {
 	s := &sim{t: t, fail: t.Fatalf, rng: rand.New(rand.NewPCG(seed, 7)), source: map[string]simTable{}, target: map[string]simTable{},
 		visible: map[string]simTable{},
-		m:       newMerger(binlogPos{file: 1}), chunks: map[string]*simChunk{}}
+		m:       newMerger(seqPos(0)), chunks: map[string]*simChunk{}}
 	s.chunkRows = 1 + s.rng.IntN(8)
 	s.keySpace = int64(10 + s.rng.IntN(60))
 	for _, name := range []string{"a", "b"} {
@@ -123,7 +130,7 @@ func (s *sim) val() string {
 	return "v" + strconv.Itoa(s.nextVal)
 }
 
-func (s *sim) pos(i int) binlogPos { return binlogPos{file: 1, offset: uint64(i)} }
+func (s *sim) pos(i int) seqPos { return seqPos(i) }
 
 // commit runs a random transaction of one to three changes on the source; some
 // touch only a table outside the workflow (nil item), which the reader skips.
@@ -245,12 +252,12 @@ func (s *sim) makeVisible() {
 func (s *sim) probe() { s.m.observeVisible(s.pos(s.visibleUpTo)) }
 
 func (s *sim) deliver() {
-	if tx := s.binlog[s.read]; tx.item != nil {
-		s.m.addTx(tx)
-	} else {
-		s.m.readTo(tx.pos)
-	}
 	s.read++
+	if tx := s.binlog[s.read-1]; tx.item != nil {
+		s.m.addTx(tx, s.pos(s.read))
+	} else {
+		s.m.readTo(s.pos(s.read))
+	}
 }
 
 // apply applies emitted items to the model target, failing on divergence.
@@ -399,13 +406,17 @@ func TestMergeSimulationTrustingTheBinlogFails(t *testing.T) {
 	require.Greater(t, failures, 10, "the simulation does not model commits becoming visible after the binlog write")
 }
 
-func TestParseBinlogPos(t *testing.T) {
-	p, err := parseBinlogPos("binlog.000012", 345)
-	require.NoError(t, err)
-	require.Equal(t, binlogPos{file: 12, offset: 345}, p)
-	big, err := parseBinlogPos("mysql-bin.1000000", 4)
-	require.NoError(t, err)
-	require.True(t, p.less(big), "file sequence numbers past 999999 still order after shorter ones")
-	_, err = parseBinlogPos("nodot", 4)
-	require.ErrorContains(t, err, "has no sequence number")
+func TestGTIDPositionsCover(t *testing.T) {
+	set := func(s string) position {
+		g, err := mysql.ParseMariadbGTIDSet(s)
+		require.NoError(t, err)
+		return gtidPos{g}
+	}
+	fence := set("0-1-100,1-2-7")
+	require.True(t, fence.covers(set("0-1-100")), "a fence contains its last transaction")
+	require.True(t, fence.covers(set("1-2-3")))
+	require.False(t, fence.covers(set("0-1-101")), "a later transaction is after the fence")
+	require.False(t, fence.covers(set("2-1-1")), "a transaction of another domain is not in it")
+	require.True(t, set("0-1-120,1-2-7,2-1-5").covers(fence), "a reader past the fence in every domain")
+	require.False(t, set("0-1-120").covers(fence), "a reader behind in one domain has not passed the fence")
 }

@@ -1,0 +1,411 @@
+// Package binlogrow turns the row images go-mysql decodes from binlog ROWS events
+// into packed rows whose bytes are exactly what the copy's SELECT returns for the
+// same row (see rowlift.v1.Row), so the applier treats copied and replicated rows
+// alike.
+//
+// It relies on go-mysql decoding with ParseTime=false, UseDecimal=false and
+// TimestampStringLocation=time.UTC (CheckConfig checks a BinlogSyncerConfig), and
+// on a source with binlog_row_image=FULL and binlog_row_metadata=FULL: the
+// metadata gives column names, signedness and ENUM and SET members.
+package binlogrow
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/rowlift/rowlift/internal/schema"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// CheckConfig rejects syncer settings under which Convert cannot be exact (a non-UTC TIMESTAMP zone would shift values silently).
+func CheckConfig(cfg replication.BinlogSyncerConfig) error {
+	var problems []string
+	if cfg.ParseTime {
+		problems = append(problems, "ParseTime must be false (temporals are copied as the server's text)")
+	}
+	if cfg.UseDecimal {
+		problems = append(problems, "UseDecimal must be false (DECIMAL is copied as the server's text)")
+	}
+	if cfg.TimestampStringLocation != time.UTC {
+		problems = append(problems, "TimestampStringLocation must be time.UTC (the copy reads TIMESTAMP with time_zone '+00:00')")
+	}
+	if cfg.RawModeEnabled {
+		problems = append(problems, "RawModeEnabled must be false (rows must be decoded)")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("binlog syncer config: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// kind says how one column's decoded value becomes its SELECT text.
+type kind uint8
+
+const (
+	kindInt      kind = iota // any Go integer: decimal text
+	kindDecimal              // string: as is
+	kindFloat                // float32: shortest text of its float64 widening
+	kindDouble               // float64: shortest text
+	kindBit                  // int64: big-endian bytes of the column's width
+	kindEnum                 // int64 1-based index: the member's bytes
+	kindSet                  // int64 bitmask: members in definition order, comma-joined
+	kindYear                 // int: four digits
+	kindTemporal             // DATE, DATETIME, TIMESTAMP string: as is
+	kindTime                 // TIME string: fraction padded to the column's precision
+	kindBytes                // string or []byte: raw bytes
+	kindBinary               // BINARY string: raw bytes padded with 0x00 to the width
+)
+
+// column is one streamed column: where its value is in the image and how to
+// write it.
+type column struct {
+	name    string
+	index   int // in the binlog image
+	kind    kind
+	width   int      // bytes of BIT and BINARY, fractional digits of TIME
+	members []string // ENUM and SET members, in the column's character set
+}
+
+// Converter maps one table's binlog row images onto its streamed columns, so binlog rows carry the copy's exact bytes.
+type Converter struct {
+	table   string
+	columns int // in the binlog image
+	cols    []column
+}
+
+// NewConverter matches cols (the streamed columns in stream order, never generated) to tm's image by name; make a new one per table map.
+func NewConverter(tm *replication.TableMapEvent, cols []schema.Column) (*Converter, error) {
+	c := &Converter{table: string(tm.Schema) + "." + string(tm.Table), columns: int(tm.ColumnCount)}
+	names := tm.ColumnNameString()
+	if len(names) != c.columns {
+		return nil, fmt.Errorf("binlog table map of %s has no column names: source must run with binlog_row_metadata=FULL", c.table)
+	}
+	unsigned := tm.UnsignedMap()
+	enums := tm.EnumStrValueMap()
+	sets := tm.SetStrValueMap()
+	for _, sc := range cols {
+		if sc.Generated {
+			return nil, fmt.Errorf("column %s of %s is generated: it is not streamed", sc.Name, c.table)
+		}
+		i := slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, sc.Name) })
+		if i < 0 {
+			return nil, fmt.Errorf("streamed column %s is not in the binlog image of %s (was the table altered?)", sc.Name, c.table)
+		}
+		col, err := newColumn(tm, i, sc)
+		if err != nil {
+			return nil, fmt.Errorf("column %s of %s: %w", sc.Name, c.table, err)
+		}
+		switch col.kind {
+		case kindInt:
+			if want := strings.Contains(strings.ToLower(sc.ColumnType), "unsigned"); unsigned[i] != want {
+				return nil, fmt.Errorf("column %s of %s is %s but the binlog metadata says unsigned=%v (was the table altered? "+
+					"without binlog_row_metadata=FULL every column reads as signed)", sc.Name, c.table, sc.ColumnType, unsigned[i])
+			}
+		case kindEnum, kindSet:
+			m := enums
+			if col.kind == kindSet {
+				m = sets
+			}
+			if col.members = m[i]; col.members == nil {
+				return nil, fmt.Errorf("binlog table map of %s has no members of %s column %s: "+
+					"source must run with binlog_row_metadata=FULL", c.table, strings.ToUpper(sc.DataType), sc.Name)
+			}
+		}
+		c.cols = append(c.cols, col)
+	}
+	return c, nil
+}
+
+// binlogType is the type and byte length a column's values have in the binlog:
+// CHAR, BINARY, ENUM and SET all travel as MYSQL_TYPE_STRING, with the real type
+// and the length folded into the metadata (as go-mysql's decodeValue unfolds it).
+func binlogType(tm *replication.TableMapEvent, i int) (typ byte, length int) {
+	typ, meta := tm.ColumnType[i], tm.ColumnMeta[i]
+	if typ != mysql.MYSQL_TYPE_STRING {
+		return typ, 0
+	}
+	if meta < 256 {
+		return typ, int(meta)
+	}
+	b0, b1 := byte(meta>>8), byte(meta)
+	if b0&0x30 != 0x30 {
+		return b0 | 0x30, int(uint16(b1) | uint16((b0&0x30)^0x30)<<4)
+	}
+	return b0, int(b1)
+}
+
+// newColumn classifies column i of the image by its DATA_TYPE, and checks that
+// the binlog carries it as that type (a mismatch means the schema and the
+// binlog describe different tables).
+func newColumn(tm *replication.TableMapEvent, i int, sc schema.Column) (column, error) {
+	col := column{name: sc.Name, index: i}
+	typ, length := binlogType(tm, i)
+	meta := tm.ColumnMeta[i]
+	var want []byte
+	switch sc.DataType {
+	case "tinyint":
+		col.kind, want = kindInt, []byte{mysql.MYSQL_TYPE_TINY}
+	case "smallint":
+		col.kind, want = kindInt, []byte{mysql.MYSQL_TYPE_SHORT}
+	case "mediumint":
+		col.kind, want = kindInt, []byte{mysql.MYSQL_TYPE_INT24}
+	case "int":
+		col.kind, want = kindInt, []byte{mysql.MYSQL_TYPE_LONG}
+	case "bigint":
+		col.kind, want = kindInt, []byte{mysql.MYSQL_TYPE_LONGLONG}
+	case "decimal":
+		col.kind, want = kindDecimal, []byte{mysql.MYSQL_TYPE_NEWDECIMAL}
+	case "float":
+		col.kind, want = kindFloat, []byte{mysql.MYSQL_TYPE_FLOAT}
+	case "double":
+		col.kind, want = kindDouble, []byte{mysql.MYSQL_TYPE_DOUBLE}
+	case "bit":
+		col.kind, want = kindBit, []byte{mysql.MYSQL_TYPE_BIT}
+		col.width = (int(meta>>8)*8 + int(meta&0xFF) + 7) / 8
+	case "year":
+		col.kind, want = kindYear, []byte{mysql.MYSQL_TYPE_YEAR}
+	case "date":
+		col.kind, want = kindTemporal, []byte{mysql.MYSQL_TYPE_DATE}
+	// DATETIME, TIMESTAMP and TIME only in their MySQL 5.6 formats: go-mysql
+	// decodes the older ones without fractions, and negative old TIMEs wrongly.
+	case "datetime":
+		col.kind, want = kindTemporal, []byte{mysql.MYSQL_TYPE_DATETIME2}
+	case "timestamp":
+		col.kind, want = kindTemporal, []byte{mysql.MYSQL_TYPE_TIMESTAMP2}
+	case "time":
+		col.kind, want = kindTime, []byte{mysql.MYSQL_TYPE_TIME2}
+		col.width = int(meta)
+	case "char":
+		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_STRING}
+	case "binary":
+		col.kind, want = kindBinary, []byte{mysql.MYSQL_TYPE_STRING}
+		col.width = length
+	case "enum":
+		col.kind, want = kindEnum, []byte{mysql.MYSQL_TYPE_ENUM}
+	case "set":
+		col.kind, want = kindSet, []byte{mysql.MYSQL_TYPE_SET}
+	case "varchar", "varbinary":
+		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VAR_STRING}
+	case "tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob":
+		// MariaDB's JSON is LONGTEXT and travels as its text.
+		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_BLOB}
+	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
+		// SRID and WKB, as a SELECT returns them.
+		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_GEOMETRY}
+	default:
+		// MySQL's binary JSON decodes to text that is not the server's, and
+		// MariaDB's UUID and INET types are stored in binary but selected as text.
+		return col, fmt.Errorf("type %s (%s) cannot be streamed from the binlog byte-exactly", sc.DataType, sc.ColumnType)
+	}
+	if !slices.Contains(want, typ) {
+		return col, fmt.Errorf("schema says %s but the binlog carries binlog type %d (was the table altered, "+
+			"or does it use a pre-MySQL-5.6 temporal format? ALTER TABLE ... FORCE upgrades it)", sc.ColumnType, typ)
+	}
+	return col, nil
+}
+
+// CheckSkipped fails when an image (skipped: its RowsEvent.SkippedColumns) left out a streamed column, which Convert would take for NULL.
+func (c *Converter) CheckSkipped(skipped []int) error {
+	for _, s := range skipped {
+		for _, col := range c.cols {
+			if col.index == s {
+				return fmt.Errorf("binlog row image of %s leaves out streamed column %s: source must log with binlog_row_image=FULL",
+					c.table, col.name)
+			}
+		}
+	}
+	return nil
+}
+
+// Convert fills row (reusing its storage) from one RowsEvent.Rows image, nil being NULL; call CheckSkipped first.
+func (c *Converter) Convert(row *rowliftv1.Row, image []any) error {
+	if len(image) != c.columns {
+		return fmt.Errorf("binlog row image of %s has %d columns, its table map %d", c.table, len(image), c.columns)
+	}
+	row.Lengths = row.Lengths[:0]
+	row.Values = row.Values[:0]
+	for i := range c.cols {
+		col := &c.cols[i]
+		v := image[col.index]
+		if v == nil {
+			row.Lengths = append(row.Lengths, -1)
+			continue
+		}
+		start := len(row.Values)
+		var err error
+		if row.Values, err = col.appendValue(row.Values, v); err != nil {
+			return fmt.Errorf("binlog row of %s, column %s: %w", c.table, col.name, err)
+		}
+		row.Lengths = append(row.Lengths, int64(len(row.Values)-start))
+	}
+	return nil
+}
+
+// appendValue appends the SELECT text of one non-NULL decoded value.
+func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
+	switch col.kind {
+	case kindInt:
+		switch v := v.(type) {
+		case int8:
+			return strconv.AppendInt(dst, int64(v), 10), nil
+		case int16:
+			return strconv.AppendInt(dst, int64(v), 10), nil
+		case int32:
+			return strconv.AppendInt(dst, int64(v), 10), nil
+		case int64:
+			return strconv.AppendInt(dst, v, 10), nil
+		case uint8:
+			return strconv.AppendUint(dst, uint64(v), 10), nil
+		case uint16:
+			return strconv.AppendUint(dst, uint64(v), 10), nil
+		case uint32:
+			return strconv.AppendUint(dst, uint64(v), 10), nil
+		case uint64:
+			return strconv.AppendUint(dst, v, 10), nil
+		}
+	case kindDecimal, kindTemporal:
+		if s, ok := v.(string); ok {
+			return append(dst, s...), nil
+		}
+	case kindFloat:
+		if f, ok := v.(float32); ok {
+			return strconv.AppendFloat(dst, float64(f), 'g', -1, 64), nil
+		}
+	case kindDouble:
+		if f, ok := v.(float64); ok {
+			return strconv.AppendFloat(dst, f, 'g', -1, 64), nil
+		}
+	case kindBit:
+		if b, ok := v.(int64); ok {
+			return appendBit(dst, uint64(b), col.width), nil
+		}
+	case kindEnum:
+		if i, ok := v.(int64); ok {
+			return appendEnum(dst, i, col.members)
+		}
+	case kindSet:
+		if m, ok := v.(int64); ok {
+			return appendSet(dst, uint64(m), col.members)
+		}
+	case kindYear:
+		if y, ok := v.(int); ok {
+			return appendYear(dst, y)
+		}
+	case kindTime:
+		if s, ok := v.(string); ok {
+			return appendTime(dst, s, col.width)
+		}
+	case kindBytes, kindBinary:
+		start := len(dst)
+		switch b := v.(type) {
+		case string:
+			dst = append(dst, b...)
+		case []byte:
+			dst = append(dst, b...)
+		default:
+			return dst, unexpected(v)
+		}
+		if col.kind == kindBinary {
+			return padBinary(dst, start, col.width)
+		}
+		return dst, nil
+	}
+	return dst, unexpected(v)
+}
+
+func unexpected(v any) error {
+	return fmt.Errorf("unexpected %T from the binlog decoder (BinlogSyncerConfig must have ParseTime and UseDecimal false)", v)
+}
+
+// appendBit appends a BIT value as a SELECT returns it: big-endian, in the
+// column's full width of (M+7)/8 bytes.
+func appendBit(dst []byte, v uint64, width int) []byte {
+	for i := width - 1; i >= 0; i-- {
+		dst = append(dst, byte(v>>(8*i)))
+	}
+	return dst
+}
+
+// appendEnum appends the member a 1-based ENUM index names; 0 is the empty
+// string a non-strict server stores for an invalid value.
+func appendEnum(dst []byte, index int64, members []string) ([]byte, error) {
+	if index == 0 {
+		return dst, nil
+	}
+	if index < 0 || index > int64(len(members)) {
+		return dst, fmt.Errorf("ENUM index %d is out of range of its %d members", index, len(members))
+	}
+	return append(dst, members[index-1]...), nil
+}
+
+// appendSet appends the members whose bits are set, in definition order, joined
+// by commas, as a SELECT returns a SET.
+func appendSet(dst []byte, mask uint64, members []string) ([]byte, error) {
+	if extra := mask &^ (1<<len(members) - 1); extra != 0 {
+		return dst, fmt.Errorf("SET bitmask %#x has bit %d set beyond its %d members", mask, bits.TrailingZeros64(extra), len(members))
+	}
+	first := true
+	for i, m := range members {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, m...)
+		first = false
+	}
+	return dst, nil
+}
+
+// appendYear appends a YEAR as CAST(y AS CHAR) gives it: four digits, the zero
+// year as 0000.
+func appendYear(dst []byte, y int) ([]byte, error) {
+	if y < 0 || y > 9999 {
+		return dst, fmt.Errorf("YEAR %d is out of range", y)
+	}
+	for p := 1000; p > 1 && y < p; p /= 10 {
+		dst = append(dst, '0')
+	}
+	return strconv.AppendInt(dst, int64(y), 10), nil
+}
+
+// appendTime appends a TIME with exactly fsp fractional digits, as a SELECT
+// prints a TIME(fsp): go-mysql leaves the fraction out when it is zero.
+func appendTime(dst []byte, s string, fsp int) ([]byte, error) {
+	dot := strings.IndexByte(s, '.')
+	if dot < 0 {
+		dst = append(dst, s...)
+		if fsp > 0 {
+			dst = append(dst, '.')
+			for range fsp {
+				dst = append(dst, '0')
+			}
+		}
+		return dst, nil
+	}
+	if digits := len(s) - dot - 1; digits != fsp {
+		return dst, fmt.Errorf("TIME %q has %d fractional digits, the column %d", s, digits, fsp)
+	}
+	return append(dst, s...), nil
+}
+
+// padBinary pads the BINARY value that starts at dst[start:] with 0x00 bytes to
+// the column's width: the binlog strips them, a SELECT returns them.
+func padBinary(dst []byte, start, width int) ([]byte, error) {
+	n := len(dst) - start
+	if n > width {
+		return dst, fmt.Errorf("BINARY value of %d bytes is longer than the column's %d", n, width)
+	}
+	for ; n < width; n++ {
+		dst = append(dst, 0)
+	}
+	return dst, nil
+}

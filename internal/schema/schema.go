@@ -129,9 +129,15 @@ func (t *Table) loadKey(ctx context.Context, q Queryer) error {
 			"add a primary key (rowlift copies in key order and applies changes by key)", ErrNoKey, t.Database, t.Name)
 	}
 	for _, name := range t.Key {
-		if dt := t.Column(name).DataType; dt == "enum" || dt == "set" {
+		c := t.Column(name)
+		if c.DataType == "enum" || c.DataType == "set" {
 			return fmt.Errorf("%w: %s.%s key column %s is %s, which sorts by its index but compares as text; "+
-				"rowlift cannot copy in its key order", ErrNoKey, t.Database, t.Name, name, strings.ToUpper(dt))
+				"rowlift cannot copy in its key order", ErrNoKey, t.Database, t.Name, name, strings.ToUpper(c.DataType))
+		}
+		if c.DataType == "char" && strings.Contains(c.Collation, "nopad") {
+			return fmt.Errorf("%w: %s.%s key column %s is CHAR with the NO PAD collation %s, which MariaDB sorts padded "+
+				"but compares trimmed, so a copy in key order could skip rows; make it VARCHAR or use a PAD SPACE collation",
+				ErrNoKey, t.Database, t.Name, name, c.Collation)
 		}
 	}
 	return nil

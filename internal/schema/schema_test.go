@@ -46,7 +46,8 @@ func TestLoadFallsBackToNotNullUniqueKey(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
-	db := server(t, "CREATE TABLE d.nokey (x INT NULL, UNIQUE KEY (x))", "CREATE TABLE d.enumkey (e ENUM('b','a') PRIMARY KEY)")
+	db := server(t, "CREATE TABLE d.nokey (x INT NULL, UNIQUE KEY (x))", "CREATE TABLE d.enumkey (e ENUM('b','a') PRIMARY KEY)",
+		"CREATE TABLE d.nopad (c CHAR(4) COLLATE utf8mb4_nopad_bin PRIMARY KEY)")
 	ctx := context.Background()
 	_, err := schema.Load(ctx, db, "d", "ghost")
 	require.ErrorIs(t, err, schema.ErrNoTable)
@@ -56,6 +57,9 @@ func TestLoadErrors(t *testing.T) {
 	_, err = schema.Load(ctx, db, "d", "enumkey")
 	require.ErrorIs(t, err, schema.ErrNoKey)
 	require.ErrorContains(t, err, "sorts by its index but compares as text")
+	_, err = schema.Load(ctx, db, "d", "nopad")
+	require.ErrorIs(t, err, schema.ErrNoKey)
+	require.ErrorContains(t, err, "CHAR with the NO PAD collation utf8mb4_nopad_bin")
 }
 
 func TestCheckShapeListsEveryDifference(t *testing.T) {

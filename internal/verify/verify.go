@@ -36,6 +36,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/rowlift/rowlift/internal/keyorder"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 )
@@ -206,10 +207,10 @@ type keyKind uint8
 
 const (
 	// keyNumber is decimal text (integers, DECIMAL, YEAR, BIT as a number),
-	// compared by value without limits on its size.
+	// compared by value without limits on its size (keyorder.CompareDecimal).
 	keyNumber keyKind = iota
-	// keyTemporal is DATE, TIME, DATETIME or TIMESTAMP text; its digits with the
-	// separators left out form a number that sorts like the value.
+	// keyTemporal is DATE, TIME, DATETIME or TIMESTAMP text, compared by value
+	// (keyorder.CompareTemporal).
 	keyTemporal
 	// keyFloat is FLOAT or DOUBLE text, encoded as bytes that sort like the value.
 	keyFloat
@@ -498,19 +499,7 @@ func quote(v []byte) string {
 
 // sortForm appends a key value's form for compareKeys to dst.
 func sortForm(dst []byte, kind keyKind, v []byte) ([]byte, error) {
-	switch kind {
-	case keyTemporal:
-		// "-838:59:59.5" -> "-8385959.5", "2024-01-02 03:04:05" -> "20240102030405":
-		// every part after the first has a fixed width, so the digits sort like the
-		// value. Only TIME can be negative, with a leading '-'.
-		for i, ch := range v {
-			if ch == ':' || ch == ' ' || (ch == '-' && i > 0) {
-				continue
-			}
-			dst = append(dst, ch)
-		}
-		return dst, nil
-	case keyFloat:
+	if kind == keyFloat {
 		f, err := strconv.ParseFloat(string(v), 64)
 		if err != nil {
 			return dst, err
@@ -540,9 +529,12 @@ func appendFloatKey(dst []byte, f float64) []byte {
 func compareKeys(keys []keyCol, a, b [][]byte) int {
 	for i, k := range keys {
 		var c int
-		if k.kind == keyNumber || k.kind == keyTemporal {
-			c = compareNumber(a[i], b[i])
-		} else {
+		switch k.kind {
+		case keyNumber:
+			c = keyorder.CompareDecimal(a[i], b[i])
+		case keyTemporal:
+			c = keyorder.CompareTemporal(a[i], b[i])
+		default:
 			c = bytes.Compare(a[i], b[i])
 		}
 		if c != 0 {
@@ -550,45 +542,4 @@ func compareKeys(keys []keyCol, a, b [][]byte) int {
 		}
 	}
 	return 0
-}
-
-// compareNumber compares two decimal numbers in text, like "-12.50" and "3", by
-// value and without limits on their size.
-func compareNumber(a, b []byte) int {
-	aNeg, aInt, aFrac := splitNumber(a)
-	bNeg, bInt, bFrac := splitNumber(b)
-	if aNeg != bNeg {
-		if aNeg {
-			return -1
-		}
-		return 1
-	}
-	c := len(aInt) - len(bInt)
-	if c == 0 {
-		c = bytes.Compare(aInt, bInt)
-	}
-	if c == 0 {
-		c = bytes.Compare(aFrac, bFrac)
-	}
-	c = min(max(c, -1), 1)
-	if aNeg {
-		return -c
-	}
-	return c
-}
-
-// splitNumber splits decimal text into its sign, its integer digits without
-// leading zeros and its fraction digits without trailing zeros; zero is never
-// negative.
-func splitNumber(v []byte) (neg bool, intPart, frac []byte) {
-	if len(v) > 0 && v[0] == '-' {
-		neg, v = true, v[1:]
-	}
-	intPart, frac, _ = bytes.Cut(v, []byte{'.'})
-	intPart = bytes.TrimLeft(intPart, "0")
-	frac = bytes.TrimRight(frac, "0")
-	if len(intPart) == 0 && len(frac) == 0 {
-		neg = false
-	}
-	return neg, intPart, frac
 }

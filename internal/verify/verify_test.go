@@ -543,25 +543,6 @@ func TestConnectionSettingsDoNotMatter(t *testing.T) {
 	}
 }
 
-func TestCompareNumber(t *testing.T) {
-	ordered := []string{"-18446744073709551615", "-10", "-9.5", "-9.25", "-9", "-1", "-0.5", "-0.05", "0",
-		"0.0000001", "0.5", "0.51", "1", "9", "9.99", "10", "100", "18446744073709551615", "18446744073709551616"}
-	for i, a := range ordered {
-		for j, b := range ordered {
-			want := 0
-			if i < j {
-				want = -1
-			} else if i > j {
-				want = 1
-			}
-			require.Equal(t, want, compareNumber([]byte(a), []byte(b)), "%s vs %s", a, b)
-		}
-	}
-	for _, eq := range [][2]string{{"0", "-0.00"}, {"1.5", "1.500"}, {"007", "7"}, {"-0", "0.0"}, {"", "0"}} {
-		require.Zero(t, compareNumber([]byte(eq[0]), []byte(eq[1])), "%s vs %s", eq[0], eq[1])
-	}
-}
-
 func TestSortFormsOrderLikeValues(t *testing.T) {
 	orders := []struct {
 		kind   keyKind

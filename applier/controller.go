@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,9 +43,14 @@ func (c *controller) run(ctx context.Context) {
 			return
 		}
 		if isPermanent(err) {
-			c.log.Error("workflow stopped with an error", zap.Error(err))
-			if serr := store.SetState(context.WithoutCancel(ctx), c.spec.GetName(), state.Error, err.Error()); serr != nil {
-				c.log.Error("cannot record the workflow error", zap.Error(serr))
+			st := state.Error
+			var pe *permanentError
+			if errors.As(err, &pe) && pe.state != "" {
+				st = pe.state
+			}
+			c.log.Error("workflow stopped", zap.String("state", string(st)), zap.Error(err))
+			if serr := store.SetState(context.WithoutCancel(ctx), c.spec.GetName(), st, err.Error()); serr != nil {
+				c.log.Error("cannot record why the workflow stopped", zap.Error(serr))
 			}
 			return
 		}
@@ -92,6 +98,18 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	for _, tc := range copies {
 		progress[tc.Table] = tc
 	}
+	// The position the target has committed: the stream resumes right after it.
+	// It is empty only before the first item of a new workflow.
+	streams, err := store.Streams(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	var position string
+	for _, st := range streams {
+		if st.Source == c.source.GetName() {
+			position = st.Position
+		}
+	}
 	var maxPacket int
 	if err := e.db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
 		return false, fmt.Errorf("read target max_allowed_packet: %w", err)
@@ -104,7 +122,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := rowliftv1.NewStreamerClient(conn).Stream(ctx, c.request(progress))
+	stream, err := rowliftv1.NewStreamerClient(conn).Stream(ctx, c.request(position, progress))
 	if err != nil {
 		return false, c.streamError(err)
 	}
@@ -126,10 +144,15 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	play, err := newPlayer(e.db, name, c.source.GetName(), targetDatabase(c.spec), tables, position)
+	if err != nil {
+		return false, err
+	}
 	if err := store.SetStreamMessage(ctx, name, c.source.GetName(), ""); err != nil {
 		return false, err
 	}
-	c.log.Info("stream open", zap.String("streamer", c.source.GetStreamerAddress()), zap.Int("tables", len(tables)))
+	c.log.Info("stream open", zap.String("streamer", c.source.GetStreamerAddress()), zap.Int("tables", len(tables)),
+		zap.String("position", position))
 
 	pending := 0
 	for _, tc := range progress {
@@ -141,7 +164,6 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	started := time.Now()
 	w := newCopyWriter(ctx, e.db, name, c.source.GetName(), workers, func(table string, _ int, done bool) {
 		if done {
 			c.log.Info("table copied", zap.String("table", table))
@@ -153,42 +175,90 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			err = werr
 		}
 	}()
+	applied := false
+	committed := func() bool { return applied || w.rows.Load() > 0 }
 	if pending == 0 {
-		return false, c.markCopied(ctx, started)
+		if err := c.markCopied(ctx); err != nil {
+			return false, err
+		}
 	}
-	committed := func() bool { return w.rows.Load() > 0 }
+	handle := func(item *rowliftv1.StreamItem) error {
+		switch {
+		case item.GetChunk() != nil:
+			chunk := item.GetChunk()
+			t := tables[chunk.GetTable()]
+			if t == nil {
+				return fmt.Errorf("streamer sent rows of table %q, which the workflow does not stream", chunk.GetTable())
+			}
+			if err := w.submit(t, chunk); err != nil {
+				return err
+			}
+			if chunk.GetTableDone() {
+				if pending--; pending == 0 {
+					if err := w.drain(); err != nil {
+						return err
+					}
+					return c.markCopied(ctx)
+				}
+			}
+			return nil
+		case item.GetTransaction() != nil:
+			// Applied after every earlier chunk has committed: stream order.
+			if err := w.drain(); err != nil {
+				return err
+			}
+			applied = true
+			return play.apply(ctx, item.GetTransaction())
+		case item.GetHeartbeat() != nil:
+			if err := w.drain(); err != nil {
+				return err
+			}
+			hb := item.GetHeartbeat()
+			return play.advance(ctx, hb.GetPosition().GetGtidSet(), 0)
+		case item.GetDdl() != nil:
+			if err := w.drain(); err != nil {
+				return err
+			}
+			return c.ddl(ctx, play, item.GetDdl())
+		}
+		return nil
+	}
+	for _, item := range first.GetItems() {
+		if item.GetFields() == nil {
+			if err := handle(item); err != nil {
+				return committed(), err
+			}
+		}
+	}
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			return committed(), c.streamError(err)
 		}
 		for _, item := range msg.GetItems() {
-			chunk := item.GetChunk()
-			if chunk == nil {
-				continue
-			}
-			t := tables[chunk.GetTable()]
-			if t == nil {
-				return committed(), fmt.Errorf("streamer sent rows of table %q, which the workflow does not stream", chunk.GetTable())
-			}
-			if err := w.submit(t, chunk); err != nil {
+			if err := handle(item); err != nil {
 				return committed(), err
-			}
-			if chunk.GetTableDone() {
-				if pending--; pending == 0 {
-					if err := w.drain(); err != nil {
-						return committed(), err
-					}
-					return true, c.markCopied(ctx, started)
-				}
 			}
 		}
 	}
 }
 
-// markCopied moves the workflow to running once every source's copy is done,
-// then holds the stream open until the engine stops it.
-func (c *controller) markCopied(ctx context.Context, started time.Time) error {
+// ddl handles a schema change on streamed tables by the workflow's on_ddl.
+func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) error {
+	switch c.spec.GetOptions().GetOnDdl() {
+	case rowliftv1.OnDDL_ON_DDL_IGNORE:
+		c.log.Warn("ignoring DDL", zap.String("statement", ddl.GetStatement()))
+		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
+	case rowliftv1.OnDDL_ON_DDL_EXEC:
+		return permanent("DDL %q on %s (source transaction %s): applying DDL on the target (on_ddl EXEC) is not supported yet; "+
+			"apply it on the target yourself and resume with on_ddl IGNORE", ddl.GetStatement(), strings.Join(ddl.GetTables(), ", "), ddl.GetGtid())
+	}
+	return &permanentError{state: state.Stopped, err: fmt.Errorf("stopped at DDL on %s (source transaction %s): %q; "+
+		"make the same change on the target, then resume the workflow", strings.Join(ddl.GetTables(), ", "), ddl.GetGtid(), ddl.GetStatement())}
+}
+
+// markCopied moves the workflow to running once every source's copy is done.
+func (c *controller) markCopied(ctx context.Context) error {
 	store := c.engine.store
 	done, err := store.CopyDone(ctx, c.spec.GetName())
 	if err != nil {
@@ -203,16 +273,16 @@ func (c *controller) markCopied(ctx context.Context, started time.Time) error {
 		if err := store.SetState(ctx, c.spec.GetName(), state.Running, msg); err != nil {
 			return err
 		}
-		c.log.Info("copy done", zap.Duration("took", time.Since(started)))
+		c.log.Info("copy done")
 	}
-	<-ctx.Done()
 	return nil
 }
 
-func (c *controller) request(progress map[string]state.TableCopy) *rowliftv1.StreamRequest {
+func (c *controller) request(position string, progress map[string]state.TableCopy) *rowliftv1.StreamRequest {
 	opts := c.spec.GetOptions()
 	req := &rowliftv1.StreamRequest{
 		Workflow: c.spec.GetName(),
+		Position: &rowliftv1.Position{GtidSet: position},
 		Database: c.spec.GetSourceDatabase(),
 		Options: &rowliftv1.StreamOptions{ChunkRows: opts.GetChunkRows(), PacketBytes: opts.GetPacketBytes(),
 			ParallelTables: opts.GetParallelTables()},

@@ -19,14 +19,17 @@ import (
 )
 
 // permanentError marks failures that retrying cannot fix: the workflow goes to
-// state error with the message, for an operator to act on.
-type permanentError struct{ err error }
+// state (error unless set) with the message, for an operator to act on.
+type permanentError struct {
+	err   error
+	state state.State
+}
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 func permanent(format string, args ...any) error {
-	return &permanentError{fmt.Errorf(format, args...)}
+	return &permanentError{err: fmt.Errorf(format, args...)}
 }
 
 // targetTable is a table being copied into on the target, with the writer of its

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/sandbox"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -166,6 +167,7 @@ func TestWrongSourceCredentials(t *testing.T) {
 		"--source-dsn", "mover:right-pass@tcp("+e.src.Addr()+")/")
 	e.waitState("creds", state.Running, 30*time.Second)
 	require.Empty(t, e.streamMessage("creds"), "the retry message clears once the stream is up")
+	require.NotContains(t, e.streamer.logText(), "right-pass", "the binlog reader must not log the password either")
 	require.Equal(t, 1, count(t, e.dstDB, "creds.t"))
 }
 
@@ -204,4 +206,28 @@ func TestUnreachableSource(t *testing.T) {
 		return strings.Contains(msg, "cannot reach source server "+deadAddr), msg
 	})
 	require.Contains(t, e.streamMessage("dead"), "is it running")
+}
+
+// TestSourceSettingsAreChecked starts sources with each required setting wrong:
+// each stream fails with a message naming the setting and how to fix it, and
+// the workflow writes nothing.
+func TestSourceSettingsAreChecked(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{
+		{"--binlog-format=STATEMENT", "binlog_format=STATEMENT; rowlift needs binlog_format=ROW"},
+		{"--binlog-row-image=MINIMAL", "binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL"},
+		{"--binlog-row-metadata=MINIMAL", "binlog_row_metadata=MINIMAL; rowlift needs binlog_row_metadata=FULL"},
+		{"--gtid-strict-mode=OFF", "gtid_strict_mode=0; rowlift needs gtid_strict_mode=1"},
+	} {
+		t.Run(tc.arg, func(t *testing.T) {
+			e := newEnvWith(t, sandbox.Options{Args: []string{tc.arg}})
+			e.sourceExec("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)", "INSERT INTO s.t VALUES (1)")
+			e.startStreamer()
+			e.startApplier()
+			e.start(e.workflow("settings", "s", "t"))
+			w := e.waitState("settings", state.Error, 30*time.Second)
+			require.Contains(t, w.Message, tc.want)
+			require.Contains(t, w.Message, "SET GLOBAL")
+			e.nothingWritten("settings", "s")
+		})
+	}
 }

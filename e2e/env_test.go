@@ -117,7 +117,13 @@ func (e *env) waitState(name string, st state.State, timeout time.Duration) *sta
 		if err != nil {
 			return false, err.Error()
 		}
-		return w.State == st, fmt.Sprintf("state %s: %s", w.State, w.Message)
+		seen := fmt.Sprintf("state %s: %s", w.State, w.Message)
+		if streams, err := e.store.Streams(context.Background(), name); err == nil {
+			for _, s := range streams {
+				seen += fmt.Sprintf("; stream %s at %q: %s", s.Source, s.Position, s.Message)
+			}
+		}
+		return w.State == st, seen
 	})
 	return w
 }

@@ -295,6 +295,17 @@ func (s *Store) SetStreamMessage(ctx context.Context, workflow, source, message 
 	return nil
 }
 
+// SavePosition records, inside the caller's transaction, the source position the
+// target has applied and the source commit time of the last applied item.
+func SavePosition(ctx context.Context, tx Execer, workflow, source, position string, sourceTimeUS int64) error {
+	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET position = ?, source_time_us = GREATEST(source_time_us, ?) "+
+		"WHERE workflow = ? AND source = ?", position, sourceTimeUS, workflow, source)
+	if err != nil {
+		return fmt.Errorf("save position of %s/%s: %w", workflow, source, err)
+	}
+	return nil
+}
+
 // Execer is the part of *sql.Tx and *sql.Conn that progress writers need, so
 // progress commits in the caller's transaction with the data.
 type Execer interface {

@@ -212,6 +212,9 @@ func (m *merger) emitDueChunks() (bool, error) {
 			continue // a transaction at or before the fence still waits
 		}
 		for _, part := range c.parts {
+			if len(part.GetRows()) == 0 && !part.GetTableDone() {
+				continue // a chunk that ended exactly at a part boundary
+			}
 			m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
 			if len(part.GetRows()) > 0 {
 				last := part.GetRows()[len(part.GetRows())-1]

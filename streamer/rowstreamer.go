@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -17,9 +20,21 @@ type rowStreamer struct {
 	conn        *sql.Conn
 	chunkRows   int64
 	packetBytes int
-	emit        func(context.Context, *rowliftv1.StreamItem) error
+	sink        chunkSink
+	// start is the stream's start position: a fence must cover it, or the
+	// chunk would miss transactions the binlog reader skips.
+	start position
 	// lastPK is where the copy resumes (nil: from the start).
 	lastPK [][]byte
+}
+
+// chunkSink receives a table's chunks: request before the snapshot starts (it
+// returns once the merger knows a chunk is pending), the fence once known, then
+// the parts, the last one marked.
+type chunkSink interface {
+	request(ctx context.Context, table string) error
+	fence(ctx context.Context, table string, fence position) error
+	part(ctx context.Context, part *rowliftv1.Chunk, last bool) error
 }
 
 func (r *rowStreamer) run(ctx context.Context) error {
@@ -46,7 +61,10 @@ func (r *rowStreamer) run(ctx context.Context) error {
 
 // chunk reads and emits one chunk; done means the table has no rows after it.
 func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
-	fence, err := beginSnapshot(ctx, r.conn)
+	if err := r.sink.request(ctx, r.plan.table.Name); err != nil {
+		return false, err
+	}
+	fence, fencePos, err := r.snapshot(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -55,6 +73,9 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 			err = fmt.Errorf("end snapshot: %w", cerr)
 		}
 	}()
+	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
+		return false, err
+	}
 	q, err := r.plan.chunkQuery(r.lastPK, r.chunkRows)
 	if err != nil {
 		return false, err
@@ -88,7 +109,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 		n++
 		if size >= r.packetBytes {
 			part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
-			if err := r.emit(ctx, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}}); err != nil {
+			if err := r.sink.part(ctx, part, false); err != nil {
 				return false, err
 			}
 			r.lastPK = rowKey(part.LastPk)
@@ -99,16 +120,41 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 		return false, fmt.Errorf("read chunk: %w", err)
 	}
 	done = n < r.chunkRows
-	if len(part.Rows) == 0 && !done {
-		return false, nil
-	}
 	if len(part.Rows) > 0 {
 		// The last row's RawBytes died with rows.Next; take the key from its copy.
 		part.LastPk = r.plan.keyOf(rowKey(part.Rows[len(part.Rows)-1]))
 		r.lastPK = rowKey(part.LastPk)
 	}
 	part.TableDone = done
-	return done, r.emit(ctx, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
+	return done, r.sink.part(ctx, part, true)
+}
+
+// snapshot begins the chunk's snapshot and returns its fence. A snapshot older
+// than the stream's start (possible just after a resume, while the last applied
+// transactions become visible) is retried: its rows would miss transactions the
+// reader will not send again.
+func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, position, error) {
+	for {
+		fence, err := beginSnapshot(ctx, r.conn)
+		if err != nil {
+			return nil, nil, err
+		}
+		set, err := mysql.ParseMariadbGTIDSet(fence.GetGtidSet())
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse fence %q: %w", fence.GetGtidSet(), err)
+		}
+		if pos := (gtidPos{set}); r.start == nil || pos.covers(r.start) {
+			return fence, pos, nil
+		}
+		if _, err := r.conn.ExecContext(ctx, "COMMIT"); err != nil {
+			return nil, nil, fmt.Errorf("end snapshot: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (r *rowStreamer) newPart(fence *rowliftv1.Position) *rowliftv1.Chunk {

@@ -54,14 +54,43 @@ func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRow
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
-	var out []*rowliftv1.Chunk
-	r := &rowStreamer{plan: p, conn: conn, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK,
-		emit: func(_ context.Context, item *rowliftv1.StreamItem) error {
-			out = append(out, item.GetChunk())
-			return nil
-		}}
+	sink := &recordingSink{t: t}
+	r := &rowStreamer{plan: p, conn: conn, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK, sink: sink}
 	require.NoError(t, r.run(ctx))
-	return out
+	require.Equal(t, sink.requests, sink.fences, "every chunk requested is fenced")
+	require.Equal(t, sink.requests, sink.lasts, "every chunk fenced ends with a last part")
+	return sink.parts
+}
+
+// recordingSink records what a row streamer sends, checking the protocol order:
+// request, fence, parts, last part.
+type recordingSink struct {
+	t                       *testing.T
+	requests, fences, lasts int
+	parts                   []*rowliftv1.Chunk
+}
+
+func (s *recordingSink) request(context.Context, string) error {
+	require.Equal(s.t, s.requests, s.lasts, "a chunk is requested only after the previous one ended")
+	s.requests++
+	return nil
+}
+
+func (s *recordingSink) fence(_ context.Context, _ string, fence position) error {
+	require.NotNil(s.t, fence)
+	s.fences++
+	return nil
+}
+
+func (s *recordingSink) part(_ context.Context, part *rowliftv1.Chunk, last bool) error {
+	require.Equal(s.t, s.requests, s.fences, "parts come after the fence")
+	if len(part.GetRows()) > 0 || part.GetTableDone() {
+		s.parts = append(s.parts, part)
+	}
+	if last {
+		s.lasts++
+	}
+	return nil
 }
 
 func keyString(t *testing.T, row *rowliftv1.Row) string {

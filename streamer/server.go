@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -30,6 +32,7 @@ const (
 	DefaultChunkRows      = 100000
 	DefaultPacketBytes    = 4 << 20
 	DefaultParallelTables = 4
+	DefaultHeartbeatMs    = 1000
 	// sendQueue is how many items wait for the gRPC sender; it bounds memory to
 	// about sendQueue packets per stream (32 MiB at the default packet size).
 	sendQueue = 8
@@ -96,35 +99,61 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	if err != nil {
 		return err
 	}
-	fields := &rowliftv1.StreamResponse{}
-	for _, p := range plans {
-		fields.Items = append(fields.Items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Fields{Fields: p.fields}})
-	}
-	if err := stream.Send(fields); err != nil {
+	start, err := s.startPosition(ctx, req)
+	if err != nil {
 		return err
 	}
-	log.Info("stream started", zap.Int("tables", len(plans)))
+	m := newMerger(gtidPos{start.Clone()})
+	if err := s.mergeTables(ctx, m, req, plans); err != nil {
+		return err
+	}
+	syncer, events, err := s.startBinlog(start)
+	if err != nil {
+		return err
+	}
+	defer syncer.Close()
+
+	// Fields first, then the start position, which a new workflow's applier
+	// commits before anything else so that a restart resumes from it.
+	first := &rowliftv1.StreamResponse{}
+	for _, p := range plans {
+		first.Items = append(first.Items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Fields{Fields: p.fields}})
+	}
+	first.Items = append(first.Items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Heartbeat{Heartbeat: &rowliftv1.Heartbeat{
+		Position: &rowliftv1.Position{GtidSet: start.String()}, SourceTimeUs: time.Now().UnixMicro()}}})
+	if err := stream.Send(first); err != nil {
+		return err
+	}
+	log.Info("stream started", zap.Int("tables", len(plans)), zap.Stringer("position", start))
 
 	g, ctx := errgroup.WithContext(ctx)
 	items := make(chan *rowliftv1.StreamItem, sendQueue)
+	inputs := make(chan mergeInput, 64)
 	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes) })
-	emit := func(ctx context.Context, item *rowliftv1.StreamItem) error {
-		select {
-		case items <- item:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	g.Go(func() error {
-		err := s.copyTables(ctx, req, plans, opts, emit)
-		if err == nil {
-			log.Info("copy finished")
-			// The binlog tail keeps the stream going from here; until the applier
-			// hangs up there is nothing more to copy.
-			<-ctx.Done()
+		return s.mergeLoop(ctx, m, inputs, items, start, time.Duration(opts.HeartbeatMs)*time.Millisecond)
+	})
+	g.Go(func() error {
+		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone().(*gomysql.MariadbGTIDSet))
+		for {
+			res, err := r.next(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return binlogError(err, r.pos)
+			}
+			if err := (mergeSink{inputs}).send(ctx, mergeInput{read: &res}); err != nil {
+				return err
+			}
 		}
-		return err
+	})
+	g.Go(func() error {
+		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}); err != nil {
+			return err
+		}
+		log.Info("copy finished")
+		return nil
 	})
 	return g.Wait()
 }
@@ -132,7 +161,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 // copyTables runs a rowStreamer for every table still copying, at most
 // ParallelTables at once, each on its own source connection.
 func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, plans []*tablePlan, opts *rowliftv1.StreamOptions,
-	emit func(context.Context, *rowliftv1.StreamItem) error) error {
+	sink chunkSink, start position) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(opts.ParallelTables))
 	for i, t := range req.GetTables() {
@@ -154,7 +183,8 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 				return status.Error(codes.Unavailable, dbconn.Explain(err, s.cfg, "source").Error())
 			}
 			defer conn.Close()
-			r := &rowStreamer{plan: plan, conn: conn, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), emit: emit, lastPK: lastPK}
+			r := &rowStreamer{plan: plan, conn: conn, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
+				start: start, lastPK: lastPK}
 			return r.run(ctx)
 		})
 	}
@@ -230,6 +260,9 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	if o.ParallelTables <= 0 {
 		o.ParallelTables = DefaultParallelTables
 	}
+	if o.HeartbeatMs <= 0 {
+		o.HeartbeatMs = DefaultHeartbeatMs
+	}
 	return o, nil
 }
 
@@ -249,7 +282,25 @@ func (s *Server) checkSource(ctx context.Context) error {
 	if !logBin {
 		return fmt.Errorf("source %s has the binary log off: start it with --log-bin (rowlift fences chunks by binlog position)", s.cfg.Addr)
 	}
+	for _, want := range requiredSettings {
+		var got string
+		if err := s.db.QueryRowContext(ctx, "SELECT @@GLOBAL."+want.name).Scan(&got); err != nil {
+			return fmt.Errorf("read source %s: %w", want.name, err)
+		}
+		if !strings.EqualFold(got, want.value) {
+			return fmt.Errorf("source %s has %s=%s; rowlift needs %s=%s because %s: SET GLOBAL %s=%s (and in the server's config file)",
+				s.cfg.Addr, want.name, got, want.name, want.value, want.why, want.name, want.value)
+		}
+	}
 	return nil
+}
+
+// requiredSettings are the source settings the stream relies on, each with why.
+var requiredSettings = []struct{ name, value, why string }{
+	{"binlog_format", "ROW", "it replays row images, not statements"},
+	{"binlog_row_image", "FULL", "it applies changes by key and checks before images, which need every column"},
+	{"binlog_row_metadata", "FULL", "column names and signedness are only in the binlog with full metadata"},
+	{"gtid_strict_mode", "1", "positions are GTID sets, exact only when sequence numbers only grow"},
 }
 
 // plan loads every requested table and its column list, failing with a status

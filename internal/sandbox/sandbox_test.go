@@ -122,6 +122,7 @@ func TestOrphansAreReaped(t *testing.T) {
 	root := shortTempDir(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOrphansAreReaped$")
 	cmd.Env = append(os.Environ(), "SANDBOX_ORPHAN_CHILD=1", "SANDBOX_ROOT="+root)
+	cmd.Stderr = os.Stderr // the child's failure, if any, shows in the test output
 	out, _ := cmd.Output()
 	fields := strings.Fields(string(out))
 	require.Len(t, fields, 2, "child output: %q", out)

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// TestPurgedBinlogStopsTheWorkflow: when the source purged the binlog at the
+// target's position while the applier was down, the workflow goes to error with
+// a message that says so and what to do.
+func TestPurgedBinlogStopsTheWorkflow(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY)", "INSERT INTO p.t VALUES (1)")
+	e.startStreamer()
+	e.startApplier()
+	e.start(e.workflow("purged", "p", "t"))
+	e.waitState("purged", state.Running, 30*time.Second)
+	e.waitCaughtUp("purged", 30*time.Second)
+
+	e.applier.stop()
+	// PURGE skips, with only a warning, files a dump thread still reads: wait
+	// until the stopped stream's dump connection is gone.
+	e.waitFor("the binlog dump to end", 30*time.Second, func() (bool, string) {
+		n := count(t, e.srcDB, "information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+		return n == 0, fmt.Sprintf("%d dump threads", n)
+	})
+	e.sourceExec("INSERT INTO p.t VALUES (2)", "FLUSH BINARY LOGS")
+	var current string
+	rows, err := e.srcDB.Query("SHOW MASTER STATUS")
+	require.NoError(t, err)
+	cols, _ := rows.Columns()
+	vals := make([]any, len(cols))
+	vals[0] = &current
+	for i := 1; i < len(vals); i++ {
+		vals[i] = new(any)
+	}
+	require.True(t, rows.Next())
+	require.NoError(t, rows.Scan(vals...))
+	require.NoError(t, rows.Close())
+	// MariaDB also keeps a file until its binlog checkpoint has passed it, which
+	// happens shortly after the flush: purge until only the current one is left.
+	e.waitFor("the old binlogs to be purged", 30*time.Second, func() (bool, string) {
+		e.sourceExec("PURGE BINARY LOGS TO '" + current + "'")
+		logs := binaryLogs(t, e)
+		return len(logs) == 1, fmt.Sprint(logs)
+	})
+
+	e.applier.restart()
+	w := e.waitState("purged", state.Error, 30*time.Second)
+	require.Contains(t, w.Message, "no longer has the binlog")
+	require.Contains(t, w.Message, "its copy must start over")
+}
+
+// TestDDLStopsTheWorkflow: a schema change on a streamed table stops the workflow
+// with a message naming the statement; rows before it are applied.
+func TestDDLStopsTheWorkflow(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)", "INSERT INTO d.t VALUES (1)")
+	e.startStreamer()
+	e.startApplier()
+	e.start(e.workflow("ddl", "d", "t"))
+	e.waitState("ddl", state.Running, 30*time.Second)
+	e.sourceExec("INSERT INTO d.t VALUES (2)", "ALTER TABLE d.t ADD COLUMN note VARCHAR(10)", "INSERT INTO d.t VALUES (3, 'x')")
+	w := e.waitState("ddl", state.Stopped, 30*time.Second)
+	require.Contains(t, w.Message, "stopped at DDL on t")
+	require.Contains(t, w.Message, "ALTER TABLE d.t ADD COLUMN note VARCHAR(10)")
+	require.Contains(t, w.Message, "make the same change on the target, then resume")
+	require.Equal(t, 2, count(t, e.dstDB, "d.t"), "the insert before the DDL is applied, the one after is not")
+}
+
+// TestDDLIgnored: with on_ddl IGNORE the workflow goes on past the statement.
+func TestDDLIgnored(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, v INT)", "INSERT INTO d.t VALUES (1, 1)")
+	e.startStreamer()
+	e.startApplier()
+	spec := e.workflow("ddl", "d", "t")
+	spec.Tables[0].Columns = []string{"id", "v"}
+	spec.Options.OnDdl = rowliftv1.OnDDL_ON_DDL_IGNORE
+	e.start(spec)
+	e.waitState("ddl", state.Running, 30*time.Second)
+	e.sourceExec("ALTER TABLE d.t ADD COLUMN note VARCHAR(10)", "INSERT INTO d.t VALUES (2, 2, 'x')", "UPDATE d.t SET v = 10 WHERE id = 1")
+	e.waitCaughtUp("ddl", 30*time.Second)
+	var v int
+	require.NoError(t, e.dstDB.QueryRow("SELECT v FROM d.t WHERE id = 1").Scan(&v))
+	require.Equal(t, 10, v)
+	require.Equal(t, 2, count(t, e.dstDB, "d.t"))
+}
+
+func binaryLogs(t *testing.T, e *env) []string {
+	rows, err := e.srcDB.Query("SHOW BINARY LOGS")
+	require.NoError(t, err)
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		var size any
+		require.NoError(t, rows.Scan(&name, &size))
+		names = append(names, name)
+	}
+	return names
+}

@@ -1,0 +1,263 @@
+package streamer
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/rowlift/rowlift/internal/binlogrow"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// binlogReader tails the source's binlog from a GTID position and turns it into
+// merger inputs: transactions of the streamed tables with rows converted to the
+// stream's encoding, DDL that names them, and the reader's position. It keeps no
+// state across streams; a stream starts where the applier's committed state says.
+type binlogReader struct {
+	events   *replication.BinlogStreamer
+	database string
+	plans    map[string]*tablePlan
+	// mapped holds, by table ID, what a table map event said: nil for tables
+	// that are not streamed.
+	mapped map[uint64]*mappedTable
+	// pos is the GTID set after the last complete transaction.
+	pos *mysql.MariadbGTIDSet
+	tx  *openTx
+}
+
+// mappedTable is a streamed table as its table map event describes it; err is
+// why its rows cannot be converted, reported when rows arrive.
+type mappedTable struct {
+	name string
+	conv *binlogrow.Converter
+	err  error
+}
+
+// identifier splits statements into words that can name a table.
+var identifier = regexp.MustCompile(`[0-9A-Za-z_$]+`)
+
+// openTx is the transaction being read.
+type openTx struct {
+	gtid     string
+	commitUS int64
+	events   []*rowliftv1.RowEvent
+	byTable  map[string]*rowliftv1.RowEvent
+}
+
+// readResult is one step of the reader: a transaction the target may need (tx
+// set), or only the reader's new position.
+type readResult struct {
+	tx  *mergeTx
+	pos position
+}
+
+func newBinlogReader(events *replication.BinlogStreamer, database string, plans []*tablePlan, start *mysql.MariadbGTIDSet) *binlogReader {
+	r := &binlogReader{events: events, database: database, plans: map[string]*tablePlan{},
+		mapped: map[uint64]*mappedTable{}, pos: start}
+	for _, p := range plans {
+		r.plans[strings.ToLower(p.table.Name)] = p
+	}
+	return r
+}
+
+// position is where the reader is: after its last complete transaction.
+func (r *binlogReader) position() position { return gtidPos{r.pos.Clone()} }
+
+// next reads events until a transaction ends and returns it, or the position
+// after it when the target does not need it.
+func (r *binlogReader) next(ctx context.Context) (readResult, error) {
+	for {
+		ev, err := r.events.GetEvent(ctx)
+		if err != nil {
+			return readResult{}, fmt.Errorf("read binlog: %w", err)
+		}
+		res, done, err := r.handle(ev)
+		if err != nil || done {
+			return res, err
+		}
+	}
+}
+
+func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, error) {
+	switch e := ev.Event.(type) {
+	case *replication.MariadbGTIDEvent:
+		// A GTID while a transaction is open means the open one was cut off
+		// (a reconnect, a crashed source): it never committed, so it is dropped.
+		r.tx = &openTx{gtid: e.GTID.String(), commitUS: int64(ev.Header.Timestamp) * 1e6, byTable: map[string]*rowliftv1.RowEvent{}}
+	case *replication.TableMapEvent:
+		r.mapTable(e)
+	case *replication.RowsEvent:
+		return readResult{}, false, r.rows(ev.Header.EventType, e)
+	case *replication.XIDEvent:
+		return r.commit()
+	case *replication.QueryEvent:
+		return r.query(e)
+	}
+	return readResult{}, false, nil
+}
+
+// mapTable builds the converter of a streamed table from its table map event;
+// each event describes the table as its rows that follow were written.
+func (r *binlogReader) mapTable(e *replication.TableMapEvent) {
+	p := r.plans[strings.ToLower(string(e.Table))]
+	if p == nil || !strings.EqualFold(string(e.Schema), r.database) {
+		r.mapped[e.TableID] = nil
+		return
+	}
+	conv, err := binlogrow.NewConverter(e, p.cols)
+	r.mapped[e.TableID] = &mappedTable{name: p.table.Name, conv: conv, err: err}
+}
+
+func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent) error {
+	t := r.mapped[e.TableID]
+	if t == nil || r.tx == nil {
+		return nil
+	}
+	if t.err != nil {
+		return fmt.Errorf("binlog rows of %s: %w", t.name, t.err)
+	}
+	conv, name := t.conv, t.name
+	for i := range e.Rows {
+		var skipped []int
+		if i < len(e.SkippedColumns) {
+			skipped = e.SkippedColumns[i]
+		}
+		if err := conv.CheckSkipped(skipped); err != nil {
+			return fmt.Errorf("binlog rows of %s: %w", name, err)
+		}
+	}
+	re := r.tx.byTable[name]
+	if re == nil {
+		re = &rowliftv1.RowEvent{Table: name}
+		r.tx.byTable[name] = re
+		r.tx.events = append(r.tx.events, re)
+	}
+	convert := func(image []any) (*rowliftv1.Row, error) {
+		row := &rowliftv1.Row{}
+		if err := conv.Convert(row, image); err != nil {
+			return nil, fmt.Errorf("binlog row of %s: %w", name, err)
+		}
+		return row, nil
+	}
+	switch typ {
+	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2:
+		for _, image := range e.Rows {
+			after, err := convert(image)
+			if err != nil {
+				return err
+			}
+			re.Changes = append(re.Changes, &rowliftv1.RowChange{After: after})
+		}
+	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2:
+		for _, image := range e.Rows {
+			before, err := convert(image)
+			if err != nil {
+				return err
+			}
+			re.Changes = append(re.Changes, &rowliftv1.RowChange{Before: before})
+		}
+	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2:
+		for i := 0; i+1 < len(e.Rows); i += 2 {
+			before, err := convert(e.Rows[i])
+			if err != nil {
+				return err
+			}
+			after, err := convert(e.Rows[i+1])
+			if err != nil {
+				return err
+			}
+			re.Changes = append(re.Changes, &rowliftv1.RowChange{Before: before, After: after})
+		}
+	default:
+		// Fail closed: a rows event this reader does not understand could carry
+		// changes the target needs (compressed or partial row events).
+		return fmt.Errorf("binlog rows event %s of %s is not supported", typ, name)
+	}
+	return nil
+}
+
+// commit ends the open transaction (at its XID or COMMIT) and advances the
+// position; the GTID set then includes the transaction.
+func (r *binlogReader) commit() (readResult, bool, error) {
+	tx := r.tx
+	r.tx = nil
+	if tx == nil {
+		return readResult{}, false, nil
+	}
+	if err := r.pos.Update(tx.gtid); err != nil {
+		return readResult{}, false, fmt.Errorf("advance position past %s: %w", tx.gtid, err)
+	}
+	res := readResult{pos: r.position()}
+	if len(tx.events) == 0 {
+		return res, true, nil
+	}
+	own, err := mysql.ParseMariadbGTIDSet(tx.gtid)
+	if err != nil {
+		return readResult{}, false, fmt.Errorf("parse GTID %s: %w", tx.gtid, err)
+	}
+	trx := &rowliftv1.Transaction{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()},
+		CommitTimeUs: tx.commitUS, Events: tx.events}
+	res.tx = &mergeTx{pos: gtidPos{own}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: trx}}}
+	for _, ev := range tx.events {
+		res.tx.tables = append(res.tx.tables, ev.GetTable())
+	}
+	return res, true, nil
+}
+
+// query handles a QUERY event: BEGIN and COMMIT frame transactions of
+// non-transactional engines; anything else in a GTID of its own is a DDL, sent on
+// when it names a streamed table in the workflow's database.
+func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error) {
+	q := strings.TrimSpace(string(e.Query))
+	switch strings.ToUpper(q) {
+	case "BEGIN":
+		return readResult{}, false, nil
+	case "COMMIT":
+		return r.commit()
+	}
+	tx := r.tx
+	if tx == nil {
+		return readResult{}, false, nil
+	}
+	r.tx = nil
+	if err := r.pos.Update(tx.gtid); err != nil {
+		return readResult{}, false, fmt.Errorf("advance position past %s: %w", tx.gtid, err)
+	}
+	res := readResult{pos: r.position()}
+	tables := r.ddlTables(string(e.Schema), q)
+	if len(tables) == 0 {
+		return res, true, nil
+	}
+	// The table may have changed: converters are rebuilt from the next table map.
+	r.mapped = map[uint64]*mappedTable{}
+	own, err := mysql.ParseMariadbGTIDSet(tx.gtid)
+	if err != nil {
+		return readResult{}, false, fmt.Errorf("parse GTID %s: %w", tx.gtid, err)
+	}
+	ddl := &rowliftv1.DDL{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()}, CommitTimeUs: tx.commitUS,
+		Database: string(e.Schema), Statement: q, Tables: tables}
+	res.tx = &mergeTx{pos: gtidPos{own}, tables: tables, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Ddl{Ddl: ddl}}}
+	return res, true, nil
+}
+
+// ddlTables lists the streamed tables a statement names, when it runs in the
+// workflow's database or names that database. Matching names as words errs on the
+// side of stopping for a statement that only mentions a table.
+func (r *binlogReader) ddlTables(schema, q string) []string {
+	if !strings.EqualFold(schema, r.database) && !strings.Contains(strings.ToLower(q), strings.ToLower(r.database)) {
+		return nil
+	}
+	seen := map[string]bool{}
+	var tables []string
+	for _, word := range identifier.FindAllString(q, -1) {
+		if p := r.plans[strings.ToLower(word)]; p != nil && !seen[p.table.Name] {
+			seen[p.table.Name] = true
+			tables = append(tables, p.table.Name)
+		}
+	}
+	return tables
+}

@@ -1,0 +1,296 @@
+package streamer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/binlogrow"
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/keyorder"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// mergeInput is one message to the merge loop, which alone owns the merger.
+type mergeInput struct {
+	read    *readResult // from the binlog reader
+	request string      // a chunk of this table is about to take its snapshot
+	ack     chan struct{}
+	table   string // with fence
+	fence   position
+	part    *rowliftv1.Chunk
+	last    bool
+	probed  bool     // a probe snapshot ended
+	visible position // its position, nil when it failed
+}
+
+// mergeSink is how row streamers reach the merge loop.
+type mergeSink struct{ inputs chan<- mergeInput }
+
+func (s mergeSink) send(ctx context.Context, in mergeInput) error {
+	select {
+	case s.inputs <- in:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s mergeSink) request(ctx context.Context, table string) error {
+	ack := make(chan struct{})
+	if err := s.send(ctx, mergeInput{request: table, ack: ack}); err != nil {
+		return err
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s mergeSink) fence(ctx context.Context, table string, fence position) error {
+	return s.send(ctx, mergeInput{table: table, fence: fence})
+}
+
+func (s mergeSink) part(ctx context.Context, part *rowliftv1.Chunk, last bool) error {
+	return s.send(ctx, mergeInput{part: part, last: last})
+}
+
+// startPosition is where the binlog reader starts: the applier's committed
+// position, or for a new workflow the position of a consistent snapshot (not
+// @@gtid_binlog_pos, which counts transactions not yet visible to snapshots).
+func (s *Server) startPosition(ctx context.Context, req *rowliftv1.StreamRequest) (*mysql.MariadbGTIDSet, error) {
+	text := req.GetPosition().GetGtidSet()
+	if text == "" {
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return nil, status.Error(codes.Unavailable, dbconn.Explain(err, s.cfg, "source").Error())
+		}
+		defer conn.Close()
+		pos, err := beginSnapshot(ctx, conn)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "read the source's position: %v", err)
+		}
+		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "read the source's position: %v", err)
+		}
+		text = pos.GetGtidSet()
+	}
+	set, err := mysql.ParseMariadbGTIDSet(text)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "position %q is not a MariaDB GTID set: %v", text, err)
+	}
+	return set.(*mysql.MariadbGTIDSet), nil
+}
+
+// startBinlog opens the binlog dump from start. go-mysql's own reconnect is off:
+// a broken dump ends the stream and the applier reopens it from its committed
+// position, the one truth for resuming.
+func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
+	host, portText, err := net.SplitHostPort(s.cfg.Addr)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "source address %q: %v", s.cfg.Addr, err)
+	}
+	port, _ := strconv.Atoi(portText)
+	cfg := replication.BinlogSyncerConfig{
+		// Unique among the source's replicas, and never 0.
+		ServerID:                uint32(1<<31 + rand.Uint32N(1<<30)),
+		Flavor:                  mysql.MariaDBFlavor,
+		Host:                    host,
+		Port:                    uint16(port),
+		User:                    s.cfg.User,
+		Password:                s.cfg.Passwd,
+		ParseTime:               false,
+		UseDecimal:              false,
+		TimestampStringLocation: time.UTC,
+		HeartbeatPeriod:         time.Second,
+		ReadTimeout:             10 * time.Second, // above the heartbeat, or every idle gap reconnects
+		DisableRetrySync:        true,
+		// go-mysql logs its whole config, password included, at INFO; its errors
+		// reach us through GetEvent and are reported with context there.
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	if err := binlogrow.CheckConfig(cfg); err != nil {
+		return nil, nil, status.Error(codes.Internal, err.Error())
+	}
+	syncer := replication.NewBinlogSyncer(cfg)
+	events, err := syncer.StartSyncGTID(start)
+	if err != nil {
+		syncer.Close()
+		return nil, nil, status.Errorf(codes.Unavailable, "start binlog dump at %s: %v", start, err)
+	}
+	return syncer, events, nil
+}
+
+// binlogError explains errors of the dump that an operator has to act on.
+func binlogError(err error, start fmt.Stringer) error {
+	var me *mysql.MyError
+	if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		return status.Errorf(codes.FailedPrecondition, "the source no longer has the binlog at position %s (%s): it was purged "+
+			"before the workflow caught up; the workflow cannot resume and its copy must start over "+
+			"(delete the workflow, empty the target tables, create it again), and keep binlogs longer on the source", start, me.Message)
+	}
+	return status.Errorf(codes.Unavailable, "binlog: %v", err)
+}
+
+// mergeLoop owns the merger: it takes what the reader and the row streamers
+// produce, emits what can be placed, takes probe snapshots while transactions
+// wait to be shown visible, and sends a heartbeat when there is nothing else.
+func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInput, items chan<- *rowliftv1.StreamItem,
+	readerAt *mysql.MariadbGTIDSet, heartbeat time.Duration) error {
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	probe := time.NewTicker(20 * time.Millisecond)
+	defer probe.Stop()
+	probing := false
+	pos := readerAt.String()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case in := <-inputs:
+			if err := apply(m, in); err != nil {
+				return err
+			}
+			if in.read != nil {
+				pos = in.read.pos.(gtidPos).String()
+			}
+			if in.probed {
+				probing = false
+			}
+		case <-probe.C:
+			if !probing && m.waitsForVisibility() {
+				probing = true
+				go s.probe(ctx, inputs)
+			}
+			continue
+		case <-tick.C:
+			if m.idle() {
+				hb := &rowliftv1.Heartbeat{Position: &rowliftv1.Position{GtidSet: pos}, SourceTimeUs: time.Now().UnixMicro()}
+				if err := put(ctx, items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Heartbeat{Heartbeat: hb}}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		out, err := m.drain()
+		if err != nil {
+			return err
+		}
+		for _, item := range out {
+			if err := put(ctx, items, item); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func apply(m *merger, in mergeInput) error {
+	switch {
+	case in.read != nil && in.read.tx != nil:
+		m.addTx(in.read.tx, in.read.pos)
+	case in.read != nil:
+		m.readTo(in.read.pos)
+	case in.ack != nil:
+		err := m.requestChunk(in.request)
+		close(in.ack)
+		return err
+	case in.fence != nil:
+		return m.fenceChunk(in.table, in.fence)
+	case in.part != nil:
+		return m.addPart(in.part, in.last)
+	case in.visible != nil:
+		m.observeVisible(in.visible)
+	}
+	return nil
+}
+
+// probe takes a snapshot only to learn what is visible, so transactions of
+// tables between chunks need not wait for the next chunk.
+func (s *Server) probe(ctx context.Context, inputs chan<- mergeInput) {
+	visible, err := func() (position, error) {
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		pos, err := beginSnapshot(ctx, conn)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+			return nil, err
+		}
+		set, err := mysql.ParseMariadbGTIDSet(pos.GetGtidSet())
+		return gtidPos{set}, err
+	}()
+	if err != nil {
+		// The next probe tick tries again; the stream's other connections report
+		// a source that is really gone.
+		s.log.Warn("probe snapshot failed", zap.Error(err))
+		visible = nil
+	}
+	select {
+	case inputs <- mergeInput{probed: true, visible: visible}:
+	case <-ctx.Done():
+	}
+}
+
+func put(ctx context.Context, items chan<- *rowliftv1.StreamItem, item *rowliftv1.StreamItem) error {
+	select {
+	case items <- item:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// mergeTables describes each streamed table to the merger: how to find its key
+// in a row, how keys order on the source, and how far its copy has got.
+func (s *Server) mergeTables(ctx context.Context, m *merger, req *rowliftv1.StreamRequest, plans []*tablePlan) error {
+	for i, p := range plans {
+		keyCols := p.keyIdx
+		keyColumns := make([]schema.Column, len(keyCols))
+		for i, idx := range keyCols {
+			keyColumns[i] = p.cols[idx]
+		}
+		order, err := keyorder.New(ctx, s.db, keyColumns)
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "key order of %s: %v", p.table.Name, err)
+		}
+		if !order.Exact() {
+			s.log.Info("key comparison uses the source server", zap.String("table", p.table.Name), zap.String("why", order.Fallback()))
+		}
+		t := &mergeTable{
+			keyOf: func(r *rowliftv1.Row) [][]byte {
+				vals, _ := rowcodec.Values(nil, r)
+				key := make([][]byte, len(keyCols))
+				for i, idx := range keyCols {
+					key[i] = vals[idx]
+				}
+				return key
+			},
+			compare: func(a, b [][]byte) (int, error) { return order.Compare(ctx, a, b) },
+			copying: !req.GetTables()[i].GetCopy().GetDone(),
+		}
+		if pk := req.GetTables()[i].GetCopy().GetLastPk(); pk != nil {
+			t.lastPK = rowKey(pk)
+		}
+		m.addTable(p.table.Name, t)
+	}
+	return nil
+}

@@ -215,6 +215,16 @@ func (w *copyWriter) submit(t *targetTable, c *rowliftv1.Chunk) error {
 	}
 }
 
+// idle reports whether every submitted item has committed.
+func (w *copyWriter) idle() bool {
+	select {
+	case <-w.lastDone:
+		return true
+	default:
+		return false
+	}
+}
+
 // drain waits until every submitted item has committed.
 func (w *copyWriter) drain() error {
 	select {

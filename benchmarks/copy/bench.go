@@ -151,6 +151,9 @@ func (b *bench) runAll(ctx context.Context, selected map[string]bool) (map[strin
 				continue
 			}
 			progress("run %d/%d: %s", round, b.cfg.Runs, mt.name)
+			if err := b.quiesce(ctx); err != nil {
+				return nil, err
+			}
 			m := &meter{b: b}
 			if err := mt.run(ctx, m); err != nil {
 				return nil, fmt.Errorf("%s: %w", mt.name, err)
@@ -163,6 +166,36 @@ func (b *bench) runAll(ctx context.Context, selected map[string]bool) (map[strin
 		}
 	}
 	return results, nil
+}
+
+// quiesce waits until both servers have flushed every dirty page, so a method's
+// time and CPU do not include the background writes of the method before it.
+func (b *bench) quiesce(ctx context.Context) error {
+	for _, db := range []*sql.DB{b.srcDB, b.tgtDB} {
+		var pct string
+		if err := db.QueryRowContext(ctx, "SELECT @@innodb_max_dirty_pages_pct").Scan(&pct); err != nil {
+			return fmt.Errorf("quiesce: %w", err)
+		}
+		if _, err := db.ExecContext(ctx, "SET GLOBAL innodb_max_dirty_pages_pct = 0"); err != nil {
+			return fmt.Errorf("quiesce: %w", err)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			var name string
+			var dirty int
+			if err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'").Scan(&name, &dirty); err != nil {
+				return fmt.Errorf("quiesce: %w", err)
+			}
+			if dirty == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, err := db.ExecContext(ctx, "SET GLOBAL innodb_max_dirty_pages_pct = "+pct); err != nil {
+			return fmt.Errorf("quiesce: %w", err)
+		}
+	}
+	return nil
 }
 
 // sample is one run of one method.

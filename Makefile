@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy clean
+.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy soak clean
 
 ## setup: install a MariaDB server if none is present, download modules, build pinned tools
 setup:
@@ -72,6 +72,14 @@ bench-sandbox:
 ROWS ?= 1000000
 bench-copy:
 	$(GO) run ./benchmarks/copy -rows $(ROWS) $(BENCHFLAGS)
+
+## soak: the race test, RUNS randomized runs of KEYS keys per table (a failing
+## seed replays with ROWLIFT_TEST_SEED=<seed>)
+RUNS ?= 20
+KEYS ?= 30000
+soak:
+	ROWLIFT_RACE_RUNS=$(RUNS) ROWLIFT_RACE_KEYS=$(KEYS) $(GO) test -count=1 -timeout 4h -run 'TestRace$$' -v ./e2e/ \
+		| grep -E '^\s*(--- |ok|FAIL|PASS)|race_test.go'
 
 clean:
 	rm -rf $(BIN)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
+	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -268,6 +269,7 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 	case <-w.ctx.Done():
 		return w.ctx.Err()
 	}
+	testhook.Delay(w.ctx, testhook.ChunkApply)
 	if err := write(w.ctx, tx); err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func TestSecondApplierStandsBy(t *testing.T) {
 	e.waitFor("the first applier to take the lock", 30*time.Second, func() (bool, string) {
 		return strings.Contains(first.logText(), "holding the applier lock"), "no lock message yet"
 	})
-	second := startProc(t, "applier-2", "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms")
+	second := startProc(t, "applier-2", nil, "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms")
 	e.waitFor("the second applier to stand by", 30*time.Second, func() (bool, string) {
 		return strings.Contains(second.logText(), "standing by"), second.logText()
 	})

@@ -142,7 +142,7 @@ func TestWrongSourceCredentials(t *testing.T) {
 	e.sourceExec("CREATE USER 'mover'@'127.0.0.1' IDENTIFIED BY 'right-pass'", "GRANT ALL ON *.* TO 'mover'@'127.0.0.1'",
 		"CREATE DATABASE creds", "CREATE TABLE creds.t (id INT PRIMARY KEY)", "INSERT INTO creds.t VALUES (1)")
 	badDSN := "mover:s3cret-wrong@tcp(" + e.src.Addr() + ")/"
-	e.streamer = startProc(t, "streamer", "streamer", "--listen", e.streamerAddr, "--source-dsn", badDSN)
+	e.streamer = startProc(t, "streamer", nil, "streamer", "--listen", e.streamerAddr, "--source-dsn", badDSN)
 	e.startApplier()
 	e.start(e.workflow("creds", "creds", "t"))
 
@@ -163,7 +163,7 @@ func TestWrongSourceCredentials(t *testing.T) {
 
 	// Fixing the DSN and restarting the streamer recovers without operator action.
 	e.streamer.stop()
-	e.streamer = startProc(t, "streamer", "streamer", "--listen", e.streamerAddr,
+	e.streamer = startProc(t, "streamer", nil, "streamer", "--listen", e.streamerAddr,
 		"--source-dsn", "mover:right-pass@tcp("+e.src.Addr()+")/")
 	e.waitState("creds", state.Running, 30*time.Second)
 	require.Empty(t, e.streamMessage("creds"), "the retry message clears once the stream is up")
@@ -198,7 +198,7 @@ func TestUnreachableSource(t *testing.T) {
 	require.NoError(t, err)
 	deadAddr := l.Addr().String()
 	require.NoError(t, l.Close())
-	e.streamer = startProc(t, "streamer", "streamer", "--listen", e.streamerAddr, "--source-dsn", "root@tcp("+deadAddr+")/")
+	e.streamer = startProc(t, "streamer", nil, "streamer", "--listen", e.streamerAddr, "--source-dsn", "root@tcp("+deadAddr+")/")
 	e.startApplier()
 	e.start(e.workflow("dead", "dead", "t"))
 	e.waitFor("a retry message about the source", 30*time.Second, func() (bool, string) {

@@ -33,6 +33,8 @@ type env struct {
 	applier  *proc
 	// streamerAddr is fixed for the env so a restarted streamer is found again.
 	streamerAddr string
+	// hooks is the environment the streamer and applier start with (test hooks).
+	hooks []string
 }
 
 func newEnv(t *testing.T) *env {
@@ -59,13 +61,13 @@ func newEnvWith(t *testing.T, opts sandbox.Options) *env {
 // startStreamer starts the streamer process for the source server.
 func (e *env) startStreamer(extraArgs ...string) *proc {
 	args := append([]string{"streamer", "--listen", e.streamerAddr, "--source-dsn", e.src.DSN("")}, extraArgs...)
-	e.streamer = startProc(e.t, "streamer", args...)
+	e.streamer = startProc(e.t, "streamer", e.hooks, args...)
 	return e.streamer
 }
 
 // startApplier starts the applier process for the target server.
 func (e *env) startApplier() *proc {
-	e.applier = startProc(e.t, "applier", "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms")
+	e.applier = startProc(e.t, "applier", e.hooks, "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms")
 	return e.applier
 }
 
@@ -148,14 +150,16 @@ type proc struct {
 	t    *testing.T
 	name string
 	args []string
+	// env is added to the test's environment (test hooks).
+	env  []string
 	log  string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-func startProc(t *testing.T, name string, args ...string) *proc {
+func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, args: args, log: filepath.Join(t.TempDir(), name+".log")}
+	p := &proc{t: t, name: name, args: args, env: env, log: filepath.Join(t.TempDir(), name+".log")}
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
@@ -174,6 +178,7 @@ func (p *proc) start() {
 	defer f.Close()
 	fmt.Fprintf(f, "--- start %s\n", time.Now().Format(time.RFC3339Nano))
 	p.cmd = exec.Command(rowliftBin, p.args...)
+	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	require.NoError(p.t, p.cmd.Start())
 	p.done = make(chan struct{})

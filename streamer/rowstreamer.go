@@ -9,6 +9,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -76,6 +77,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
 		return false, err
 	}
+	testhook.Delay(ctx, testhook.ChunkRead)
 	q, err := r.plan.chunkQuery(r.lastPK, r.chunkRows)
 	if err != nil {
 		return false, err
@@ -109,6 +111,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 		n++
 		if size >= r.packetBytes {
 			part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
+			testhook.Delay(ctx, testhook.ChunkEmit)
 			if err := r.sink.part(ctx, part, false); err != nil {
 				return false, err
 			}
@@ -126,6 +129,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 		r.lastPK = rowKey(part.LastPk)
 	}
 	part.TableDone = done
+	testhook.Delay(ctx, testhook.ChunkEmit)
 	return done, r.sink.part(ctx, part, true)
 }
 
@@ -136,6 +140,9 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, position, error) {
 	for {
 		fence, err := beginSnapshot(ctx, r.conn)
+		if testhook.UnsafeFence() {
+			fence, err = unsafeFence(ctx, r.conn)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -247,4 +254,14 @@ func (a *rowArena) pack(values [][]byte) *rowliftv1.Row {
 	row.Values = a.values[vstart:len(a.values):len(a.values)]
 	row.Lengths = a.lengths[lstart:len(a.lengths):len(a.lengths)]
 	return row
+}
+
+// unsafeFence is the broken fence the race test must catch: the position read,
+// then the chunk read by a plain SELECT that sees later commits too.
+func unsafeFence(ctx context.Context, conn *sql.Conn) (*rowliftv1.Position, error) {
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		return nil, err
+	}
+	pos := &rowliftv1.Position{}
+	return pos, conn.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos.GtidSet)
 }

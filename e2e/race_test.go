@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/testhook"
+	"github.com/rowlift/rowlift/internal/verify"
+	"github.com/rowlift/rowlift/state"
+)
+
+// The race test: copy four tables while writers change them at random, with
+// delays injected at every window of the copy and the applier, the streamer and
+// the source server killed with SIGKILL at random moments; then compare every
+// row. `make test` runs one small run; `make soak` runs many larger ones
+// (ROWLIFT_RACE_RUNS, ROWLIFT_RACE_KEYS).
+
+var raceTables = []struct{ name, ddl, fill string }{
+	{"ints", "CREATE TABLE race.ints (id INT PRIMARY KEY, v VARCHAR(40), n INT NULL)",
+		"INSERT INTO race.ints SELECT i * 2, SHA1(i), i FROM race.seq"},
+	{"composite", "CREATE TABLE race.composite (region VARCHAR(8) COLLATE utf8mb4_general_ci, id INT, v VARCHAR(40), n INT NULL, PRIMARY KEY (region, id))",
+		"INSERT INTO race.composite SELECT ELT(1 + i % 4, 'eu', 'us', 'ap', 'sa'), i, SHA1(i), NULL FROM race.seq"},
+	{"uniq", "CREATE TABLE race.uniq (id INT PRIMARY KEY, email VARCHAR(40) NOT NULL, n INT NULL, UNIQUE KEY (email))",
+		"INSERT INTO race.uniq SELECT i * 3, CONCAT('e', i), NULL FROM race.seq"},
+	{"types", "CREATE TABLE race.types (id INT PRIMARY KEY, d DECIMAL(20,6), f FLOAT, dbl DOUBLE, dt DATETIME(6), b VARBINARY(20), " +
+		"t TEXT, bits BIT(16), e ENUM('a','b','c'), n INT NULL)",
+		"INSERT INTO race.types SELECT i, i / 7, i / 3, i / 11, FROM_UNIXTIME(i, '%Y-%m-%d %H:%i:%s.%f'), UNHEX(SHA1(i)), REPEAT('t', i % 50), i % 65536, ELT(1 + i % 3, 'a', 'b', 'c'), NULL FROM race.seq"},
+}
+
+// raceStatements returns one random change; several make a multi-statement
+// transaction.
+func raceStatements(rng *rand.Rand, keys int) []string {
+	id := rng.IntN(keys)
+	to := rng.IntN(keys)
+	v := rng.Uint64()
+	region := []string{"eu", "EU", "us", "ap", "Sa"}[rng.IntN(5)]
+	switch rng.IntN(4) {
+	case 0:
+		return []string{[]string{
+			fmt.Sprintf("INSERT IGNORE INTO race.ints VALUES (%d, '%d', %d)", id, v, id),
+			fmt.Sprintf("UPDATE race.ints SET v = '%d' WHERE id = %d", v, id),
+			fmt.Sprintf("DELETE FROM race.ints WHERE id = %d", id),
+			fmt.Sprintf("UPDATE IGNORE race.ints SET id = %d WHERE id = %d", to, id),
+			fmt.Sprintf("UPDATE race.ints SET n = IF(n IS NULL, %d, NULL) WHERE id = %d", id, id),
+		}[rng.IntN(5)]}
+	case 1:
+		return []string{[]string{
+			fmt.Sprintf("INSERT IGNORE INTO race.composite VALUES ('%s', %d, '%d', %d)", region, id, v, id),
+			fmt.Sprintf("UPDATE race.composite SET v = '%d' WHERE region = '%s' AND id = %d", v, region, id),
+			fmt.Sprintf("DELETE FROM race.composite WHERE region = '%s' AND id = %d", region, id),
+			fmt.Sprintf("UPDATE IGNORE race.composite SET id = %d, region = '%s' WHERE region = '%s' AND id = %d", to, region, region, id),
+			fmt.Sprintf("UPDATE race.composite SET n = IF(n IS NULL, %d, NULL) WHERE region = '%s' AND id = %d", id, region, id),
+		}[rng.IntN(5)]}
+	case 2:
+		switch rng.IntN(4) {
+		case 0:
+			return []string{fmt.Sprintf("INSERT IGNORE INTO race.uniq VALUES (%d, 'e%d', NULL)", id, v%uint64(keys))}
+		case 1:
+			return []string{fmt.Sprintf("UPDATE IGNORE race.uniq SET email = 'e%d' WHERE id = %d", v%uint64(keys), id)}
+		case 2:
+			return []string{fmt.Sprintf("DELETE FROM race.uniq WHERE id = %d", id)}
+		}
+		// Swap two rows' unique values through a placeholder, in one transaction.
+		tmp := fmt.Sprintf("swap-%d", v)
+		return []string{
+			fmt.Sprintf("SET @a = (SELECT email FROM race.uniq WHERE id = %d), @b = (SELECT email FROM race.uniq WHERE id = %d)", id, to),
+			fmt.Sprintf("UPDATE race.uniq SET email = '%s' WHERE id = %d AND @a IS NOT NULL AND @b IS NOT NULL", tmp, id),
+			fmt.Sprintf("UPDATE race.uniq SET email = @a WHERE id = %d AND @a IS NOT NULL AND @b IS NOT NULL AND %d <> %d", to, id, to),
+			fmt.Sprintf("UPDATE race.uniq SET email = @b WHERE id = %d AND email = '%s'", id, tmp),
+		}
+	}
+	return []string{[]string{
+		fmt.Sprintf("INSERT IGNORE INTO race.types VALUES (%d, %d / 13, %d / 7, %d / 17, NOW(6), UNHEX(SHA1(%d)), REPEAT('x', %d), %d, 'b', NULL)",
+			id, v%100000, v%1000, v, v, v%40, v%65536),
+		fmt.Sprintf("UPDATE race.types SET f = f + 0.5, dbl = dbl * 1.5, d = d + 1, dt = NOW(6), bits = bits ^ 1, e = 'c', t = CONCAT(t, 'y') WHERE id = %d", id),
+		fmt.Sprintf("DELETE FROM race.types WHERE id = %d", id),
+		fmt.Sprintf("UPDATE IGNORE race.types SET id = %d WHERE id = %d", to, id),
+		fmt.Sprintf("UPDATE race.types SET n = IF(n IS NULL, %d, NULL), b = IF(b IS NULL, X'00FF', NULL) WHERE id = %d", id, id),
+	}[rng.IntN(5)]}
+}
+
+// raceWriter runs random transactions of one to three changes until ctx ends;
+// errors (a source being killed, a unique collision) just skip the transaction.
+func raceWriter(ctx context.Context, db *sql.DB, rng *rand.Rand, keys int) int {
+	n := 0
+	for ctx.Err() == nil {
+		var stmts []string
+		for k := 1 + rng.IntN(3); k > 0; k-- {
+			stmts = append(stmts, raceStatements(rng, keys)...)
+		}
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		ok := func() bool {
+			defer conn.Close()
+			if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+				return false
+			}
+			for _, q := range stmts {
+				if _, err := conn.ExecContext(ctx, q); err != nil {
+					_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+					return false
+				}
+			}
+			_, err := conn.ExecContext(ctx, "COMMIT")
+			return err == nil
+		}()
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+type raceConfig struct {
+	seed  uint64
+	keys  int
+	kills int
+	hooks string
+	// unsafe runs with the broken fence: the run must find differences.
+	unsafe bool
+}
+
+type raceResult struct {
+	writes, kills int
+	killsInCopy   int // kills that landed while the copy was running
+	diverged      string // the workflow's error, when it stopped on divergence
+	differences   []string
+}
+
+func runRace(t *testing.T, cfg raceConfig) raceResult {
+	rng := rand.New(rand.NewPCG(cfg.seed, 99))
+	e := newEnv(t)
+	e.hooks = []string{testhook.EnvVar + "=" + cfg.hooks + fmt.Sprintf(",seed=%d", cfg.seed)}
+	e.sourceExec("CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)", "SET SESSION max_recursive_iterations = 1000000",
+		fmt.Sprintf("INSERT INTO race.seq WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s", cfg.keys/3))
+	var names []string
+	for _, tbl := range raceTables {
+		e.sourceExec(tbl.ddl, tbl.fill)
+		names = append(names, tbl.name)
+	}
+	e.sourceExec("DROP TABLE race.seq")
+
+	ctx, stopWriters := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			writes.Add(int64(raceWriter(ctx, e.srcDB, rand.New(rand.NewPCG(cfg.seed, uint64(i))), cfg.keys)))
+		}()
+	}
+	defer func() { stopWriters(); wg.Wait() }()
+
+	e.startStreamer()
+	e.startApplier()
+	spec := e.workflow("race", "race", names...)
+	spec.Options.ChunkRows = int64(20 + rng.IntN(200))
+	spec.Options.PacketBytes = int64(2<<10 + rng.IntN(16<<10))
+	spec.Options.ParallelTables = int32(1 + rng.IntN(4))
+	e.start(spec)
+
+	res := raceResult{}
+	for res.kills < cfg.kills {
+		// Early kills land in the copy, later ones in the replay after it.
+		time.Sleep(time.Duration(50+rng.IntN(150*(res.kills+1))) * time.Millisecond)
+		if done, err := e.store.CopyDone(context.Background(), "race"); err == nil && !done {
+			res.killsInCopy++
+		}
+		switch rng.IntN(3) {
+		case 0:
+			e.applier.kill()
+			t.Logf("kill %d: SIGKILL applier", res.kills+1)
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			e.applier.restart()
+		case 1:
+			e.streamer.kill()
+			t.Logf("kill %d: SIGKILL streamer", res.kills+1)
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			e.streamer.restart()
+		default:
+			require.NoError(t, e.src.Kill())
+			t.Logf("kill %d: SIGKILL source server", res.kills+1)
+			require.NoError(t, e.src.Restart(context.Background()))
+		}
+		res.kills++
+	}
+	w := e.waitStates("race", 2*time.Minute, state.Running, state.Error)
+	if w.State == state.Error {
+		res.diverged = w.Message
+		return res
+	}
+	time.Sleep(300 * time.Millisecond) // replay after the copy too
+	stopWriters()
+	wg.Wait()
+	res.writes = int(writes.Load())
+	e.waitCaughtUp("race", 2*time.Minute)
+	for _, name := range names {
+		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "race", "race", name, verify.Options{})
+		require.NoError(t, err)
+		if !r.Identical() {
+			res.differences = append(res.differences, r.String())
+		}
+	}
+	return res
+}
+
+// TestRace copies under random traffic with every window widened and kills of
+// the applier, the streamer and the source server: zero differences, every run.
+func TestRace(t *testing.T) {
+	runs, keys := envInt("ROWLIFT_RACE_RUNS", 1), envInt("ROWLIFT_RACE_KEYS", 3000)
+	base := testSeed(t)
+	for run := 0; run < runs; run++ {
+		seed := base + uint64(run)
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			res := runRace(t, raceConfig{seed: seed, keys: keys, kills: 5, hooks: "chunk_read=0-20ms,chunk_emit=0-10ms,chunk_apply=0-10ms"})
+			t.Logf("seed %d: %d writes, %d kills (%d during the copy)", seed, res.writes, res.kills, res.killsInCopy)
+			require.Empty(t, res.diverged, "the workflow stopped on divergence")
+			require.Empty(t, res.differences)
+			require.Greater(t, res.writes, 100, "the writers barely ran; the run proves little")
+		})
+	}
+}
+
+// TestRaceUnsafeFenceIsCaught proves the race test can fail: with chunks fenced
+// the broken way (the position read, then a plain SELECT), it must find
+// divergence or differences.
+func TestRaceUnsafeFenceIsCaught(t *testing.T) {
+	seed := testSeed(t)
+	res := runRace(t, raceConfig{seed: seed, keys: 3000, kills: 0, unsafe: true, hooks: "unsafe_fence=1,chunk_read=10-40ms"})
+	t.Logf("unsafe fence: diverged=%q differences=%v", res.diverged, res.differences)
+	require.True(t, res.diverged != "" || len(res.differences) > 0, "the race test did not notice a broken fence")
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// waitStates waits until the workflow is in one of states and returns it.
+func (e *env) waitStates(name string, timeout time.Duration, states ...state.State) *state.Workflow {
+	e.t.Helper()
+	var w *state.Workflow
+	want := fmt.Sprint(states)
+	e.waitFor("workflow "+name+" in one of "+want, timeout, func() (bool, string) {
+		var err error
+		if w, err = e.store.Workflow(context.Background(), name); err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(want, string(w.State)), fmt.Sprintf("state %s: %s", w.State, w.Message)
+	})
+	return w
+}

@@ -136,7 +136,7 @@ type raceConfig struct {
 
 type raceResult struct {
 	writes, kills int
-	killsInCopy   int // kills that landed while the copy was running
+	killsInCopy   int    // kills that landed while the copy was running
 	diverged      string // the workflow's error, when it stopped on divergence
 	differences   []string
 }

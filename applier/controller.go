@@ -216,8 +216,10 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			if !w.idle() {
 				return nil
 			}
+			// The target has everything the source had at the heartbeat's time, so
+			// lag at idle reads about zero rather than the time since the last write.
 			hb := item.GetHeartbeat()
-			return play.advance(ctx, hb.GetPosition().GetGtidSet(), 0)
+			return play.advance(ctx, hb.GetPosition().GetGtidSet(), hb.GetSourceTimeUs())
 		case item.GetDdl() != nil:
 			if err := w.drain(); err != nil {
 				return err

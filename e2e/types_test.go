@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,27 +84,6 @@ const (
 	textBytes = 65535
 )
 
-// hexLit is v as a hex literal, which the server takes byte for byte.
-func hexLit(v []byte) string {
-	if len(v) == 0 {
-		return "''"
-	}
-	return "X'" + hex.EncodeToString(v) + "'"
-}
-
-// pseudoRandom returns n deterministic bytes that include every byte value.
-func pseudoRandom(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, seed))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	for i := 0; i < 256 && i < n; i++ {
-		b[i] = byte(i)
-	}
-	return b
-}
-
 func allBytes() []byte {
 	b := make([]byte, 256)
 	for i := range b {
@@ -147,9 +124,9 @@ func allTypeRows() []typeRow {
 			"bit1": "b'1'", "bit64": "X'FFFFFFFFFFFFFFFF'",
 			"ch": "'😀😁🤖🇫🇷x'", "vc": "REPEAT('🦀', 64)",
 			"lch": "_latin1 X'FFFFFFFFFFFFFFFFFFFF'", "lvc": "REPEAT(_latin1 X'FF', 64)",
-			"bin8": "X'FFFFFFFFFFFFFFFF'", "vb": hexLit(pseudoRandom(300, 2)),
+			"bin8": "X'FFFFFFFFFFFFFFFF'", "vb": sandboxtest.HexLiteral(sandboxtest.EveryByte(300, 2)),
 			"txt": "CONCAT(REPEAT('é', 32767), 'x')", "ltxt": `REPEAT('😀 é\\n\'', 157287)`,
-			"bl": hexLit(pseudoRandom(textBytes, 3)), "lbl": hexLit(pseudoRandom(bigBytes, 4)),
+			"bl": sandboxtest.HexLiteral(sandboxtest.EveryByte(textBytes, 3)), "lbl": sandboxtest.HexLiteral(sandboxtest.EveryByte(bigBytes, 4)),
 			"en": "'€'", "st": "'x,y,z,ü'", "len": "'plain'",
 			"dt": "'9999-12-31'", "dtm": "'9999-12-31 23:59:59.999999'",
 			// The largest TIMESTAMP, 2038-01-19 03:14:07.999999 UTC, in the +05:30 session.
@@ -179,8 +156,8 @@ func allTypeRows() []typeRow {
 			"bin8": "X'6162'", "vb": "X'005C27000A0D1A22255F5C5C2700'", "bl": "X'00005C2700'",
 			"lch": "'a''b'", "lvc": `'back\\slash ''quote'' "dq"'`}},
 		{15, "every byte", map[string]string{
-			"bin8": "X'0000000000000000'", "vb": hexLit(allBytes()), "bl": hexLit(allBytes()),
-			"lbl": hexLit(append(allBytes(), allBytes()...))}},
+			"bin8": "X'0000000000000000'", "vb": sandboxtest.HexLiteral(allBytes()), "bl": sandboxtest.HexLiteral(allBytes()),
+			"lbl": sandboxtest.HexLiteral(append(allBytes(), allBytes()...))}},
 		{16, "trailing zeros and spaces", map[string]string{
 			"bin8": "X'6162202000'", "vb": "X'616200'", "ch": "'ab  '", "vc": "'ab  '", "lch": "'é '", "lvc": "'é '"}},
 		{17, "empty strings", emptyStrings},

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,27 +90,6 @@ const (
 	textBytes = 65535
 )
 
-// hexLit is v as a hex literal, which the server takes byte for byte.
-func hexLit(v []byte) string {
-	if len(v) == 0 {
-		return "''"
-	}
-	return "X'" + hex.EncodeToString(v) + "'"
-}
-
-// pseudoRandom returns n deterministic bytes that include every byte value.
-func pseudoRandom(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, seed))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	for i := 0; i < 256 && i < n; i++ {
-		b[i] = byte(i)
-	}
-	return b
-}
-
 // typeRow is one row of alltypes: SQL expressions by column, NULL for the rest.
 type typeRow struct {
 	what string
@@ -126,7 +103,7 @@ func typeRows() []typeRow {
 		empty[c] = "''"
 	}
 	empty["js"] = `'""'`
-	every := pseudoRandom(256, 1)
+	every := sandboxtest.EveryByte(256, 1)
 	return []typeRow{
 		{"minimums", map[string]string{
 			"ti": "-128", "tiu": "0", "si": "-32768", "siu": "0", "mi": "-8388608", "miu": "0",
@@ -153,10 +130,10 @@ func typeRows() []typeRow {
 			"bit1": "b'1'", "bit12": "b'111111111111'", "bit64": "X'FFFFFFFFFFFFFFFF'",
 			"ch": "'😀😁🤖🇫🇷x'", "vc": "REPEAT('🦀', 64)", "bigch": "REPEAT('😀', 100)",
 			"lch": "_latin1 X'FFFFFFFFFFFFFFFFFFFF'", "lvc": "REPEAT(_latin1 X'FF', 64)",
-			"bin8": "X'FFFFFFFFFFFFFFFF'", "vb": hexLit(pseudoRandom(300, 2)),
+			"bin8": "X'FFFFFFFFFFFFFFFF'", "vb": sandboxtest.HexLiteral(sandboxtest.EveryByte(300, 2)),
 			"tt": "REPEAT('é', 127)", "txt": "CONCAT(REPEAT('é', 32767), 'x')", "ltxt": `REPEAT('😀 é\\n\'', 157287)`,
-			"tb": hexLit(pseudoRandom(255, 5)), "bl": hexLit(pseudoRandom(textBytes, 3)),
-			"mb": hexLit(pseudoRandom(70000, 6)), "lbl": hexLit(pseudoRandom(bigBytes, 4)),
+			"tb": sandboxtest.HexLiteral(sandboxtest.EveryByte(255, 5)), "bl": sandboxtest.HexLiteral(sandboxtest.EveryByte(textBytes, 3)),
+			"mb": sandboxtest.HexLiteral(sandboxtest.EveryByte(70000, 6)), "lbl": sandboxtest.HexLiteral(sandboxtest.EveryByte(bigBytes, 4)),
 			"en": "'€'", "e4": "'b'", "st": "'x,y,z,ü'", "st64": "'" + strings.Join(set64, ",") + "'",
 			"len": "'plain'",
 			"dt":  "'9999-12-31'", "dtm": "'9999-12-31 23:59:59.999999'", "dtm0": "'9999-12-31 23:59:59'",
@@ -192,8 +169,8 @@ func typeRows() []typeRow {
 			"bin8": "X'6162'", "vb": "X'005C27000A0D1A22255F5C5C2700'", "bl": "X'00005C2700'", "tb": "X'00'",
 			"lch": "'a''b'", "lvc": `'back\\slash ''quote'' "dq"'`}},
 		{"every byte", map[string]string{
-			"bin8": "X'0000000000000000'", "vb": hexLit(every), "bl": hexLit(every), "tb": hexLit(every[:255]),
-			"mb": hexLit(append(every, every...)), "lbl": hexLit(append(every, every...))}},
+			"bin8": "X'0000000000000000'", "vb": sandboxtest.HexLiteral(every), "bl": sandboxtest.HexLiteral(every), "tb": sandboxtest.HexLiteral(every[:255]),
+			"mb": sandboxtest.HexLiteral(append(every, every...)), "lbl": sandboxtest.HexLiteral(append(every, every...))}},
 		{"trailing zeros and spaces", map[string]string{
 			"bin8": "X'6162202000'", "vb": "X'616200'", "ch": "'ab  '", "vc": "'ab  '", "bigch": "'ab  '",
 			"lch": "'é '", "lvc": "'é '", "tt": "'t  '", "tb": "X'6100'"}},

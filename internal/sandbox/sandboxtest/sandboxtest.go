@@ -6,6 +6,8 @@ package sandboxtest
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
+	"math/rand/v2"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql" // registers the "mysql" driver for Open
@@ -50,4 +52,27 @@ func Exec(t testing.TB, conn *sql.DB, stmts ...string) {
 			t.Fatalf("exec %q: %v", q, err)
 		}
 	}
+}
+
+// HexLiteral writes v as a SQL hex literal, which a server stores byte for byte
+// whatever the connection's character set.
+func HexLiteral(v []byte) string {
+	if len(v) == 0 {
+		return "''"
+	}
+	return "X'" + hex.EncodeToString(v) + "'"
+}
+
+// EveryByte returns n deterministic pseudo-random bytes that begin with every
+// byte value 0..255, for values that must survive a copy byte for byte.
+func EveryByte(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	for i := 0; i < 256 && i < n; i++ {
+		b[i] = byte(i)
+	}
+	return b
 }

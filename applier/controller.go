@@ -90,6 +90,13 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	e := c.engine
 	store := e.store
 	name := c.spec.GetName()
+	// Take the stream over first: after this no write of an earlier run of it
+	// (a killed applier, a stream that broke mid-commit) can land, so the state
+	// read below is what this run continues from.
+	owner, err := store.TakeOver(ctx, name, c.source.GetName())
+	if err != nil {
+		return false, err
+	}
 	copies, err := store.CopyState(ctx, name, c.source.GetName())
 	if err != nil {
 		return false, err
@@ -144,7 +151,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	play, err := newPlayer(e.db, name, c.source.GetName(), targetDatabase(c.spec), tables, position)
+	play, err := newPlayer(e.db, name, c.source.GetName(), owner, targetDatabase(c.spec), tables, position)
 	if err != nil {
 		return false, err
 	}
@@ -164,7 +171,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	w := newCopyWriter(ctx, e.db, name, c.source.GetName(), workers, func(table string, _ int, done bool) {
+	w := newCopyWriter(ctx, e.db, play, workers, func(table string, _ int, done bool) {
 		if done {
 			c.log.Info("table copied", zap.String("table", table))
 		}

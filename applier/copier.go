@@ -163,7 +163,11 @@ type copyWriter struct {
 	db       *sql.DB
 	workflow string
 	source   string
-	jobs     chan *copyJob
+	owner    int64
+	// play holds the stream's committed position, which each part's commit
+	// moves to its chunk's fence.
+	play *player
+	jobs chan *copyJob
 	// lastDone is closed when the most recently submitted job has committed.
 	lastDone <-chan struct{}
 	// lastInserted is, per table, closed when the latest submitted job of that
@@ -188,11 +192,11 @@ type copyJob struct {
 	done       chan struct{}
 }
 
-func newCopyWriter(ctx context.Context, db *sql.DB, workflow, source string, workers int, onCommit func(string, int, bool)) *copyWriter {
+func newCopyWriter(ctx context.Context, db *sql.DB, play *player, workers int, onCommit func(string, int, bool)) *copyWriter {
 	g, ctx := errgroup.WithContext(ctx)
 	started := make(chan struct{})
 	close(started)
-	w := &copyWriter{db: db, workflow: workflow, source: source, jobs: make(chan *copyJob, workers),
+	w := &copyWriter{db: db, workflow: play.workflow, source: play.source, owner: play.owner, play: play, jobs: make(chan *copyJob, workers),
 		lastDone: started, lastInserted: map[string]<-chan struct{}{}, ready: started, g: g, ctx: ctx, onCommit: onCommit}
 	for range workers {
 		g.Go(w.work)
@@ -283,12 +287,17 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 	if len(c.GetRows()) > 0 {
 		lastPK = c.GetLastPk()
 	}
-	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, job.table.name, lastPK, int64(len(c.GetRows())), c.GetTableDone()); err != nil {
+	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, w.owner, job.table.name, lastPK, int64(len(c.GetRows())), c.GetTableDone()); err != nil {
 		return err
+	}
+	position, err := w.play.saveFence(w.ctx, tx, c.GetFence().GetGtidSet())
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", job.table.name, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("copy %s: commit: %w", job.table.name, err)
 	}
+	w.play.committed(position)
 	w.rows.Add(int64(len(c.GetRows())))
 	if w.onCommit != nil {
 		w.onCommit(job.table.name, len(c.GetRows()), c.GetTableDone())

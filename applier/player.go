@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
@@ -24,21 +25,24 @@ type player struct {
 	db       *sql.DB
 	workflow string
 	source   string
+	owner    int64
 	targetDB string
 	tables   map[string]*targetTable
 	// applied is the GTID set committed on the target; transactions in it are
-	// skipped (a streamer resumed from an older position sends them again).
+	// skipped (a streamer resumed from an older position sends them again). The
+	// copy writer moves it too, under mu: a committed chunk covers its fence.
+	mu      sync.Mutex
 	applied *gomysql.MariadbGTIDSet
 	buf     []byte
 	values  [][]byte
 }
 
-func newPlayer(db *sql.DB, workflow, source, targetDB string, tables map[string]*targetTable, position string) (*player, error) {
+func newPlayer(db *sql.DB, workflow, source string, owner int64, targetDB string, tables map[string]*targetTable, position string) (*player, error) {
 	set, err := gomysql.ParseMariadbGTIDSet(position)
 	if err != nil {
 		return nil, fmt.Errorf("committed position %q: %w", position, err)
 	}
-	return &player{db: db, workflow: workflow, source: source, targetDB: targetDB, tables: tables,
+	return &player{db: db, workflow: workflow, source: source, owner: owner, targetDB: targetDB, tables: tables,
 		applied: set.(*gomysql.MariadbGTIDSet)}, nil
 }
 
@@ -87,19 +91,53 @@ func (p *player) commit(ctx context.Context, tx *sql.Tx, position string, source
 	if err != nil {
 		return fmt.Errorf("position %q: %w", position, err)
 	}
-	if err := state.SavePosition(ctx, tx, p.workflow, p.source, position, sourceTimeUS); err != nil {
+	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, position, sourceTimeUS); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit position %s: %w", position, err)
 	}
-	p.applied = set.(*gomysql.MariadbGTIDSet)
+	p.committed(set.(*gomysql.MariadbGTIDSet))
 	return nil
 }
 
 func (p *player) contains(gtid string) bool {
 	g, err := gomysql.ParseMariadbGTIDSet(gtid)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return err == nil && p.applied.Contain(g)
+}
+
+// saveFence records, in a chunk's transaction, that the target now covers the
+// chunk's fence: every transaction at or before it was placed before the chunk
+// and is applied, or was dropped because the chunk holds its rows. Without it a
+// restarted stream would read those dropped transactions again and judge them
+// against a copy that has moved past their rows, applying them twice. It
+// returns the position to record with after commit.
+func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string) (*gomysql.MariadbGTIDSet, error) {
+	f, err := gomysql.ParseMariadbGTIDSet(fence)
+	if err != nil {
+		return nil, fmt.Errorf("fence %q: %w", fence, err)
+	}
+	p.mu.Lock()
+	merged := p.applied.Clone().(*gomysql.MariadbGTIDSet)
+	p.mu.Unlock()
+	for domain, g := range f.(*gomysql.MariadbGTIDSet).Sets {
+		if cur, ok := merged.Sets[domain]; !ok || cur.SequenceNumber < g.SequenceNumber {
+			merged.Sets[domain] = g.Clone()
+		}
+	}
+	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, merged.String(), 0); err != nil {
+		return nil, err
+	}
+	return merged, nil
+}
+
+// committed records a position a transaction has committed.
+func (p *player) committed(set *gomysql.MariadbGTIDSet) {
+	p.mu.Lock()
+	p.applied = set
+	p.mu.Unlock()
 }
 
 func (p *player) change(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {

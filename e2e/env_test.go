@@ -106,6 +106,13 @@ func (e *env) waitFor(what string, timeout time.Duration, cond func() (bool, str
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A hang explains itself: SIGQUIT makes each rowlift process write every
+	// goroutine's stack to the log this test prints when it fails.
+	for _, p := range []*proc{e.streamer, e.applier} {
+		if p != nil {
+			p.quit()
+		}
+	}
 	e.t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout, what, last)
 }
 
@@ -165,7 +172,7 @@ func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 		p.stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(p.log)
-			t.Logf("log of %s:\n%s", name, sandbox.Tail(string(b), 40))
+			t.Logf("log of %s:\n%s", name, sandbox.Tail(string(b), 400))
 		}
 	})
 	return p
@@ -206,6 +213,20 @@ func (p *proc) stop() {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
 		p.kill()
+	}
+}
+
+// quit sends SIGQUIT, which makes a Go process dump its goroutines and exit.
+func (p *proc) quit() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"regexp"
 	"time"
 
@@ -42,6 +43,9 @@ const (
 var (
 	ErrExists   = errors.New("workflow already exists")
 	ErrNotFound = errors.New("workflow not found")
+	// ErrNotOwner means another run of the stream took it over: this run's
+	// writes must not commit.
+	ErrNotOwner = errors.New("stream taken over by another run")
 )
 
 var schemaDDL = []string{
@@ -61,6 +65,7 @@ var schemaDDL = []string{
 		position TEXT NOT NULL COMMENT 'GTID set applied on this target',
 		source_time_us BIGINT NOT NULL DEFAULT 0 COMMENT 'source commit time of the last applied item',
 		message TEXT NOT NULL COMMENT 'non-empty while the stream is retrying',
+		owner BIGINT NOT NULL DEFAULT 0 COMMENT 'the stream run allowed to write its state (see TakeOver)',
 		PRIMARY KEY (workflow, source)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.copy_state (
@@ -295,9 +300,46 @@ func (s *Store) SetStreamMessage(ctx context.Context, workflow, source, message 
 	return nil
 }
 
+// TakeOver makes a new run of a stream the only one whose state writes commit,
+// and returns its owner token. A run that died (a killed process, a broken
+// stream) can leave a transaction the server still commits after the client is
+// gone; the takeover's UPDATE waits for any such transaction that holds the
+// stream row, and every later write of the old run fails its owner check. State
+// read after TakeOver is therefore final.
+func (s *Store) TakeOver(ctx context.Context, workflow, source string) (int64, error) {
+	owner := rand.Int64N(math.MaxInt64-1) + 1
+	res, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".stream SET owner = ? WHERE workflow = ? AND source = ?", owner, workflow, source)
+	if err != nil {
+		return 0, fmt.Errorf("take over stream %s/%s: %w", workflow, source, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return 0, fmt.Errorf("take over stream %s/%s: %w", workflow, source, ErrNotFound)
+	}
+	return owner, nil
+}
+
+// checkOwner locks the stream row inside the caller's transaction and fails
+// with ErrNotOwner when another run took the stream over.
+func checkOwner(ctx context.Context, tx Execer, workflow, source string, owner int64) error {
+	var current int64
+	err := tx.QueryRowContext(ctx, "SELECT owner FROM "+Schema+".stream WHERE workflow = ? AND source = ? FOR UPDATE",
+		workflow, source).Scan(&current)
+	if err != nil {
+		return fmt.Errorf("check owner of %s/%s: %w", workflow, source, err)
+	}
+	if current != owner {
+		return fmt.Errorf("%s/%s: %w", workflow, source, ErrNotOwner)
+	}
+	return nil
+}
+
 // SavePosition records, inside the caller's transaction, the source position the
-// target has applied and the source commit time of the last applied item.
-func SavePosition(ctx context.Context, tx Execer, workflow, source, position string, sourceTimeUS int64) error {
+// target has applied and the source commit time of the last applied item; it
+// fails with ErrNotOwner when the stream was taken over.
+func SavePosition(ctx context.Context, tx Execer, workflow, source string, owner int64, position string, sourceTimeUS int64) error {
+	if err := checkOwner(ctx, tx, workflow, source, owner); err != nil {
+		return err
+	}
 	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET position = ?, source_time_us = GREATEST(source_time_us, ?) "+
 		"WHERE workflow = ? AND source = ?", position, sourceTimeUS, workflow, source)
 	if err != nil {
@@ -310,11 +352,16 @@ func SavePosition(ctx context.Context, tx Execer, workflow, source, position str
 // progress commits in the caller's transaction with the data.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // SaveCopyProgress records, inside the caller's transaction, that rows up to
-// lastPK of a table have been copied.
-func SaveCopyProgress(ctx context.Context, tx Execer, workflow, source, table string, lastPK *rowliftv1.Row, rows int64, done bool) error {
+// lastPK of a table have been copied; it fails with ErrNotOwner when the stream
+// was taken over.
+func SaveCopyProgress(ctx context.Context, tx Execer, workflow, source string, owner int64, table string, lastPK *rowliftv1.Row, rows int64, done bool) error {
+	if err := checkOwner(ctx, tx, workflow, source, owner); err != nil {
+		return err
+	}
 	var pk []byte
 	if lastPK != nil {
 		var err error

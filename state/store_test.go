@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -111,9 +112,11 @@ func TestCopyProgressCommitsWithTheData(t *testing.T) {
 	pk := &rowliftv1.Row{}
 	rowcodec.Pack(pk, [][]byte{[]byte("42")})
 
+	owner, err := store.TakeOver(ctx, "p", "-80")
+	require.NoError(t, err)
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", "orders", pk, 42, false))
+	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", owner, "orders", pk, 42, false))
 	require.NoError(t, tx.Rollback())
 	cs, err := store.CopyState(ctx, "p", "-80")
 	require.NoError(t, err)
@@ -122,8 +125,8 @@ func TestCopyProgressCommitsWithTheData(t *testing.T) {
 
 	tx, err = db.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", "orders", pk, 42, false))
-	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", "orders", nil, 0, true))
+	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", owner, "orders", pk, 42, false))
+	require.NoError(t, state.SaveCopyProgress(ctx, tx, "p", "-80", owner, "orders", nil, 0, true))
 	require.NoError(t, tx.Commit())
 	cs, err = store.CopyState(ctx, "p", "-80")
 	require.NoError(t, err)
@@ -154,4 +157,50 @@ func TestDeleteWorkflowRemovesAllState(t *testing.T) {
 		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM _rowlift."+table+" WHERE "+col+" = 'other'").Scan(&n))
 		require.NotZero(t, n, "other workflows keep their %s rows", table)
 	}
+}
+
+// TestTakeOverFencesEarlierRuns: a new run of a stream waits for the commit of an
+// earlier run's transaction that is already writing state (as a killed client's
+// COMMIT the server still runs), sees its result, and every later write of the
+// earlier run is refused.
+func TestTakeOverFencesEarlierRuns(t *testing.T) {
+	store, db := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("f")))
+	old, err := store.TakeOver(ctx, "f", "-80")
+	require.NoError(t, err)
+
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, state.SavePosition(ctx, tx, "f", "-80", old, "0-1-5", 0))
+	taken := make(chan int64)
+	go func() {
+		owner, err := store.TakeOver(ctx, "f", "-80")
+		require.NoError(t, err)
+		taken <- owner
+	}()
+	select {
+	case <-taken:
+		t.Fatal("the takeover did not wait for the earlier run's transaction")
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit())
+	owner := <-taken
+
+	streams, err := store.Streams(ctx, "f")
+	require.NoError(t, err)
+	require.Equal(t, "0-1-5", streams[0].Position, "the new run reads what the earlier run committed")
+
+	late, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	err = state.SavePosition(ctx, late, "f", "-80", old, "0-1-6", 0)
+	require.ErrorIs(t, err, state.ErrNotOwner)
+	require.NoError(t, late.Rollback())
+	err = state.SaveCopyProgress(ctx, db, "f", "-80", old, "orders", nil, 1, false)
+	require.ErrorIs(t, err, state.ErrNotOwner)
+
+	now, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, state.SavePosition(ctx, now, "f", "-80", owner, "0-1-6", 0))
+	require.NoError(t, now.Commit())
 }

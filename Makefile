@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy soak clean
+.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag soak clean
 
 ## setup: install a MariaDB server if none is present, download modules, build pinned tools
 setup:
@@ -60,7 +60,7 @@ proto-check: proto
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
 ## bench: run every benchmark program; each prints rowlift beside a baseline from the same run
-bench: bench-sandbox bench-copy
+bench: bench-sandbox bench-copy bench-lag
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
@@ -68,10 +68,15 @@ bench-sandbox:
 	$(GO) run ./benchmarks/sandbox -n $(N)
 
 ## bench-copy: rowlift copy beside source scan, LOAD DATA and mariadb-dump | mariadb on the
-## same servers (ROWS=table rows, full size 16777216; BENCHFLAGS=more flags, e.g. -runs 3)
+## same servers (ROWS=table rows, full size 16777216; COPYFLAGS=more flags, e.g. -runs 3)
 ROWS ?= 1000000
 bench-copy:
-	$(GO) run ./benchmarks/copy -rows $(ROWS) $(BENCHFLAGS)
+	$(GO) run ./benchmarks/copy -rows $(ROWS) $(COPYFLAGS)
+
+## bench-lag: replication lag under a steady write load at half of what one target connection
+## commits, and a copy of -rows rows idle and under that load (LAGFLAGS=e.g. -duration 60s -rate 500)
+bench-lag:
+	$(GO) run ./benchmarks/lag $(LAGFLAGS)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table (a failing
 ## seed replays with ROWLIFT_TEST_SEED=<seed>)

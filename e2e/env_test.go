@@ -186,6 +186,8 @@ func (p *proc) start() {
 	fmt.Fprintf(f, "--- start %s\n", time.Now().Format(time.RFC3339Nano))
 	p.cmd = exec.Command(rowliftBin, p.args...)
 	p.cmd.Env = append(os.Environ(), p.env...)
+	// A test binary killed on timeout must not leave rowlift processes behind.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	require.NoError(p.t, p.cmd.Start())
 	p.done = make(chan struct{})

@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 	"github.com/rowlift/rowlift/internal/sandbox"
 )
 
@@ -43,7 +42,7 @@ func (b *bench) methods() []method {
 
 // setup builds rowlift (when (d) runs), starts both servers and loads the source.
 func setup(ctx context.Context, cfg config, selected map[string]bool) (b *bench, err error) {
-	b = &bench{cfg: cfg, clkTck: clockTicks(), rowBytes: rowBytes(cfg.Rows)}
+	b = &bench{cfg: cfg, clkTck: benchkit.ClockTicks(), rowBytes: benchkit.StressRowBytes(cfg.Rows)}
 	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-copy-"); err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
 	}
@@ -53,9 +52,10 @@ func setup(ctx context.Context, cfg config, selected map[string]bool) (b *bench,
 		}
 	}()
 	if selected["d"] {
-		if b.rowlift, err = buildRowlift(ctx, b.tmp); err != nil {
+		if b.rowlift, err = benchkit.Build(ctx, b.tmp); err != nil {
 			return b, err
 		}
+		progress("built %s", b.rowlift)
 	}
 	if err := b.startServers(ctx); err != nil {
 		return b, err
@@ -64,7 +64,7 @@ func setup(ctx context.Context, cfg config, selected map[string]bool) (b *bench,
 }
 
 func (b *bench) startServers(ctx context.Context) error {
-	opts := serverOptions(b.cfg)
+	opts := b.cfg.Options()
 	var err error
 	if b.source, err = sandbox.Start(ctx, opts); err != nil {
 		return fmt.Errorf("start source server: %w", err)
@@ -83,27 +83,6 @@ func (b *bench) startServers(ctx context.Context) error {
 	}
 	progress("servers up: source %s, target %s (%s)", b.source.Addr(), b.target.Addr(), b.version)
 	return nil
-}
-
-// serverOptions are the settings both servers share: the data fits in the buffer
-// pool, and every method commits with the same durability.
-func serverOptions(cfg config) sandbox.Options {
-	flavor := sandbox.Flavor(os.Getenv(sandbox.FlavorEnv))
-	if flavor != sandbox.MySQL {
-		flavor = sandbox.MariaDB
-	}
-	args := []string{
-		"--innodb-buffer-pool-size=" + cfg.BufferPool,
-		"--innodb-log-file-size=" + cfg.LogFileSize,
-		fmt.Sprintf("--innodb-flush-log-at-trx-commit=%d", cfg.Flush),
-		"--local-infile=ON",
-	}
-	if flavor == sandbox.MariaDB {
-		args = append(args, "--innodb-buffer-pool-size-max="+cfg.BufferPool)
-	}
-	// A root of its own: servers kept with -keep outlive this process, and test runs
-	// reap orphaned servers under the default root.
-	return sandbox.Options{Flavor: flavor, Root: filepath.Join(os.TempDir(), "rowlift-bench"), Args: args}
 }
 
 // close stops the servers and removes the temp dir, or with -keep leaves both and
@@ -151,7 +130,7 @@ func (b *bench) runAll(ctx context.Context, selected map[string]bool) (map[strin
 				continue
 			}
 			progress("run %d/%d: %s", round, b.cfg.Runs, mt.name)
-			if err := b.quiesce(ctx); err != nil {
+			if err := benchkit.Quiesce(ctx, 0, b.srcDB, b.tgtDB); err != nil {
 				return nil, err
 			}
 			m := &meter{b: b}
@@ -166,36 +145,6 @@ func (b *bench) runAll(ctx context.Context, selected map[string]bool) (map[strin
 		}
 	}
 	return results, nil
-}
-
-// quiesce waits until both servers have flushed every dirty page, so a method's
-// time and CPU do not include the background writes of the method before it.
-func (b *bench) quiesce(ctx context.Context) error {
-	for _, db := range []*sql.DB{b.srcDB, b.tgtDB} {
-		var pct string
-		if err := db.QueryRowContext(ctx, "SELECT @@innodb_max_dirty_pages_pct").Scan(&pct); err != nil {
-			return fmt.Errorf("quiesce: %w", err)
-		}
-		if _, err := db.ExecContext(ctx, "SET GLOBAL innodb_max_dirty_pages_pct = 0"); err != nil {
-			return fmt.Errorf("quiesce: %w", err)
-		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			var name string
-			var dirty int
-			if err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'").Scan(&name, &dirty); err != nil {
-				return fmt.Errorf("quiesce: %w", err)
-			}
-			if dirty == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if _, err := db.ExecContext(ctx, "SET GLOBAL innodb_max_dirty_pages_pct = "+pct); err != nil {
-			return fmt.Errorf("quiesce: %w", err)
-		}
-	}
-	return nil
 }
 
 // sample is one run of one method.
@@ -225,25 +174,25 @@ type meter struct {
 
 func (m *meter) start() error {
 	var err error
-	if m.src0, err = m.b.serverCPU(m.b.source); err != nil {
+	if m.src0, err = benchkit.ServerCPU(m.b.source, m.b.clkTck); err != nil {
 		return err
 	}
-	if m.tgt0, err = m.b.serverCPU(m.b.target); err != nil {
+	if m.tgt0, err = benchkit.ServerCPU(m.b.target, m.b.clkTck); err != nil {
 		return err
 	}
-	m.self0 = selfCPU()
+	m.self0 = benchkit.SelfCPU()
 	m.t0 = time.Now()
 	return nil
 }
 
 func (m *meter) stop() error {
 	wall := time.Since(m.t0).Seconds()
-	self := selfCPU()
-	src, err := m.b.serverCPU(m.b.source)
+	self := benchkit.SelfCPU()
+	src, err := benchkit.ServerCPU(m.b.source, m.b.clkTck)
 	if err != nil {
 		return err
 	}
-	tgt, err := m.b.serverCPU(m.b.target)
+	tgt, err := benchkit.ServerCPU(m.b.target, m.b.clkTck)
 	if err != nil {
 		return err
 	}
@@ -257,12 +206,4 @@ func (m *meter) stop() error {
 	}
 	m.stopped = true
 	return nil
-}
-
-func (b *bench) serverCPU(s *sandbox.Server) (float64, error) {
-	pid := s.Pid()
-	if pid == 0 {
-		return 0, errors.New("server in " + s.Dir + " is not running:\n" + sandbox.Tail(s.ErrorLog(), 20))
-	}
-	return procCPU(pid, b.clkTck)
 }

@@ -17,21 +17,21 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
 
 // config is every flag; it is printed and stored with the results.
 type config struct {
-	Rows        int64  `json:"rows"`
-	ChunkRows   int64  `json:"chunk_rows"`
-	PacketBytes int64  `json:"packet_bytes"`
-	Workers     int    `json:"workers"`
-	BufferPool  string `json:"buffer_pool"`
-	LogFileSize string `json:"log_file_size"`
-	Flush       int    `json:"flush"`
-	Runs        int    `json:"runs"`
-	Methods     string `json:"methods"`
-	Out         string `json:"out"`
-	Keep        bool   `json:"keep"`
+	Rows        int64 `json:"rows"`
+	ChunkRows   int64 `json:"chunk_rows"`
+	PacketBytes int64 `json:"packet_bytes"`
+	Workers     int   `json:"workers"`
+	benchkit.ServerConfig
+	Runs    int    `json:"runs"`
+	Methods string `json:"methods"`
+	Out     string `json:"out"`
+	Keep    bool   `json:"keep"`
 }
 
 func main() {
@@ -40,9 +40,7 @@ func main() {
 	flag.Int64Var(&cfg.ChunkRows, "chunk-rows", 0, "rowlift rows per chunk SELECT (0: rowlift's default)")
 	flag.Int64Var(&cfg.PacketBytes, "packet-bytes", 0, "rowlift gRPC message size in bytes (0: rowlift's default)")
 	flag.IntVar(&cfg.Workers, "workers", 0, "rowlift applier connections (0: rowlift's default)")
-	flag.StringVar(&cfg.BufferPool, "buffer-pool", "1G", "innodb_buffer_pool_size of both servers")
-	flag.StringVar(&cfg.LogFileSize, "log-file-size", "512M", "innodb_log_file_size of both servers")
-	flag.IntVar(&cfg.Flush, "flush", 1, "innodb_flush_log_at_trx_commit of both servers (1 = durable)")
+	cfg.RegisterFlags(flag.CommandLine)
 	flag.IntVar(&cfg.Runs, "runs", 1, "runs of each method; the best and the median are reported")
 	flag.StringVar(&cfg.Methods, "methods", "a,b,c,d", "methods to run, always in the order a, b, c, d")
 	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/copy-<rows>.json)")
@@ -79,7 +77,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	rep := b.report(results)
 	rep.print(os.Stdout)
-	return rep.write(cfg.Out)
+	return benchkit.WriteJSON(cfg.Out, rep)
 }
 
 // selectMethods parses -methods into the known methods it names, in the order a, b, c, d.

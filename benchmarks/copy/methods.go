@@ -6,7 +6,8 @@ import (
 	"database/sql"
 	"fmt"
 	"os/exec"
-	"syscall"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
 
 // scan is (a): a Go client selects every row in PK order and discards it; the
@@ -49,19 +50,19 @@ func (b *bench) loadTarget(ctx context.Context, m *meter) error {
 	if err := b.resetTarget(ctx, db); err != nil {
 		return err
 	}
-	if _, err := b.tgtDB.ExecContext(ctx, fmt.Sprintf(tableDDL, db)); err != nil {
+	if _, err := b.tgtDB.ExecContext(ctx, fmt.Sprintf(benchkit.StressDDL, db)); err != nil {
 		return fmt.Errorf("create %s.%s: %w", db, table, err)
 	}
 	if err := m.start(); err != nil {
 		return err
 	}
-	if err := loadRows(ctx, b.tgtDB, db, 1, b.cfg.Rows); err != nil {
+	if err := benchkit.LoadStress(ctx, b.tgtDB, db, 1, b.cfg.Rows); err != nil {
 		return err
 	}
 	if err := m.stop(); err != nil {
 		return err
 	}
-	return checkCount(ctx, b.tgtDB, db, b.cfg.Rows)
+	return b.checkCount(ctx, db, b.cfg.Rows)
 }
 
 // dumpPipe is (c): mariadb-dump of the source table piped into the mariadb client
@@ -97,7 +98,7 @@ func (b *bench) dumpPipe(ctx context.Context, m *meter) error {
 	}
 	// The wait status of the shell counts the children it waited for.
 	m.s.ClientCPUS = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
-	return checkCount(ctx, b.tgtDB, db, b.cfg.Rows)
+	return b.checkCount(ctx, db, b.cfg.Rows)
 }
 
 func firstInPath(names ...string) (string, error) {
@@ -107,13 +108,4 @@ func firstInPath(names ...string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("none of %v is installed (run `make setup`)", names)
-}
-
-// selfCPU is the user+system CPU seconds this process has used.
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

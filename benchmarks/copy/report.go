@@ -2,35 +2,24 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
 
 // report is what a run prints and stores as JSON.
 type report struct {
-	Timestamp     string         `json:"timestamp"`
-	Machine       machine        `json:"machine"`
-	ServerVersion string         `json:"server_version"`
-	Flags         config         `json:"flags"`
-	RowBytes      int64          `json:"row_bytes"`
-	Methods       []methodResult `json:"methods"`
-	Best          ratios         `json:"ratios_best"`
-	Median        ratios         `json:"ratios_median"`
-}
-
-type machine struct {
-	NProc     int    `json:"nproc"`
-	CPU       string `json:"cpu"`
-	MemTotal  string `json:"mem_total"`
-	Kernel    string `json:"kernel"`
-	GoVersion string `json:"go_version"`
+	Timestamp     string           `json:"timestamp"`
+	Machine       benchkit.Machine `json:"machine"`
+	ServerVersion string           `json:"server_version"`
+	Flags         config           `json:"flags"`
+	RowBytes      int64            `json:"row_bytes"`
+	Methods       []methodResult   `json:"methods"`
+	Best          ratios           `json:"ratios_best"`
+	Median        ratios           `json:"ratios_median"`
 }
 
 // methodResult is one method's runs; Median is the run of median wall time (the
@@ -52,7 +41,7 @@ type ratios struct {
 func (b *bench) report(results map[string][]sample) *report {
 	rep := &report{
 		Timestamp:     time.Now().UTC().Format(time.RFC3339),
-		Machine:       machineInfo(),
+		Machine:       benchkit.MachineInfo(),
 		ServerVersion: b.version,
 		Flags:         b.cfg,
 		RowBytes:      b.rowBytes,
@@ -136,45 +125,4 @@ func orDefault(v int64) string {
 		return "default"
 	}
 	return fmt.Sprint(v)
-}
-
-// write stores the report as indented JSON at path, creating its directory.
-func (r *report) write(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("results dir: %w", err)
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode results: %w", err)
-	}
-	if err := os.WriteFile(path, append(js, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	return nil
-}
-
-func machineInfo() machine {
-	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return machine{
-		NProc:     runtime.NumCPU(),
-		CPU:       procField("/proc/cpuinfo", "model name"),
-		MemTotal:  procField("/proc/meminfo", "MemTotal"),
-		Kernel:    strings.TrimSpace(string(kernel)),
-		GoVersion: runtime.Version(),
-	}
-}
-
-// procField returns the value of the first "key: value" line of a /proc file, or
-// "" when there is none.
-func procField(path, key string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == key {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }

@@ -1,16 +1,20 @@
-package main
+package benchkit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
 )
 
-// clockTicks is the unit of the CPU times in /proc/<pid>/stat (getconf CLK_TCK),
+// ClockTicks is the unit of the CPU times in /proc/<pid>/stat (getconf CLK_TCK),
 // 100 on every Linux we know of.
-func clockTicks() float64 {
+func ClockTicks() float64 {
 	out, err := exec.Command("getconf", "CLK_TCK").Output()
 	if err != nil {
 		return 100
@@ -22,9 +26,9 @@ func clockTicks() float64 {
 	return tck
 }
 
-// procCPU is the user+system CPU seconds a running process has used, from
+// ProcCPU is the user+system CPU seconds a running process has used, from
 // /proc/<pid>/stat.
-func procCPU(pid int, clkTck float64) (float64, error) {
+func ProcCPU(pid int, clkTck float64) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, fmt.Errorf("CPU time of pid %d: %w", pid, err)
@@ -41,4 +45,23 @@ func procCPU(pid int, clkTck float64) (float64, error) {
 		return 0, fmt.Errorf("CPU time of pid %d: bad /proc stat %q", pid, s)
 	}
 	return (utime + stime) / clkTck, nil
+}
+
+// ServerCPU is the CPU seconds a sandbox server has used; it fails with the end
+// of the server's error log when the server is not running.
+func ServerCPU(s *sandbox.Server, clkTck float64) (float64, error) {
+	pid := s.Pid()
+	if pid == 0 {
+		return 0, errors.New("server in " + s.Dir + " is not running:\n" + sandbox.Tail(s.ErrorLog(), 20))
+	}
+	return ProcCPU(pid, clkTck)
+}
+
+// SelfCPU is the user+system CPU seconds this process has used.
+func SelfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

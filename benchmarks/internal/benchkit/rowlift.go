@@ -1,0 +1,218 @@
+package benchkit
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/state"
+)
+
+const (
+	// PollInterval is how often the applier looks for workflows to run.
+	PollInterval = 100 * time.Millisecond
+	// applierSettle lets the applier finish starting before any clock runs, so
+	// only the work is timed (it still finds a workflow within PollInterval).
+	applierSettle = 500 * time.Millisecond
+	procTimeout   = 30 * time.Second
+)
+
+// Build builds the rowlift binary into dir, and checks that it has the streamer
+// and applier roles before any data is loaded.
+func Build(ctx context.Context, dir string) (string, error) {
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(gomod)) == "" {
+		return "", fmt.Errorf("find the rowlift module (run from inside it): %v", err)
+	}
+	bin := filepath.Join(dir, "rowlift")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/rowlift")
+	build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build rowlift: %w\n%s", err, out)
+	}
+	for _, role := range []string{"streamer", "applier"} {
+		if out, err := exec.CommandContext(ctx, bin, role, "--help").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("rowlift has no working %q subcommand: %w\n%s", role, err, out)
+		}
+	}
+	return bin, nil
+}
+
+// Proc is one running rowlift role, its output going to a log file.
+type Proc struct {
+	Role string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{} // closed when the process has exited
+}
+
+// StartProc starts bin with the role and args, logging to logDir/<role>.log.
+func StartProc(bin, logDir, role string, args ...string) (*Proc, error) {
+	p := &Proc{Role: role, log: filepath.Join(logDir, role+".log"), done: make(chan struct{})}
+	f, err := os.Create(p.log)
+	if err != nil {
+		return nil, fmt.Errorf("rowlift %s log: %w", role, err)
+	}
+	defer f.Close()
+	p.cmd = exec.Command(bin, append([]string{role}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start rowlift %s: %w", role, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// StartRoles starts a streamer listening on addr for the source, waits until it
+// listens, then starts an applier for the target polling every PollInterval, and
+// gives it time to settle.
+func StartRoles(ctx context.Context, bin, logDir, addr, sourceDSN, targetDSN string) (streamer, applier *Proc, err error) {
+	if streamer, err = StartProc(bin, logDir, "streamer", "--listen", addr, "--source-dsn", sourceDSN); err != nil {
+		return nil, nil, err
+	}
+	if err := streamer.waitListening(ctx, addr); err != nil {
+		return nil, nil, errors.Join(err, streamer.Stop(), errors.New(streamer.LogTail()))
+	}
+	if applier, err = StartProc(bin, logDir, "applier", "--target-dsn", targetDSN, "--poll-interval", PollInterval.String()); err != nil {
+		return nil, nil, errors.Join(err, streamer.Stop())
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(applierSettle):
+	}
+	return streamer, applier, nil
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// CPU is the CPU seconds the process has used.
+func (p *Proc) CPU(clkTck float64) (float64, error) {
+	return ProcCPU(p.cmd.Process.Pid, clkTck)
+}
+
+// waitListening waits until the process accepts TCP connections on addr.
+func (p *Proc) waitListening(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(procTimeout)
+	for time.Now().Before(deadline) {
+		if p.Exited() {
+			return fmt.Errorf("rowlift %s exited at start: %v", p.Role, p.cmd.ProcessState)
+		}
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			return conn.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("rowlift %s did not listen on %s within %s", p.Role, addr, procTimeout)
+}
+
+// Stop ends the process with SIGTERM, or SIGKILL when it has not exited in time.
+func (p *Proc) Stop() error {
+	if p.Exited() {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop rowlift %s: %w", p.Role, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(procTimeout):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return fmt.Errorf("rowlift %s did not stop within %s of SIGTERM; killed it", p.Role, procTimeout)
+}
+
+// LogTail is the end of the process's log, headed by its path, for errors.
+func (p *Proc) LogTail() string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return fmt.Sprintf("--- rowlift %s: no log: %v", p.Role, err)
+	}
+	return fmt.Sprintf("--- rowlift %s log (%s), last lines:\n%s", p.Role, p.log, sandbox.Tail(string(b), 30))
+}
+
+// LogProblems returns the lines of the process's log that are neither info nor
+// debug entries: warnings, errors, and anything not written by the logger (a
+// panic, for one).
+func (p *Proc) LogProblems() ([]string, error) {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return nil, fmt.Errorf("rowlift %s log: %w", p.Role, err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var entry struct {
+			Level string `json:"level"`
+		}
+		if json.Unmarshal(sc.Bytes(), &entry) == nil && (entry.Level == "info" || entry.Level == "debug") {
+			continue
+		}
+		out = append(out, sc.Text())
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("rowlift %s log: %w", p.Role, err)
+	}
+	return out, nil
+}
+
+// WaitCopied polls every 50ms until the workflow's copy is done, and fails when
+// the workflow enters state error or one of procs exits.
+func WaitCopied(ctx context.Context, store *state.Store, workflow string, procs ...*Proc) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		for _, p := range procs {
+			if p.Exited() {
+				return fmt.Errorf("rowlift %s exited during the copy: %v", p.Role, p.cmd.ProcessState)
+			}
+		}
+		done, err := store.CopyDone(ctx, workflow)
+		if err != nil {
+			return err
+		}
+		w, err := store.Workflow(ctx, workflow)
+		if err != nil {
+			return err
+		}
+		if w.State == state.Error {
+			return fmt.Errorf("workflow %s failed: %s", workflow, w.Message)
+		}
+		if done {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package benchkit
+
+import (
+	"context"
+	"crypto/sha1"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// StressTable is the seed's stress_test_pk: sig is the SHA1 of the id and c its
+// first 8 characters. StressDDL creates it in the database named by its %s.
+const (
+	StressTable = "stress_test_pk"
+	StressDDL   = "CREATE TABLE %s." + StressTable + ` (
+		id bigint NOT NULL AUTO_INCREMENT,
+		sig varchar(40),
+		c char(8),
+		PRIMARY KEY (id, c)
+	) ENGINE=InnoDB`
+	// seedBatch rows per LOAD DATA statement when seeding.
+	seedBatch = 100_000
+	// readerName is the go-sql-driver reader handler LOAD DATA reads rows from.
+	readerName = "rows"
+)
+
+// rowReader streams rows first..last as LOAD DATA's default format: tab-separated
+// fields, one line per row.
+type rowReader struct {
+	next, last int64
+	buf        []byte
+	off        int
+}
+
+func (r *rowReader) Read(p []byte) (int, error) {
+	n := copy(r.buf, r.buf[r.off:])
+	r.buf, r.off = r.buf[:n], 0
+	for len(r.buf) < len(p) && r.next <= r.last {
+		r.buf = appendRow(r.buf, r.next)
+		r.next++
+	}
+	if len(r.buf) == 0 {
+		return 0, io.EOF
+	}
+	r.off = copy(p, r.buf)
+	return r.off, nil
+}
+
+// appendRow appends "id\tsig\tc\n" with sig = SHA1 of the id in decimal, as the
+// server's SHA1(id) computes it.
+func appendRow(dst []byte, id int64) []byte {
+	var num [20]byte
+	digits := strconv.AppendInt(num[:0], id, 10)
+	sum := sha1.Sum(digits)
+	var sig [40]byte
+	hex.Encode(sig[:], sum[:])
+	dst = append(dst, digits...)
+	dst = append(dst, '\t')
+	dst = append(dst, sig[:]...)
+	dst = append(dst, '\t')
+	dst = append(dst, sig[:8]...)
+	return append(dst, '\n')
+}
+
+// StressRowBytes is the sum of the value bytes of rows 1..n as text: the id's
+// digits, 40 of sig and 8 of c.
+func StressRowBytes(n int64) int64 {
+	total := 48 * n
+	for lo, digits := int64(1), int64(1); lo <= n; lo, digits = lo*10, digits+1 {
+		total += (min(n, lo*10-1) - lo + 1) * digits
+	}
+	return total
+}
+
+// Executor runs statements on a pool or on one connection.
+type Executor interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// LoadStress loads rows first..last into db.stress_test_pk with one LOAD DATA
+// LOCAL INFILE statement. Loads must not run concurrently: they share the
+// driver's reader name.
+func LoadStress(ctx context.Context, ex Executor, db string, first, last int64) error {
+	mysql.RegisterReaderHandler(readerName, func() io.Reader { return &rowReader{next: first, last: last} })
+	defer mysql.DeregisterReaderHandler(readerName)
+	q := fmt.Sprintf(`LOAD DATA LOCAL INFILE 'Reader::%s' INTO TABLE %s.%s FIELDS TERMINATED BY '\t' LINES TERMINATED BY '\n' (id, sig, c)`,
+		readerName, db, StressTable)
+	if _, err := ex.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("load rows %d..%d into %s.%s: %w", first, last, db, StressTable, err)
+	}
+	return nil
+}
+
+// SeedStress creates db (if missing) and db.stress_test_pk on pool's server and
+// loads rows 1..rows in batches, unlogged (the binlog has no use for seed rows),
+// then runs ANALYZE TABLE and checks the count.
+func SeedStress(ctx context.Context, pool *sql.DB, db string, rows int64) error {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("seed %s.%s: %w", db, StressTable, err)
+	}
+	defer conn.Close()
+	// Its session does not log: it must not go back to the pool, where later
+	// writes would take it and be missing from the binlog.
+	defer conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // the error is the point
+	for _, q := range []string{"SET SESSION sql_log_bin = 0", "CREATE DATABASE IF NOT EXISTS " + db, fmt.Sprintf(StressDDL, db)} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("seed %s.%s: %s: %w", db, StressTable, q, err)
+		}
+	}
+	for first := int64(1); first <= rows; first += seedBatch {
+		if err := LoadStress(ctx, conn, db, first, min(first+seedBatch-1, rows)); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "ANALYZE TABLE "+db+"."+StressTable); err != nil {
+		return fmt.Errorf("seed %s.%s: analyze: %w", db, StressTable, err)
+	}
+	if err := CheckCount(ctx, pool, db+"."+StressTable, rows); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	return nil
+}
+
+// CheckCount fails unless table (db.name) holds exactly want rows.
+func CheckCount(ctx context.Context, pool *sql.DB, table string, want int64) error {
+	var got int64
+	if err := pool.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&got); err != nil {
+		return fmt.Errorf("count %s: %w", table, err)
+	}
+	if got != want {
+		return fmt.Errorf("ROW COUNT MISMATCH: %s has %d rows, the source has %d", table, got, want)
+	}
+	return nil
+}

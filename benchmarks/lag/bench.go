@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+const (
+	// db holds both tables on the source; workflows keep its name on the target.
+	db = "bench"
+	// eventsDDL is the table the load writes, in the database named by its %s.
+	eventsDDL = `CREATE TABLE %s.events (
+		id BIGINT AUTO_INCREMENT PRIMARY KEY,
+		created_us BIGINT NOT NULL,
+		payload VARCHAR(100)
+	) ENGINE=InnoDB`
+	// lagWorkflow replays bench.events for the whole run.
+	lagWorkflow = "lag"
+	waitTimeout = 5 * time.Minute
+)
+
+// bench is one run: the two servers, client pools on them, the rowlift processes
+// between them, and the commit times of every row the load wrote.
+type bench struct {
+	cfg               config
+	source, target    *sandbox.Server
+	srcDB, tgtDB      *sql.DB
+	store             *state.Store
+	streamer, applier *benchkit.Proc
+	streamerAddr      string
+	tmp               string // rowlift binary and process logs
+	clkTck            float64
+	version           string // SELECT VERSION() of the servers
+	commits           commits
+}
+
+// setup builds rowlift, starts both servers, creates and seeds the source tables,
+// starts the streamer and applier, and starts the workflow of bench.events.
+func setup(ctx context.Context, cfg config) (b *bench, err error) {
+	b = &bench{cfg: cfg, clkTck: benchkit.ClockTicks()}
+	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-lag-"); err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	bin, err := benchkit.Build(ctx, b.tmp)
+	if err != nil {
+		return b, err
+	}
+	progress("built %s", bin)
+	if err := b.startServers(ctx); err != nil {
+		return b, err
+	}
+	if err := b.seed(ctx); err != nil {
+		return b, err
+	}
+	port, err := sandbox.FreePort()
+	if err != nil {
+		return b, err
+	}
+	b.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if b.streamer, b.applier, err = benchkit.StartRoles(ctx, bin, b.tmp, b.streamerAddr, b.source.DSN(""), b.target.DSN("")); err != nil {
+		return b, err
+	}
+	if err := b.startLagWorkflow(ctx); err != nil {
+		return b, fmt.Errorf("%w\n%s\n%s", err, b.streamer.LogTail(), b.applier.LogTail())
+	}
+	return b, nil
+}
+
+func (b *bench) startServers(ctx context.Context) error {
+	opts := b.cfg.Options()
+	var err error
+	if b.source, err = sandbox.Start(ctx, opts); err != nil {
+		return fmt.Errorf("start source server: %w", err)
+	}
+	if b.target, err = sandbox.Start(ctx, opts); err != nil {
+		return fmt.Errorf("start target server: %w", err)
+	}
+	// One round trip per statement, as the applier's own statements take.
+	const params = "?interpolateParams=true"
+	if b.srcDB, err = sql.Open("mysql", b.source.DSN("")+params); err != nil {
+		return fmt.Errorf("open source: %w", err)
+	}
+	b.srcDB.SetMaxIdleConns(b.cfg.Writers + 2)
+	if b.tgtDB, err = sql.Open("mysql", b.target.DSN("")+params); err != nil {
+		return fmt.Errorf("open target: %w", err)
+	}
+	if err := b.srcDB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&b.version); err != nil {
+		return fmt.Errorf("source version: %w", err)
+	}
+	if b.store, err = state.Open(ctx, b.tgtDB); err != nil {
+		return err
+	}
+	progress("servers up: source %s, target %s (%s)", b.source.Addr(), b.target.Addr(), b.version)
+	return nil
+}
+
+// seed loads the table to copy, unlogged, and creates the empty events table.
+func (b *bench) seed(ctx context.Context) error {
+	start := time.Now()
+	if err := benchkit.SeedStress(ctx, b.srcDB, db, b.cfg.Rows); err != nil {
+		return fmt.Errorf("seed source: %w", err)
+	}
+	if _, err := b.srcDB.ExecContext(ctx, fmt.Sprintf(eventsDDL, db)); err != nil {
+		return fmt.Errorf("create %s.events: %w", db, err)
+	}
+	progress("loaded %d rows into the source in %.1f s", b.cfg.Rows, time.Since(start).Seconds())
+	return nil
+}
+
+// startLagWorkflow starts the workflow of bench.events and waits until its (empty)
+// copy is done and it replays the binlog.
+func (b *bench) startLagWorkflow(ctx context.Context) error {
+	if err := b.store.CreateWorkflow(ctx, b.spec(lagWorkflow, "events")); err != nil {
+		return err
+	}
+	if err := b.store.SetState(ctx, lagWorkflow, state.Copying, ""); err != nil {
+		return err
+	}
+	return b.poll(ctx, "workflow "+lagWorkflow+" to run", func() (bool, error) {
+		w, err := b.lagState(ctx)
+		return err == nil && w.State == state.Running, err
+	})
+}
+
+func (b *bench) spec(name, table string) *rowliftv1.WorkflowSpec {
+	return &rowliftv1.WorkflowSpec{
+		Name:           name,
+		SourceDatabase: db,
+		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: b.streamerAddr}},
+		Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
+		Tables:         []*rowliftv1.TableSpec{{Name: table}},
+		Options:        &rowliftv1.WorkflowOptions{},
+	}
+}
+
+// lagState returns the workflow of bench.events, failing when it is in state error.
+func (b *bench) lagState(ctx context.Context) (*state.Workflow, error) {
+	w, err := b.store.Workflow(ctx, lagWorkflow)
+	if err == nil && w.State == state.Error {
+		err = fmt.Errorf("workflow %s failed: %s", lagWorkflow, w.Message)
+	}
+	return w, err
+}
+
+// waitCaughtUp waits until the target has applied everything the source has
+// logged, then checks that bench.events holds the same number of rows on both.
+func (b *bench) waitCaughtUp(ctx context.Context) error {
+	var pos string
+	if err := b.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return fmt.Errorf("source position: %w", err)
+	}
+	want, err := gomysql.ParseMariadbGTIDSet(pos)
+	if err != nil {
+		return fmt.Errorf("source position %q: %w", pos, err)
+	}
+	err = b.poll(ctx, "the target to apply up to "+pos, func() (bool, error) {
+		if _, err := b.lagState(ctx); err != nil {
+			return false, err
+		}
+		streams, err := b.store.Streams(ctx, lagWorkflow)
+		if err != nil || len(streams) == 0 {
+			return false, err
+		}
+		got, err := gomysql.ParseMariadbGTIDSet(streams[0].Position)
+		return err == nil && got.Contain(want), err
+	})
+	if err != nil {
+		return err
+	}
+	var rows int64
+	if err := b.srcDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+db+".events").Scan(&rows); err != nil {
+		return fmt.Errorf("count source events: %w", err)
+	}
+	return benchkit.CheckCount(ctx, b.tgtDB, db+".events", rows)
+}
+
+// poll checks cond every 50ms until it holds, fails, or waitTimeout passes.
+func (b *bench) poll(ctx context.Context, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", waitTimeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// logProblems returns the warning and error lines of the streamer and applier
+// logs, by role.
+func (b *bench) logProblems() (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, p := range []*benchkit.Proc{b.streamer, b.applier} {
+		lines, err := p.LogProblems()
+		if err != nil {
+			return nil, err
+		}
+		if len(lines) > 0 {
+			out[p.Role] = lines
+		}
+	}
+	return out, nil
+}
+
+// close stops the rowlift processes and the servers and removes the temp dir.
+func (b *bench) close() {
+	for _, p := range []*benchkit.Proc{b.streamer, b.applier} {
+		if p != nil {
+			if err := p.Stop(); err != nil {
+				progress("%v", err)
+			}
+		}
+	}
+	for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
+		if pool != nil {
+			pool.Close()
+		}
+	}
+	for _, s := range []*sandbox.Server{b.source, b.target} {
+		if s != nil {
+			if err := s.Remove(); err != nil {
+				progress("remove server: %v", err)
+			}
+		}
+	}
+	os.RemoveAll(b.tmp)
+}
+
+// cpuUse is CPU seconds by process.
+type cpuUse struct {
+	Streamer float64 `json:"streamer"`
+	Applier  float64 `json:"applier"`
+	Source   float64 `json:"source_server"`
+	Target   float64 `json:"target_server"`
+	Bench    float64 `json:"bench"` // this process: the load and the probe
+}
+
+func (b *bench) cpuNow() (cpuUse, error) {
+	var c cpuUse
+	var errs [4]error
+	c.Streamer, errs[0] = b.streamer.CPU(b.clkTck)
+	c.Applier, errs[1] = b.applier.CPU(b.clkTck)
+	c.Source, errs[2] = benchkit.ServerCPU(b.source, b.clkTck)
+	c.Target, errs[3] = benchkit.ServerCPU(b.target, b.clkTck)
+	c.Bench = benchkit.SelfCPU()
+	return c, errors.Join(errs[:]...)
+}
+
+func (c cpuUse) sub(o cpuUse) cpuUse {
+	return cpuUse{c.Streamer - o.Streamer, c.Applier - o.Applier, c.Source - o.Source, c.Target - o.Target, c.Bench - o.Bench}
+}

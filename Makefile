@@ -78,12 +78,14 @@ bench-copy:
 bench-lag:
 	$(GO) run ./benchmarks/lag $(LAGFLAGS)
 
-## soak: the race test, RUNS randomized runs of KEYS keys per table (a failing
+## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
+## the applier, streamer and source server each (a failing
 ## seed replays with ROWLIFT_TEST_SEED=<seed>)
 RUNS ?= 20
 KEYS ?= 30000
+KILLS ?= 5
 soak:
-	ROWLIFT_RACE_RUNS=$(RUNS) ROWLIFT_RACE_KEYS=$(KEYS) $(GO) test -count=1 -timeout 4h -run 'TestRace$$' -v ./e2e/ \
+	ROWLIFT_RACE_RUNS=$(RUNS) ROWLIFT_RACE_KEYS=$(KEYS) ROWLIFT_RACE_KILLS=$(KILLS) $(GO) test -count=1 -timeout 4h -run 'TestRace$$' -v ./e2e/ \
 		| grep -E '^\s*(--- |ok|FAIL|PASS)|race_test.go'
 
 clean:

@@ -34,11 +34,8 @@ func (b *insertBuilder) build(s *scratch, rows []*rowliftv1.Row) ([][]byte, erro
 	start, n := 0, 0
 	for _, r := range rows {
 		var err error
-		if s.values, err = rowcodec.Values(s.values[:0], r); err != nil {
+		if s.values, err = unpackRow(s.values, r, len(b.kinds)); err != nil {
 			return nil, err
-		}
-		if len(s.values) != len(b.kinds) {
-			return nil, fmt.Errorf("row has %d values, table has %d streamed columns", len(s.values), len(b.kinds))
 		}
 		s.row = append(s.row[:0], '(')
 		for i, v := range s.values {
@@ -90,4 +87,17 @@ func newInsertBuilder(db, table string, fields []*rowliftv1.Field, maxBytes int)
 	}
 	b.prefix = append(b.prefix, ") VALUES "...)
 	return b
+}
+
+// unpackRow splits a streamed row into its values (into dst's storage) and
+// checks it has one value per streamed column.
+func unpackRow(dst [][]byte, r *rowliftv1.Row, ncols int) ([][]byte, error) {
+	vals, err := rowcodec.Values(dst[:0], r)
+	if err != nil {
+		return vals, err
+	}
+	if len(vals) != ncols {
+		return vals, fmt.Errorf("row has %d values, table has %d streamed columns", len(vals), ncols)
+	}
+	return vals, nil
 }

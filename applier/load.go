@@ -43,11 +43,8 @@ func (b *loadBuilder) build(s *scratch, rows []*rowliftv1.Row) ([]byte, error) {
 	s.buf = s.buf[:0]
 	for _, r := range rows {
 		var err error
-		if s.values, err = rowcodec.Values(s.values[:0], r); err != nil {
+		if s.values, err = unpackRow(s.values, r, b.ncols); err != nil {
 			return nil, err
-		}
-		if len(s.values) != b.ncols {
-			return nil, fmt.Errorf("row has %d values, table has %d streamed columns", len(s.values), b.ncols)
 		}
 		for i, v := range s.values {
 			if i > 0 {

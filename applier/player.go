@@ -239,13 +239,8 @@ func (p *player) where(buf []byte, t *targetTable, before *rowliftv1.Row) ([]byt
 
 func (p *player) row(t *targetTable, r *rowliftv1.Row) ([][]byte, error) {
 	var err error
-	if p.values, err = rowcodec.Values(p.values[:0], r); err != nil {
-		return nil, err
-	}
-	if len(p.values) != len(t.fields.GetFields()) {
-		return nil, fmt.Errorf("row has %d values, table has %d streamed columns", len(p.values), len(t.fields.GetFields()))
-	}
-	return p.values, nil
+	p.values, err = unpackRow(p.values, r, len(t.fields.GetFields()))
+	return p.values, err
 }
 
 // describe renders a row's key for messages: (id=5, region='eu').

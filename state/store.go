@@ -131,6 +131,12 @@ func (s *Store) CreateWorkflow(ctx context.Context, spec *rowliftv1.WorkflowSpec
 	if len(spec.GetSources()) == 0 || len(spec.GetTables()) == 0 {
 		return fmt.Errorf("workflow %q: needs at least one source and one table", spec.GetName())
 	}
+	for _, t := range spec.GetTargets() {
+		if t.GetKeyRange() != "" {
+			return fmt.Errorf("workflow %q: target %s has key range %q, but resharding is not supported yet: "+
+				"leave key_range empty to move whole tables", spec.GetName(), t.GetName(), t.GetKeyRange())
+		}
+	}
 	js, err := protojson.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("encode workflow %q: %w", spec.GetName(), err)

@@ -83,6 +83,9 @@ func TestInvalidWorkflows(t *testing.T) {
 	noTables := spec("empty")
 	noTables.Tables = nil
 	require.ErrorContains(t, store.CreateWorkflow(ctx, noTables), "needs at least one source and one table")
+	sharded := spec("sharded")
+	sharded.Targets[0].KeyRange = "-80"
+	require.ErrorContains(t, store.CreateWorkflow(ctx, sharded), `key range "-80", but resharding is not supported yet`)
 	ws, err := store.Workflows(ctx)
 	require.NoError(t, err)
 	require.Empty(t, ws)

@@ -160,6 +160,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	}
 	c.log.Info("stream open", zap.String("streamer", c.source.GetStreamerAddress()), zap.Int("tables", len(tables)),
 		zap.String("position", position))
+	go c.logProgress(ctx, progressInterval)
 
 	pending := 0
 	for _, tc := range progress {
@@ -250,6 +251,32 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		for _, item := range msg.GetItems() {
 			if err := handle(item); err != nil {
 				return committed(), err
+			}
+		}
+	}
+}
+
+// progressInterval is how often a running stream logs its position and lag.
+const progressInterval = 10 * time.Second
+
+// logProgress logs the stream's committed position and lag until ctx ends, so
+// an operator following the log sees how far behind each workflow is.
+func (c *controller) logProgress(ctx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		streams, err := c.engine.store.Streams(ctx, c.spec.GetName())
+		if err != nil {
+			continue // the stream itself reports a target that is gone
+		}
+		for _, st := range streams {
+			if st.Source == c.source.GetName() {
+				c.log.Info("stream progress", zap.String("position", st.Position), zap.Duration("lag", st.Lag()))
 			}
 		}
 	}

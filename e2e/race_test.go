@@ -142,9 +142,36 @@ type raceResult struct {
 	killsInCopy   int    // kills that landed while the copy was running
 	diverged      string // the workflow's error, when it stopped on divergence
 	differences   []string
+	// sourceBroken holds the source server's own report that its crash recovery
+	// corrupted InnoDB: the source no longer holds what its binlog says, so no
+	// copy of it can be judged.
+	sourceBroken []string
 }
 
-func runRace(t *testing.T, cfg raceConfig) raceResult {
+// failed reports whether the run ended with the target not identical.
+func (r raceResult) failed() bool { return r.diverged != "" || len(r.differences) > 0 }
+
+// innodbCorruption are error-log lines by which MariaDB reports that crash
+// recovery left InnoDB inconsistent (seen on 10.11 after back-to-back SIGKILLs:
+// row versions stamped with transaction ids above the recovered counter, which
+// breaks MVCC snapshots, then an assertion in purge).
+var innodbCorruption = []string{"greater than the global counter", "Assertion failure", "Data structure corruption",
+	"Plugin initialization aborted"}
+
+func corruptionLines(errorLog string) []string {
+	var out []string
+	for _, line := range strings.Split(errorLog, "\n") {
+		for _, sig := range innodbCorruption {
+			if strings.Contains(line, sig) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func runRace(t *testing.T, cfg raceConfig) (res raceResult) {
 	rng := rand.New(rand.NewPCG(cfg.seed, 99))
 	e := newEnv(t)
 	e.hooks = []string{testhook.EnvVar + "=" + cfg.hooks + fmt.Sprintf(",seed=%d", cfg.seed)}
@@ -177,7 +204,6 @@ func runRace(t *testing.T, cfg raceConfig) raceResult {
 	spec.Options.ParallelTables = int32(1 + rng.IntN(4))
 	e.start(spec)
 
-	res := raceResult{}
 	for res.kills < cfg.kills {
 		// Early kills land in the copy, later ones in the replay after it.
 		time.Sleep(time.Duration(50+rng.IntN(150*(res.kills+1))) * time.Millisecond)
@@ -199,10 +225,21 @@ func runRace(t *testing.T, cfg raceConfig) raceResult {
 		case "source":
 			require.NoError(t, e.src.Kill())
 			t.Logf("kill %d: SIGKILL source server", res.kills+1)
-			require.NoError(t, e.src.Restart(context.Background()))
+			if err := e.src.Restart(context.Background()); err != nil {
+				if res.sourceBroken = corruptionLines(e.src.ErrorLog()); len(res.sourceBroken) > 0 {
+					res.diverged = fmt.Sprintf("source server did not restart: %v", err)
+					return res
+				}
+				require.NoError(t, err)
+			}
 		}
 		res.kills++
 	}
+	defer func() {
+		if res.failed() {
+			res.sourceBroken = corruptionLines(e.src.ErrorLog())
+		}
+	}()
 	w := e.waitStates("race", 2*time.Minute, state.Running, state.Error)
 	if w.State == state.Error {
 		res.diverged = w.Message
@@ -225,22 +262,37 @@ func runRace(t *testing.T, cfg raceConfig) raceResult {
 
 // TestRace copies under random traffic with every window widened and kills of
 // the applier, the streamer and the source server: zero differences, every run.
+// A run in which the source server itself reports that crash recovery corrupted
+// InnoDB proves nothing either way (the source no longer matches its binlog): it
+// is reported and replaced by one more run, once.
 func TestRace(t *testing.T) {
 	runs, keys := envInt("ROWLIFT_RACE_RUNS", 1), envInt("ROWLIFT_RACE_KEYS", 3000)
-	// Kills run in make soak (ROWLIFT_RACE_KILLS=5): with them a rare divergence
-	// remains open (issue 4; seed 1795359878927708191 left an extra row), and a
-	// gate that fails one run in fifteen would block every change.
-	kills := envInt("ROWLIFT_RACE_KILLS", 0)
+	kills := envInt("ROWLIFT_RACE_KILLS", 5)
 	base := testSeed(t)
+	replaced := false
 	for run := 0; run < runs; run++ {
 		seed := base + uint64(run)
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			res := runRace(t, raceConfig{seed: seed, keys: keys, kills: kills, hooks: "chunk_read=0-20ms,chunk_emit=0-10ms,chunk_apply=0-10ms"})
-			t.Logf("seed %d: %d writes, %d kills (%d during the copy)", seed, res.writes, res.kills, res.killsInCopy)
-			require.Empty(t, res.diverged, "the workflow stopped on divergence")
-			require.Empty(t, res.differences)
-			require.Greater(t, res.writes, 100, "the writers barely ran; the run proves little")
-		})
+		for {
+			var res raceResult
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				res = runRace(t, raceConfig{seed: seed, keys: keys, kills: kills, hooks: "chunk_read=0-20ms,chunk_emit=0-10ms,chunk_apply=0-10ms"})
+				t.Logf("seed %d: %d writes, %d kills (%d during the copy)", seed, res.writes, res.kills, res.killsInCopy)
+				if res.failed() && len(res.sourceBroken) > 0 && !replaced {
+					t.Logf("VOID RUN: the source server reported InnoDB corruption after a SIGKILL, so its tables no longer "+
+						"match its binlog (target result: %s %v); source error log:\n%s", res.diverged, res.differences, strings.Join(res.sourceBroken, "\n"))
+					return
+				}
+				require.Empty(t, res.sourceBroken, "the source server corrupted itself in crash recovery twice in one test")
+				require.Empty(t, res.diverged, "the workflow stopped on divergence")
+				require.Empty(t, res.differences)
+				require.Greater(t, res.writes, 100, "the writers barely ran; the run proves little")
+			})
+			if !res.failed() || len(res.sourceBroken) == 0 || replaced {
+				break
+			}
+			replaced = true
+			seed += 1 << 32
+		}
 	}
 }
 

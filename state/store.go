@@ -64,6 +64,7 @@ var schemaDDL = []string{
 		source VARCHAR(64) NOT NULL,
 		position TEXT NOT NULL COMMENT 'GTID set applied on this target',
 		source_time_us BIGINT NOT NULL DEFAULT 0 COMMENT 'source commit time of the last applied item',
+		applied_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the applier committed it: lag = applied_at_us - source_time_us',
 		message TEXT NOT NULL COMMENT 'non-empty while the stream is retrying',
 		owner BIGINT NOT NULL DEFAULT 0 COMMENT 'the stream run allowed to write its state (see TakeOver)',
 		PRIMARY KEY (workflow, source)
@@ -117,7 +118,19 @@ type Stream struct {
 	Source       string
 	Position     string
 	SourceTimeUS int64
-	Message      string
+	// AppliedAtUS is when the applier committed the item of SourceTimeUS.
+	AppliedAtUS int64
+	Message     string
+}
+
+// Lag is how far the target was behind the source at its last commit: the
+// applier's commit time minus the source's commit time of what it applied (a
+// heartbeat on an idle source counts as applied). Zero before anything applied.
+func (st Stream) Lag() time.Duration {
+	if st.SourceTimeUS == 0 || st.AppliedAtUS < st.SourceTimeUS {
+		return 0
+	}
+	return time.Duration(st.AppliedAtUS-st.SourceTimeUS) * time.Microsecond
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -279,7 +292,7 @@ func (s *Store) CopyDone(ctx context.Context, workflow string) (bool, error) {
 
 // Streams returns the streams of a workflow.
 func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT source, position, source_time_us, message FROM "+Schema+
+	rows, err := s.db.QueryContext(ctx, "SELECT source, position, source_time_us, applied_at_us, message FROM "+Schema+
 		".stream WHERE workflow = ? ORDER BY source", workflow)
 	if err != nil {
 		return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
@@ -288,7 +301,7 @@ func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) 
 	var out []Stream
 	for rows.Next() {
 		var st Stream
-		if err := rows.Scan(&st.Source, &st.Position, &st.SourceTimeUS, &st.Message); err != nil {
+		if err := rows.Scan(&st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message); err != nil {
 			return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
 		}
 		out = append(out, st)
@@ -343,13 +356,16 @@ func checkOwner(ctx context.Context, tx Execer, workflow, source string, owner i
 // target has applied and the source commit time of the last applied item; it
 // fails with ErrNotOwner when the stream was taken over.
 func SavePosition(ctx context.Context, tx Execer, workflow, source string, owner int64, position string, sourceTimeUS int64) error {
-	if err := checkOwner(ctx, tx, workflow, source, owner); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET position = ?, source_time_us = GREATEST(source_time_us, ?) "+
-		"WHERE workflow = ? AND source = ?", position, sourceTimeUS, workflow, source)
+	// One statement: the owner condition is checked on the latest committed row
+	// under its lock, so a run that was taken over cannot commit a position.
+	res, err := tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET position = ?, source_time_us = GREATEST(source_time_us, ?), "+
+		"applied_at_us = ? WHERE workflow = ? AND source = ? AND owner = ?", position, sourceTimeUS, time.Now().UnixMicro(), workflow, source, owner)
 	if err != nil {
 		return fmt.Errorf("save position of %s/%s: %w", workflow, source, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		// Zero rows: not the owner, or (without CLIENT_FOUND_ROWS) nothing changed.
+		return checkOwner(ctx, tx, workflow, source, owner)
 	}
 	return nil
 }

@@ -207,3 +207,29 @@ func TestTakeOverFencesEarlierRuns(t *testing.T) {
 	require.NoError(t, state.SavePosition(ctx, now, "f", "-80", owner, "0-1-6", 0))
 	require.NoError(t, now.Commit())
 }
+
+// TestLagIsCommitTimeMinusSourceTime: the stream's lag is the applier's commit
+// time minus the source time of what it committed, and a position saved again
+// unchanged is still accepted for its owner (no CLIENT_FOUND_ROWS here).
+func TestLagIsCommitTimeMinusSourceTime(t *testing.T) {
+	store, db := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("lag")))
+	owner, err := store.TakeOver(ctx, "lag", "-80")
+	require.NoError(t, err)
+	streams, err := store.Streams(ctx, "lag")
+	require.NoError(t, err)
+	require.Zero(t, streams[0].Lag(), "nothing applied yet")
+
+	sourceTime := time.Now().Add(-5 * time.Second).UnixMicro()
+	for range 2 {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, state.SavePosition(ctx, tx, "lag", "-80", owner, "0-1-7", sourceTime))
+		require.NoError(t, tx.Commit())
+	}
+	streams, err = store.Streams(ctx, "lag")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, streams[0].Lag(), 5*time.Second)
+	require.GreaterOrEqual(t, streams[0].AppliedAtUS, sourceTime)
+}

@@ -126,17 +126,12 @@ func New(ctx context.Context, db *sql.DB, cols []schema.Column) (*Order, error) 
 		case "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
 			c.how = byBytes
 		case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
-			utf8Max, known := bytewiseCharsets[sc.Charset]
+			bytewise, padSpace := Bytewise(sc.DataType, sc.Charset, sc.Collation)
 			switch {
-			case known && sc.Collation == sc.Charset+"_bin":
-				c.how, c.pad, c.utf8Max = byPadded, ' ', utf8Max
-			case known && sc.Collation == sc.Charset+"_nopad_bin" && sc.DataType == "char":
-				// MariaDB orders CHAR values padded to the column's length
-				// even under NO PAD collations: 'a\t' sorts before 'a' (its
-				// < and = trim them instead and disagree with that order).
-				c.how, c.pad, c.utf8Max = byPadded, ' ', utf8Max
-			case known && sc.Collation == sc.Charset+"_nopad_bin":
-				c.how, c.utf8Max = byBytes, utf8Max
+			case bytewise && padSpace:
+				c.how, c.pad, c.utf8Max = byPadded, ' ', bytewiseCharsets[sc.Charset]
+			case bytewise:
+				c.how, c.utf8Max = byBytes, bytewiseCharsets[sc.Charset]
 			default:
 				if err := serverColumn(&c, sc, mariaDB); err != nil {
 					return nil, err
@@ -156,6 +151,32 @@ func New(ctx context.Context, db *sql.DB, cols []schema.Column) (*Order, error) 
 		o.fallback = "key columns " + strings.Join(byServerNames, ", ") + " are compared by the source server"
 	}
 	return o, nil
+}
+
+// Bytewise reports whether the server compares values of a CHAR, VARCHAR or
+// TEXT column of this character set and collation by their bytes alone, so a
+// caller can order them, or tell equal ones, without asking it; and if so,
+// whether as if the shorter value went on with spaces (padSpace), which makes
+// values that differ only in trailing spaces equal. It is true only for the
+// binary collations of latin1, ascii and UTF-8, whose byte order is code point
+// order; every other collation (case- or accent-insensitive ones, other
+// character sets) is the server's to apply. UTF-8 values must be well-formed
+// for the byte comparison to hold; the server stores no other.
+func Bytewise(dataType, charset, collation string) (bytewise, padSpace bool) {
+	if _, known := bytewiseCharsets[charset]; !known {
+		return false, false
+	}
+	switch collation {
+	case charset + "_bin":
+		return true, true
+	case charset + "_nopad_bin":
+		// MariaDB orders CHAR values padded to the column's length even
+		// under NO PAD collations: 'a\t' sorts before 'a' (its < and = trim
+		// them instead and disagree with that order, but both make values
+		// that differ only in trailing spaces equal).
+		return true, dataType == "char"
+	}
+	return false, false
 }
 
 // serverColumn sets c up for comparison by the server. MariaDB orders CHAR

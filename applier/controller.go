@@ -107,16 +107,11 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	}
 	// The position the target has committed: the stream resumes right after it.
 	// It is empty only before the first item of a new workflow.
-	streams, err := store.Streams(ctx, name)
+	resume, err := store.ResumeAt(ctx, name, c.source.GetName())
 	if err != nil {
 		return false, err
 	}
-	var position string
-	for _, st := range streams {
-		if st.Source == c.source.GetName() {
-			position = st.Position
-		}
-	}
+	position := resume.Position
 	var maxPacket int
 	if err := e.db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
 		return false, fmt.Errorf("read target max_allowed_packet: %w", err)
@@ -151,10 +146,23 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	play, err := newPlayer(e.db, name, c.source.GetName(), owner, targetDatabase(c.spec), tables, position)
+	play, err := newPlayer(e.db, name, c.source.GetName(), owner, targetDatabase(c.spec), tables, resume)
 	if err != nil {
 		return false, err
 	}
+	workers := int(c.spec.GetOptions().GetApplyWorkers())
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	replay, err := newReplayer(ctx, e.db, play, c.spec.GetOptions(), workers, c.log)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if rerr := replay.close(); err == nil && rerr != nil {
+			err = rerr
+		}
+	}()
 	if err := store.SetStreamMessage(ctx, name, c.source.GetName(), ""); err != nil {
 		return false, err
 	}
@@ -168,10 +176,6 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			pending++
 		}
 	}
-	workers := int(c.spec.GetOptions().GetApplyWorkers())
-	if workers <= 0 {
-		workers = DefaultWorkers
-	}
 	w := newCopyWriter(ctx, e.db, play, workers, func(table string, _ int, done bool) {
 		if done {
 			c.log.Info("table copied", zap.String("table", table))
@@ -184,7 +188,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		}
 	}()
 	applied := false
-	committed := func() bool { return applied || w.rows.Load() > 0 }
+	committed := func() bool { return (applied && replay.idle()) || w.rows.Load() > 0 }
 	if pending == 0 {
 		if err := c.markCopied(ctx); err != nil {
 			return false, err
@@ -197,6 +201,10 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			t := tables[chunk.GetTable()]
 			if t == nil {
 				return fmt.Errorf("streamer sent rows of table %q, which the workflow does not stream", chunk.GetTable())
+			}
+			// Stream order: every earlier transaction has committed first.
+			if err := replay.drain(); err != nil {
+				return err
 			}
 			if err := w.submit(t, chunk); err != nil {
 				return err
@@ -216,12 +224,15 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 				return err
 			}
 			applied = true
-			return play.apply(ctx, item.GetTransaction())
+			return replay.submit(item.GetTransaction())
 		case item.GetHeartbeat() != nil:
 			// A heartbeat only moves the position; waiting for copy writes to
 			// commit would stall the copy for nothing. Skipping one is safe: every
 			// applied transaction commits its own position.
-			if !w.idle() {
+			if err := replay.failure(); err != nil {
+				return err
+			}
+			if !w.idle() || !replay.idle() {
 				return nil
 			}
 			// The target has everything the source had at the heartbeat's time, so
@@ -230,6 +241,9 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			return play.advance(ctx, hb.GetPosition().GetGtidSet(), hb.GetSourceTimeUs())
 		case item.GetDdl() != nil:
 			if err := w.drain(); err != nil {
+				return err
+			}
+			if err := replay.drain(); err != nil {
 				return err
 			}
 			return c.ddl(ctx, play, item.GetDdl())

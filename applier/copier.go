@@ -145,6 +145,10 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 	}
 	for _, f := range missing {
 		if _, err := conn.ExecContext(ctx, string(f.GetCreateTable())); err != nil {
+			var me *mysql.MySQLError
+			if !errors.As(err, &me) {
+				return fmt.Errorf("create target table %s.%s: %w", targetDB, f.GetTable(), err) // a lost connection: retried
+			}
 			return permanent("create target table %s.%s from the source's definition: %v", targetDB, f.GetTable(), err)
 		}
 	}
@@ -335,23 +339,31 @@ func (t *targetTable) writer(buf *scratch, rows []*rowliftv1.Row) (func(context.
 	}, nil
 }
 
-// writeError classifies a failed copy write. A duplicate key is divergence; any
-// other error the server raises about the rows (a value the target column cannot
-// hold, a NULL in a NOT NULL column) fails the same way on every retry, so it
-// stops the workflow. Lock waits, deadlocks and lost connections are retried.
+// writeError classifies a failed copy write. A duplicate key is divergence.
 func writeError(table string, err error) error {
+	return rejected("copy "+table, err, func(msg string) error {
+		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
+			"it was changed by something other than rowlift, or was not empty when the copy started", table, msg)
+	})
+}
+
+// rejected classifies a failed write of rows; what says which. Lock waits,
+// deadlocks and lost connections are returned wrapped, to be retried; a
+// duplicate key is reported by dup; any other error the server raises about
+// the rows (a value the target column cannot hold, a NULL in a NOT NULL column)
+// fails the same way on every retry, so it stops the workflow.
+func rejected(what string, err error, dup func(msg string) error) error {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) {
-		return fmt.Errorf("copy %s: %w", table, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	switch me.Number {
 	case 1062:
-		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
-			"it was changed by something other than rowlift, or was not empty when the copy started", table, me.Message)
+		return dup(me.Message)
 	case 1205, 1213: // lock wait timeout, deadlock
-		return fmt.Errorf("copy %s: %w", table, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return permanent("copy %s: the target rejected a copied row (%d: %s): make the target table's definition match the source's "+
+	return permanent("%s: the target rejected a row (%d: %s): make the target table's definition match the source's "+
 		"(a table rowlift created from SHOW CREATE TABLE can lose 4-byte ENUM or SET members and defaults; create such tables by hand)",
-		table, me.Number, me.Message)
+		what, me.Number, me.Message)
 }

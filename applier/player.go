@@ -1,26 +1,29 @@
 package applier
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
-	"github.com/go-sql-driver/mysql"
 
+	"github.com/rowlift/rowlift/applier/writeset"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
-// player applies binlog transactions: each source transaction as one target
-// transaction of statements keyed by PK, committed with the stream's position.
+// player holds what every replay worker shares about one stream: the target
+// tables, the stream's owner token, and the position the target has committed.
 // The target is a consistent prefix of the source, so a statement that does not
 // find the row its before image describes, or an insert that finds its key taken,
-// is divergence: the workflow stops with the key rather than absorb it.
+// is divergence: the workflow stops with the key rather than absorb it. The one
+// exception is the window an out-of-order run may have committed before it died
+// (maybeApplied): those transactions are written again idempotently.
 type player struct {
 	db       *sql.DB
 	workflow string
@@ -30,20 +33,24 @@ type player struct {
 	tables   map[string]*targetTable
 	// applied is the GTID set committed on the target; transactions in it are
 	// skipped (a streamer resumed from an older position sends them again). The
-	// copy writer moves it too, under mu: a committed chunk covers its fence.
-	mu      sync.Mutex
-	applied *gomysql.MariadbGTIDSet
-	buf     []byte
-	values  [][]byte
+	// replayer and the copy writer move it, under mu: a committed chunk covers
+	// its fence.
+	mu           sync.Mutex
+	applied      *gomysql.MariadbGTIDSet
+	maybeApplied *gomysql.MariadbGTIDSet
 }
 
-func newPlayer(db *sql.DB, workflow, source string, owner int64, targetDB string, tables map[string]*targetTable, position string) (*player, error) {
-	set, err := gomysql.ParseMariadbGTIDSet(position)
+func newPlayer(db *sql.DB, workflow, source string, owner int64, targetDB string, tables map[string]*targetTable, resume state.Resume) (*player, error) {
+	applied, err := gomysql.ParseMariadbGTIDSet(resume.Position)
 	if err != nil {
-		return nil, fmt.Errorf("committed position %q: %w", position, err)
+		return nil, fmt.Errorf("committed position %q: %w", resume.Position, err)
+	}
+	maybe, err := gomysql.ParseMariadbGTIDSet(resume.MaybeApplied)
+	if err != nil {
+		return nil, fmt.Errorf("maybe-applied position %q: %w", resume.MaybeApplied, err)
 	}
 	return &player{db: db, workflow: workflow, source: source, owner: owner, targetDB: targetDB, tables: tables,
-		applied: set.(*gomysql.MariadbGTIDSet)}, nil
+		applied: applied.(*gomysql.MariadbGTIDSet), maybeApplied: maybe.(*gomysql.MariadbGTIDSet)}, nil
 }
 
 // divergence is a permanent error naming the transaction and the row.
@@ -52,28 +59,38 @@ func divergence(trx *rowliftv1.Transaction, table, what string) error {
 		"or missed a change: verify the table and restart its copy", trx.GetGtid(), table, what)
 }
 
-// apply applies one transaction and commits the position after it.
-func (p *player) apply(ctx context.Context, trx *rowliftv1.Transaction) error {
-	if p.contains(trx.GetGtid()) {
-		return nil
-	}
-	tx, err := p.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("apply %s: begin: %w", trx.GetGtid(), err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+// rowWriter writes transactions' row changes; each replay worker has its own,
+// for its statement buffers.
+type rowWriter struct {
+	p *player
+	// keys are the target tables' unique keys, for idempotent rewrites.
+	keys   map[string]*writeset.Table
+	buf    []byte
+	values [][]byte
+}
+
+// apply writes one transaction's changes in tx. idempotent writes them so that
+// applying them a second time changes nothing: upserts and deletes that may find
+// nothing, never REPLACE (which would delete rows other unique keys point at).
+func (w *rowWriter) apply(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, idempotent bool) error {
 	for _, ev := range trx.GetEvents() {
-		t := p.tables[ev.GetTable()]
+		t := w.p.tables[ev.GetTable()]
 		if t == nil {
-			return fmt.Errorf("apply %s: streamer sent rows of table %q, which the workflow does not stream", trx.GetGtid(), ev.GetTable())
+			return permanent("apply %s: streamer sent rows of table %q, which the workflow does not stream", trx.GetGtid(), ev.GetTable())
 		}
 		for _, ch := range ev.GetChanges() {
-			if err := p.change(ctx, tx, trx, t, ch); err != nil {
+			var err error
+			if idempotent {
+				err = w.rewrite(ctx, tx, trx, t, ch)
+			} else {
+				err = w.change(ctx, tx, trx, t, ch)
+			}
+			if err != nil {
 				return err
 			}
 		}
 	}
-	return p.commit(ctx, tx, trx.GetPosition().GetGtidSet(), trx.GetCommitTimeUs())
+	return nil
 }
 
 // advance commits a new position with no rows (a heartbeat, a skipped DDL).
@@ -108,6 +125,21 @@ func (p *player) contains(gtid string) bool {
 	return err == nil && p.applied.Contain(g)
 }
 
+// mayBeApplied reports whether a dead out-of-order run may have committed gtid.
+func (p *player) mayBeApplied(gtid string) bool {
+	g, err := gomysql.ParseMariadbGTIDSet(gtid)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return err == nil && p.maybeApplied.Contain(g)
+}
+
+// position returns the committed position.
+func (p *player) position() *gomysql.MariadbGTIDSet {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.applied.Clone().(*gomysql.MariadbGTIDSet)
+}
+
 // saveFence records, in a chunk's transaction, that the target now covers the
 // chunk's fence: every transaction at or before it was placed before the chunk
 // and is applied, or was dropped because the chunk holds its rows. Without it a
@@ -119,14 +151,8 @@ func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string) (*gomy
 	if err != nil {
 		return nil, fmt.Errorf("fence %q: %w", fence, err)
 	}
-	p.mu.Lock()
-	merged := p.applied.Clone().(*gomysql.MariadbGTIDSet)
-	p.mu.Unlock()
-	for domain, g := range f.(*gomysql.MariadbGTIDSet).Sets {
-		if cur, ok := merged.Sets[domain]; !ok || cur.SequenceNumber < g.SequenceNumber {
-			merged.Sets[domain] = g.Clone()
-		}
-	}
+	merged := p.position()
+	mergeInto(merged, f.(*gomysql.MariadbGTIDSet))
 	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, merged.String(), 0); err != nil {
 		return nil, err
 	}
@@ -140,37 +166,152 @@ func (p *player) committed(set *gomysql.MariadbGTIDSet) {
 	p.mu.Unlock()
 }
 
-func (p *player) change(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {
+// rewrite writes a change idempotently: the after image is upserted (an update
+// whose key changed first deletes the row at the old key), a delete deletes
+// whatever is at the key. Applying a window of transactions again this way, in
+// source order, ends where applying it once did.
+func (w *rowWriter) rewrite(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {
 	before, after := ch.GetBefore(), ch.GetAfter()
-	var err error
-	switch {
-	case before == nil:
-		p.buf, err = p.insert(t, after)
-	case after == nil:
-		p.buf, err = p.delete(t, before)
-	default:
-		p.buf, err = p.update(t, before, after)
+	var stmts []string
+	if before != nil && (after == nil || !w.sameKey(t, before, after)) {
+		buf, err := w.delete(t, before)
+		if err != nil {
+			return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+		}
+		stmts = append(stmts, string(buf))
 	}
-	if err != nil {
-		return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+	if after != nil {
+		// A row that holds one of after's unique values under another key got it
+		// from a later transaction, which this replay rewrites too: clear it.
+		for _, key := range w.keys[t.name].UniqueKeys() {
+			buf, ok, err := w.deleteOthers(t, key, after)
+			if err != nil {
+				return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+			}
+			if ok {
+				stmts = append(stmts, string(buf))
+			}
+		}
+		buf, err := w.insertRow(t, after, true)
+		if err != nil {
+			return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+		}
+		stmts = append(stmts, string(buf))
 	}
-	res, err := tx.ExecContext(ctx, string(p.buf))
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1062 {
-		return divergence(trx, t.name, fmt.Sprintf("the key of %s is already taken (%s)", p.describe(t, after), me.Message))
-	}
-	if err != nil {
-		return writeError(t.name, err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 && before != nil {
-		return divergence(trx, t.name, fmt.Sprintf("no row %s to %s", p.describe(t, before), map[bool]string{true: "delete", false: "update"}[after == nil]))
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return applyError(trx, t, err)
+		}
 	}
 	return nil
 }
 
-func (p *player) insert(t *targetTable, after *rowliftv1.Row) ([]byte, error) {
-	buf := append(p.buf[:0], "INSERT INTO "...)
-	buf = append(buf, rowcodec.QualifiedIdent(p.targetDB, t.name)...)
+// deleteOthers builds the DELETE of rows other than row's own (by its key) that
+// hold row's values of a unique key; ok is false when a part is NULL, which
+// no uniqueness applies to.
+func (w *rowWriter) deleteOthers(t *targetTable, key []writeset.KeyPart, row *rowliftv1.Row) (buf []byte, ok bool, err error) {
+	vals, err := w.row(t, row)
+	if err != nil {
+		return nil, false, err
+	}
+	buf = append(w.buf[:0], "DELETE FROM "...)
+	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
+	buf = append(buf, " WHERE "...)
+	for i, part := range key {
+		if vals[part.Pos] == nil {
+			return nil, false, nil
+		}
+		if i > 0 {
+			buf = append(buf, " AND "...)
+		}
+		buf = w.comparison(buf, t, part.Pos, part.Prefix, vals[part.Pos])
+	}
+	buf = append(buf, " AND NOT ("...)
+	for i, idx := range t.fields.GetPkColumns() {
+		if i > 0 {
+			buf = append(buf, " AND "...)
+		}
+		buf = w.comparison(buf, t, int(idx), 0, vals[idx])
+	}
+	w.buf = append(buf, ')')
+	return w.buf, true, nil
+}
+
+// comparison appends "column = value", or for a prefix key part
+// "LEFT(column, n) = LEFT(value, n)", compared under the column's collation.
+func (w *rowWriter) comparison(buf []byte, t *targetTable, pos, prefix int, val []byte) []byte {
+	f := t.fields.GetFields()[pos]
+	kind := rowcodec.KindOf(f.GetDataType())
+	if prefix == 0 {
+		buf = rowcodec.AppendIdent(buf, f.GetName())
+		buf = append(buf, " = "...)
+		return rowcodec.AppendComparable(buf, kind, f.GetCharset(), val)
+	}
+	n := strconv.Itoa(prefix)
+	buf = append(buf, "LEFT("...)
+	buf = rowcodec.AppendIdent(buf, f.GetName())
+	buf = append(buf, ", "+n+") = LEFT("...)
+	buf = rowcodec.AppendComparable(buf, kind, f.GetCharset(), val)
+	return append(buf, ", "+n+")"...)
+}
+
+// applyError classifies a failed idempotent write.
+func applyError(trx *rowliftv1.Transaction, t *targetTable, err error) error {
+	return rejected(fmt.Sprintf("apply %s to %s", trx.GetGtid(), t.name), err, func(msg string) error {
+		return divergence(trx, t.name, "a rewritten row's key is taken ("+msg+")")
+	})
+}
+
+// sameKey reports whether two images have byte-identical key values.
+func (w *rowWriter) sameKey(t *targetTable, a, b *rowliftv1.Row) bool {
+	va, err1 := rowcodec.Values(nil, a)
+	vb, err2 := rowcodec.Values(nil, b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	for _, idx := range t.fields.GetPkColumns() {
+		if !bytes.Equal(va[idx], vb[idx]) || (va[idx] == nil) != (vb[idx] == nil) {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *rowWriter) change(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {
+	before, after := ch.GetBefore(), ch.GetAfter()
+	var err error
+	switch {
+	case before == nil:
+		w.buf, err = w.insert(t, after)
+	case after == nil:
+		w.buf, err = w.delete(t, before)
+	default:
+		w.buf, err = w.update(t, before, after)
+	}
+	if err != nil {
+		return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+	}
+	res, err := tx.ExecContext(ctx, string(w.buf))
+	if err != nil {
+		return rejected(fmt.Sprintf("apply %s to %s", trx.GetGtid(), t.name), err, func(msg string) error {
+			return divergence(trx, t.name, fmt.Sprintf("the key of %s is already taken (%s)", w.describe(t, after), msg))
+		})
+	}
+	if n, _ := res.RowsAffected(); n != 1 && before != nil {
+		return divergence(trx, t.name, fmt.Sprintf("no row %s to %s", w.describe(t, before), map[bool]string{true: "delete", false: "update"}[after == nil]))
+	}
+	return nil
+}
+
+func (w *rowWriter) insert(t *targetTable, after *rowliftv1.Row) ([]byte, error) {
+	return w.insertRow(t, after, false)
+}
+
+// insertRow builds the INSERT of a row; upsert makes it overwrite the row that
+// holds any of its keys.
+func (w *rowWriter) insertRow(t *targetTable, after *rowliftv1.Row, upsert bool) ([]byte, error) {
+	buf := append(w.buf[:0], "INSERT INTO "...)
+	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
 	buf = append(buf, " ("...)
 	for i, f := range t.fields.GetFields() {
 		if i > 0 {
@@ -179,7 +320,7 @@ func (p *player) insert(t *targetTable, after *rowliftv1.Row) ([]byte, error) {
 		buf = rowcodec.AppendIdent(buf, f.GetName())
 	}
 	buf = append(buf, ") VALUES ("...)
-	vals, err := p.row(t, after)
+	vals, err := w.row(t, after)
 	if err != nil {
 		return nil, err
 	}
@@ -189,14 +330,27 @@ func (p *player) insert(t *targetTable, after *rowliftv1.Row) ([]byte, error) {
 		}
 		buf = rowcodec.AppendLiteral(buf, rowcodec.KindOf(f.GetDataType()), vals[i])
 	}
-	return append(buf, ')'), nil
+	buf = append(buf, ')')
+	if upsert {
+		buf = append(buf, " ON DUPLICATE KEY UPDATE "...)
+		for i, f := range t.fields.GetFields() {
+			if i > 0 {
+				buf = append(buf, ", "...)
+			}
+			buf = rowcodec.AppendIdent(buf, f.GetName())
+			buf = append(buf, " = VALUES("...)
+			buf = rowcodec.AppendIdent(buf, f.GetName())
+			buf = append(buf, ')')
+		}
+	}
+	return buf, nil
 }
 
-func (p *player) update(t *targetTable, before, after *rowliftv1.Row) ([]byte, error) {
-	buf := append(p.buf[:0], "UPDATE "...)
-	buf = append(buf, rowcodec.QualifiedIdent(p.targetDB, t.name)...)
+func (w *rowWriter) update(t *targetTable, before, after *rowliftv1.Row) ([]byte, error) {
+	buf := append(w.buf[:0], "UPDATE "...)
+	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
 	buf = append(buf, " SET "...)
-	vals, err := p.row(t, after)
+	vals, err := w.row(t, after)
 	if err != nil {
 		return nil, err
 	}
@@ -208,19 +362,19 @@ func (p *player) update(t *targetTable, before, after *rowliftv1.Row) ([]byte, e
 		buf = append(buf, " = "...)
 		buf = rowcodec.AppendLiteral(buf, rowcodec.KindOf(f.GetDataType()), vals[i])
 	}
-	return p.where(buf, t, before)
+	return w.where(buf, t, before)
 }
 
-func (p *player) delete(t *targetTable, before *rowliftv1.Row) ([]byte, error) {
-	buf := append(p.buf[:0], "DELETE FROM "...)
-	buf = append(buf, rowcodec.QualifiedIdent(p.targetDB, t.name)...)
-	return p.where(buf, t, before)
+func (w *rowWriter) delete(t *targetTable, before *rowliftv1.Row) ([]byte, error) {
+	buf := append(w.buf[:0], "DELETE FROM "...)
+	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
+	return w.where(buf, t, before)
 }
 
 // where appends the key condition of before. Key values compare under their
 // column's collation, as the source ordered and identified them.
-func (p *player) where(buf []byte, t *targetTable, before *rowliftv1.Row) ([]byte, error) {
-	vals, err := p.row(t, before)
+func (w *rowWriter) where(buf []byte, t *targetTable, before *rowliftv1.Row) ([]byte, error) {
+	vals, err := w.row(t, before)
 	if err != nil {
 		return nil, err
 	}
@@ -229,22 +383,19 @@ func (p *player) where(buf []byte, t *targetTable, before *rowliftv1.Row) ([]byt
 		if i > 0 {
 			buf = append(buf, " AND "...)
 		}
-		f := t.fields.GetFields()[idx]
-		buf = rowcodec.AppendIdent(buf, f.GetName())
-		buf = append(buf, " = "...)
-		buf = rowcodec.AppendComparable(buf, rowcodec.KindOf(f.GetDataType()), f.GetCharset(), vals[idx])
+		buf = w.comparison(buf, t, int(idx), 0, vals[idx])
 	}
 	return buf, nil
 }
 
-func (p *player) row(t *targetTable, r *rowliftv1.Row) ([][]byte, error) {
+func (w *rowWriter) row(t *targetTable, r *rowliftv1.Row) ([][]byte, error) {
 	var err error
-	p.values, err = unpackRow(p.values, r, len(t.fields.GetFields()))
-	return p.values, err
+	w.values, err = unpackRow(w.values, r, len(t.fields.GetFields()))
+	return w.values, err
 }
 
 // describe renders a row's key for messages: (id=5, region='eu').
-func (p *player) describe(t *targetTable, r *rowliftv1.Row) string {
+func (w *rowWriter) describe(t *targetTable, r *rowliftv1.Row) string {
 	vals, err := rowcodec.Values(nil, r)
 	if err != nil {
 		return "(undecodable row)"

@@ -38,6 +38,20 @@ var raceTables = []struct{ name, ddl, fill string }{
 		"INSERT INTO race.types SELECT i, i / 7, i / 3, i / 11, FROM_UNIXTIME(i, '%Y-%m-%d %H:%i:%s.%f'), UNHEX(SHA1(i)), REPEAT('t', i % 50), i % 65536, ELT(1 + i % 3, 'a', 'b', 'c'), NULL FROM race.seq"},
 }
 
+// createRaceTables creates and fills the race tables on the source, a third of
+// keys rows each, and returns their names.
+func createRaceTables(e *env, keys int) []string {
+	e.sourceExec("CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)", "SET SESSION max_recursive_iterations = 1000000",
+		fmt.Sprintf("INSERT INTO race.seq WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s", keys/3))
+	var names []string
+	for _, tbl := range raceTables {
+		e.sourceExec(tbl.ddl, tbl.fill)
+		names = append(names, tbl.name)
+	}
+	e.sourceExec("DROP TABLE race.seq")
+	return names
+}
+
 // raceStatements returns one random change; several make a multi-statement
 // transaction.
 func raceStatements(rng *rand.Rand, keys int) []string {
@@ -175,14 +189,7 @@ func runRace(t *testing.T, cfg raceConfig) (res raceResult) {
 	rng := rand.New(rand.NewPCG(cfg.seed, 99))
 	e := newEnv(t)
 	e.hooks = []string{testhook.EnvVar + "=" + cfg.hooks + fmt.Sprintf(",seed=%d", cfg.seed)}
-	e.sourceExec("CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)", "SET SESSION max_recursive_iterations = 1000000",
-		fmt.Sprintf("INSERT INTO race.seq WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s", cfg.keys/3))
-	var names []string
-	for _, tbl := range raceTables {
-		e.sourceExec(tbl.ddl, tbl.fill)
-		names = append(names, tbl.name)
-	}
-	e.sourceExec("DROP TABLE race.seq")
+	names := createRaceTables(e, cfg.keys)
 
 	ctx, stopWriters := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

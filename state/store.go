@@ -78,6 +78,16 @@ var schemaDDL = []string{
 		done TINYINT(1) NOT NULL DEFAULT 0,
 		PRIMARY KEY (workflow, source, table_name)
 	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.replay_slot (
+		workflow VARCHAR(64) NOT NULL,
+		source VARCHAR(64) NOT NULL,
+		slot INT NOT NULL COMMENT 'the replay worker that writes this row',
+		watermark TEXT NOT NULL COMMENT 'every source transaction up to here is applied',
+		applied TEXT NOT NULL COMMENT 'transactions after watermark up to here may be applied too (out-of-order commit)',
+		source_time_us BIGINT NOT NULL DEFAULT 0,
+		applied_at_us BIGINT NOT NULL DEFAULT 0,
+		PRIMARY KEY (workflow, source, slot)
+	) ENGINE=InnoDB`,
 }
 
 // Store reads and writes the sidecar schema of one target server.
@@ -236,7 +246,7 @@ func (s *Store) SetState(ctx context.Context, name string, st State, message str
 // DeleteWorkflow removes a workflow and all its progress. Copied rows stay.
 func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, table := range []string{"copy_state", "stream", "workflow"} {
+		for _, table := range []string{"replay_slot", "copy_state", "stream", "workflow"} {
 			col := "workflow"
 			if table == "workflow" {
 				col = "name"
@@ -306,7 +316,41 @@ func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) 
 		}
 		out = append(out, st)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, s.addSlots(ctx, workflow, out)
+}
+
+// addSlots folds the replay workers' rows into the streams: the position is
+// the latest watermark, the times those of the latest commit.
+func (s *Store) addSlots(ctx context.Context, workflow string, streams []Stream) error {
+	rows, err := s.db.QueryContext(ctx, "SELECT source, watermark, source_time_us, applied_at_us FROM "+Schema+
+		".replay_slot WHERE workflow = ?", workflow)
+	if err != nil {
+		return fmt.Errorf("read replay slots of %q: %w", workflow, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var source, watermark string
+		var sourceTime, appliedAt int64
+		if err := rows.Scan(&source, &watermark, &sourceTime, &appliedAt); err != nil {
+			return fmt.Errorf("read replay slots of %q: %w", workflow, err)
+		}
+		for i := range streams {
+			st := &streams[i]
+			if st.Source != source {
+				continue
+			}
+			if st.Position, err = MergePositions(st.Position, watermark); err != nil {
+				return err
+			}
+			if sourceTime > st.SourceTimeUS {
+				st.SourceTimeUS, st.AppliedAtUS = sourceTime, appliedAt
+			}
+		}
+	}
+	return rows.Err()
 }
 
 // SetStreamMessage records why a stream is retrying; empty clears it.

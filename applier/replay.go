@@ -1,0 +1,427 @@
+package applier
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rowlift/rowlift/applier/schedule"
+	"github.com/rowlift/rowlift/applier/writeset"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// Replay defaults for zero WorkflowOptions values.
+const (
+	defaultBatchBytes = 4 << 20
+	defaultBatchWait  = 5 * time.Millisecond
+	// maxPendingGroups bounds the groups read ahead of the oldest uncommitted
+	// one: enough to keep every worker busy, few enough to bound memory.
+	maxPendingGroups = 1024
+	// stuckAfter is how long the oldest uncommitted group may run before the
+	// later groups that wait for their commit turn are rolled back: it may be
+	// waiting for a lock one of them holds (a commit-order deadlock, which the
+	// server cannot see because the later group waits in rowlift, not InnoDB).
+	stuckAfter = 100 * time.Millisecond
+)
+
+// batchLimits end a commit group.
+type batchLimits struct {
+	items int
+	bytes int
+	wait  time.Duration
+}
+
+func limitsOf(opts *rowliftv1.WorkflowOptions) batchLimits {
+	l := batchLimits{items: int(opts.GetCommitBatchItems()), bytes: int(opts.GetCommitBatchBytes()),
+		wait: time.Duration(opts.GetCommitBatchMs()) * time.Millisecond}
+	if l.items < 1 {
+		l.items = 1
+	}
+	if l.bytes <= 0 {
+		l.bytes = defaultBatchBytes
+	}
+	if l.wait <= 0 {
+		l.wait = defaultBatchWait
+	}
+	return l
+}
+
+// group is consecutive source transactions committed as one target
+// transaction, with the position after the last of them.
+type group struct {
+	txs        []*rowliftv1.Transaction
+	idempotent []bool
+	keys       []uint64
+	barrier    bool
+	bytes      int
+	position   *gomysql.MariadbGTIDSet
+	sourceUS   int64
+	// running is set while a worker executes it, since started.
+	running bool
+	started time.Time
+	// abort asks the worker holding it executed to roll it back: an earlier
+	// group is stuck, perhaps on its locks.
+	abort bool
+}
+
+// replayer applies binlog transactions with several connections. Each
+// transaction's writeset (its rows' keys) decides what may run at once: a group
+// starts once every earlier group it shares a key with has committed. By
+// default groups commit in source order, so the target is a consistent prefix
+// of the source at every instant; out of order, a low watermark is kept and a
+// restart after a crash rewrites the uncertain window idempotently. Each worker
+// records progress in its own slot row, in the group's transaction.
+type replayer struct {
+	play       *player
+	workers    int
+	outOfOrder bool
+	limits     batchLimits
+	keys       map[string]*writeset.Table
+	log        *zap.Logger
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	sched *schedule.Scheduler
+	// groups are the added, uncommitted groups by sequence number.
+	groups map[schedule.Seq]*group
+	// positions of committed groups above the watermark (out of order).
+	done map[schedule.Seq]*gomysql.MariadbGTIDSet
+	// open is the group being filled; timer closes it after limits.wait.
+	open  *group
+	timer *time.Timer
+	// watermark is the position of the low watermark.
+	watermark *gomysql.MariadbGTIDSet
+	// maybeApplied covers every group handed to a commit, and whatever the
+	// previous run may have committed: each slot write records it, so a slot
+	// overwritten by a commit of an earlier group (out of order) still covers
+	// the later ones.
+	maybeApplied *gomysql.MariadbGTIDSet
+	err          error
+
+	cancel context.CancelFunc
+	g      *errgroup.Group
+}
+
+func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.WorkflowOptions, workers int, log *zap.Logger) (*replayer, error) {
+	keys := map[string]*writeset.Table{}
+	for name, t := range play.tables {
+		k, err := writeset.Load(ctx, db, play.targetDB, t.fields)
+		if err != nil {
+			return nil, fmt.Errorf("keys of %s: %w", name, err)
+		}
+		if barrier, why := k.Barrier(); barrier {
+			log.Info("changes to this table replay alone", zap.String("table", name), zap.String("why", why))
+		}
+		if coarse := k.Coarse(); len(coarse) > 0 {
+			log.Info("keys under non-binary collations do not tell rows apart; their changes replay one at a time",
+				zap.String("table", name), zap.Strings("keys", coarse))
+		}
+		keys[name] = k
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g, ctx := errgroup.WithContext(ctx)
+	r := &replayer{play: play, workers: workers, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, log: log,
+		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]*gomysql.MariadbGTIDSet{},
+		watermark: play.position(), maybeApplied: play.maybeApplied.Clone().(*gomysql.MariadbGTIDSet), cancel: cancel, g: g}
+	r.cond = sync.NewCond(&r.mu)
+	context.AfterFunc(ctx, func() { r.fail(ctx.Err()) })
+	for slot := range workers {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("replay connection: %w", err)
+		}
+		// Read committed takes no gap locks, which are what make transactions
+		// with disjoint writesets wait for each other.
+		if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
+			conn.Close()
+			cancel()
+			return nil, fmt.Errorf("replay connection: %w", err)
+		}
+		g.Go(func() error {
+			defer conn.Close()
+			return r.work(ctx, conn, slot)
+		})
+	}
+	if !r.outOfOrder {
+		g.Go(func() error { return r.breakDeadlocks(ctx) })
+	}
+	return r, nil
+}
+
+// fail records the first error and wakes everyone up to see it.
+func (r *replayer) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.cond.Broadcast()
+}
+
+// submit queues one transaction; it blocks while too many groups wait.
+func (r *replayer) submit(trx *rowliftv1.Transaction) error {
+	if r.play.contains(trx.GetGtid()) {
+		return nil // sent again after a reconnect: already committed
+	}
+	position, err := gomysql.ParseMariadbGTIDSet(trx.GetPosition().GetGtidSet())
+	if err != nil {
+		return fmt.Errorf("position of %s: %w", trx.GetGtid(), err)
+	}
+	keys, barrier := writeset.Transaction(nil, trx, r.keys)
+	size := proto.Size(trx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.err == nil && r.sched.Pending() >= maxPendingGroups {
+		r.cond.Wait()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if barrier {
+		r.closeOpen()
+	}
+	g := r.open
+	if g == nil {
+		g = &group{}
+		r.open = g
+		if r.limits.items > 1 {
+			r.timer = time.AfterFunc(r.limits.wait, func() { r.closeIfOpen(g) })
+		}
+	}
+	g.txs = append(g.txs, trx)
+	g.idempotent = append(g.idempotent, r.play.mayBeApplied(trx.GetGtid()))
+	g.keys = append(g.keys, keys...)
+	g.barrier = g.barrier || barrier
+	g.bytes += size
+	g.position = position.(*gomysql.MariadbGTIDSet)
+	g.sourceUS = trx.GetCommitTimeUs()
+	if barrier || len(g.txs) >= r.limits.items || g.bytes >= r.limits.bytes {
+		r.closeOpen()
+	}
+	return nil
+}
+
+func (r *replayer) closeIfOpen(g *group) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.open == g {
+		r.closeOpen()
+	}
+}
+
+// closeOpen hands the group being filled to the scheduler. r.mu is held.
+func (r *replayer) closeOpen() {
+	g := r.open
+	if g == nil {
+		return
+	}
+	r.open = nil
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	seq := r.sched.Add(g.keys, g.barrier)
+	g.keys = nil
+	r.groups[seq] = g
+	r.cond.Broadcast()
+}
+
+// failure is the error that stopped replay, if any: a stream with nothing more
+// to submit learns of it at its next heartbeat.
+func (r *replayer) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// idle reports whether everything submitted has committed.
+func (r *replayer) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.open == nil && r.sched.Pending() == 0
+}
+
+// drain commits everything submitted and waits for it: a copy chunk, a DDL or
+// a heartbeat comes after all earlier transactions.
+func (r *replayer) drain() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closeOpen()
+	for r.err == nil && r.sched.Pending() > 0 {
+		r.cond.Wait()
+	}
+	return r.err
+}
+
+// close stops the workers; uncommitted groups roll back with their connections.
+func (r *replayer) close() error {
+	r.cancel()
+	r.mu.Lock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.mu.Unlock()
+	err := r.g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// work is one replay worker: it takes groups the scheduler allows, executes
+// them, waits for its commit turn and commits.
+func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
+	w := &rowWriter{p: r.play, keys: r.keys}
+	for {
+		r.mu.Lock()
+		seq, ok := r.sched.Next()
+		for r.err == nil && !ok {
+			r.cond.Wait()
+			seq, ok = r.sched.Next()
+		}
+		if r.err != nil {
+			r.mu.Unlock()
+			return nil
+		}
+		g := r.groups[seq]
+		g.running, g.started, g.abort = true, time.Now(), false
+		r.mu.Unlock()
+		if err := r.run(ctx, conn, w, slot, seq, g); err != nil {
+			r.fail(err)
+			return err
+		}
+	}
+}
+
+// run applies one group. A lock conflict or a stuck earlier group rolls it
+// back and puts it back in the queue; any other error ends the stream.
+func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) error {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("replay: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for i, trx := range g.txs {
+		if err := w.apply(ctx, tx, trx, g.idempotent[i]); err != nil {
+			if retryable(err) {
+				return r.requeue(tx, seq, g)
+			}
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.sched.Executed(seq)
+	g.running = false
+	watermark := g.position
+	if r.outOfOrder {
+		watermark = r.watermark
+	}
+	mergeInto(r.maybeApplied, g.position)
+	applied := r.maybeApplied.String()
+	r.mu.Unlock()
+	if err := state.SaveSlot(ctx, tx, r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS); err != nil {
+		if retryable(err) {
+			return r.requeue(tx, seq, g)
+		}
+		return err
+	}
+	r.mu.Lock()
+	for r.err == nil && !g.abort && !r.sched.MayCommit(seq) {
+		r.cond.Wait()
+	}
+	if r.err != nil {
+		r.mu.Unlock()
+		return nil
+	}
+	if g.abort {
+		r.mu.Unlock()
+		return r.requeue(tx, seq, g)
+	}
+	r.mu.Unlock()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("replay: commit %s: %w", g.txs[len(g.txs)-1].GetGtid(), err)
+	}
+	r.committed(seq, g)
+	return nil
+}
+
+// requeue rolls a group back and returns it to the scheduler, which restarts
+// it once every earlier group has committed.
+func (r *replayer) requeue(tx *sql.Tx, seq schedule.Seq, g *group) error {
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("replay: roll back %s: %w", g.txs[0].GetGtid(), err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sched.Requeue(seq)
+	g.running, g.abort = false, false
+	r.cond.Broadcast()
+	return nil
+}
+
+// committed records a group's commit and moves the watermark.
+func (r *replayer) committed(seq schedule.Seq, g *group) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	before := r.sched.LowWatermark()
+	r.sched.Committed(seq)
+	delete(r.groups, seq)
+	r.done[seq] = g.position
+	for s := before + 1; s <= r.sched.LowWatermark(); s++ {
+		r.watermark = r.done[s]
+		delete(r.done, s)
+	}
+	if r.sched.LowWatermark() != before {
+		r.play.committed(r.watermark.Clone().(*gomysql.MariadbGTIDSet))
+	}
+	r.cond.Broadcast()
+}
+
+// breakDeadlocks rolls back the groups waiting for their commit turn when the
+// oldest group has run for longer than stuckAfter: it may wait for their locks.
+func (r *replayer) breakDeadlocks(ctx context.Context) error {
+	tick := time.NewTicker(stuckAfter / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		head := r.groups[r.sched.LowWatermark()+1]
+		if head != nil && head.running && time.Since(head.started) > stuckAfter {
+			for _, seq := range r.sched.ExecutedAfter(r.sched.LowWatermark() + 1) {
+				r.groups[seq].abort = true
+			}
+			r.cond.Broadcast()
+		}
+		r.mu.Unlock()
+	}
+}
+
+// mergeInto moves dst, per replication domain, to the later of dst and src.
+func mergeInto(dst, src *gomysql.MariadbGTIDSet) {
+	for domain, g := range src.Sets {
+		if cur, ok := dst.Sets[domain]; !ok || cur.SequenceNumber < g.SequenceNumber {
+			dst.Sets[domain] = g.Clone()
+		}
+	}
+}
+
+// retryable reports lock conflicts, which another attempt resolves.
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1205 || me.Number == 1213)
+}

@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag soak clean
+.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply soak clean
 
 ## setup: install a MariaDB server if none is present, download modules, build pinned tools
 setup:
@@ -60,7 +60,7 @@ proto-check: proto
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
 ## bench: run every benchmark program; each prints rowlift beside a baseline from the same run
-bench: bench-sandbox bench-copy bench-lag
+bench: bench-sandbox bench-copy bench-lag bench-apply
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
@@ -77,6 +77,13 @@ bench-copy:
 ## commits, and a copy of -rows rows idle and under that load (LAGFLAGS=e.g. -duration 60s -rate 500)
 bench-lag:
 	$(GO) run ./benchmarks/lag $(LAGFLAGS)
+
+## bench-apply: catch-up of a backlog of one-client transactions by rowlift (1 worker, N workers,
+## commit batching, out-of-order commits) beside MariaDB replicas with 0, 4 and 16 parallel
+## threads, all on equally durable servers (APPLYFLAGS=e.g. -k 5000 -workers 8)
+APPLYFLAGS ?=
+bench-apply:
+	$(GO) run ./benchmarks/apply $(APPLYFLAGS)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
 ## the applier, streamer and source server each (a failing

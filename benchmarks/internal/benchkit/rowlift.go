@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/state"
 )
@@ -25,6 +27,8 @@ const (
 	// only the work is timed (it still finds a workflow within PollInterval).
 	applierSettle = 500 * time.Millisecond
 	procTimeout   = 30 * time.Second
+	// stateCheckInterval is how often WaitApplied looks for a failed workflow.
+	stateCheckInterval = 500 * time.Millisecond
 )
 
 // Build builds the rowlift binary into dir, and checks that it has the streamer
@@ -213,6 +217,85 @@ func WaitCopied(ctx context.Context, store *state.Store, workflow string, procs 
 		}
 		if done {
 			return nil
+		}
+	}
+}
+
+// StartStreamer starts a streamer listening on addr for the source and waits
+// until it listens. One streamer serves every workflow of its source, so a
+// benchmark that replays into several targets starts one of these and an
+// applier per target (StartApplier) instead of StartRoles' pair.
+func StartStreamer(ctx context.Context, bin, logDir, addr, sourceDSN string) (*Proc, error) {
+	p, err := StartProc(bin, logDir, "streamer", "--listen", addr, "--source-dsn", sourceDSN)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitListening(ctx, addr); err != nil {
+		return nil, errors.Join(err, p.Stop(), errors.New(p.LogTail()))
+	}
+	return p, nil
+}
+
+// StartApplier starts an applier for the target polling every PollInterval and
+// returns at once, without StartRoles' settling time: a benchmark that times
+// how long a target takes to catch up counts the applier's start as part of it.
+func StartApplier(bin, logDir, targetDSN string) (*Proc, error) {
+	return StartProc(bin, logDir, "applier", "--target-dsn", targetDSN, "--poll-interval", PollInterval.String())
+}
+
+// WaitApplied polls every interval until every stream of the workflow has
+// committed a position that contains pos, a MariaDB GTID set such as the
+// source's @@gtid_binlog_pos: the target has then applied everything the source
+// had logged. It fails when the workflow enters state error or one of procs
+// exits; ctx bounds the wait. The interval is the resolution of a timing that
+// ends here, and each poll is one small query on the target (the workflow's
+// state is read only every stateCheckInterval, to keep the polling light).
+func WaitApplied(ctx context.Context, store *state.Store, workflow, pos string, interval time.Duration, procs ...*Proc) error {
+	want, err := gomysql.ParseMariadbGTIDSet(pos)
+	if err != nil {
+		return fmt.Errorf("wait for workflow %s to apply %q: %w", workflow, pos, err)
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var checked time.Time // when the workflow's state was last read
+	for {
+		streams, err := store.Streams(ctx, workflow)
+		if err != nil {
+			return err
+		}
+		if len(streams) == 0 {
+			return fmt.Errorf("workflow %s has no streams", workflow)
+		}
+		applied := true
+		for _, st := range streams {
+			got, err := gomysql.ParseMariadbGTIDSet(st.Position)
+			if err != nil {
+				return fmt.Errorf("position %q of workflow %s: %w", st.Position, workflow, err)
+			}
+			applied = applied && got.Contain(want)
+		}
+		if applied {
+			return nil
+		}
+		for _, p := range procs {
+			if p.Exited() {
+				return fmt.Errorf("rowlift %s exited before workflow %s applied %s: %v", p.Role, workflow, pos, p.cmd.ProcessState)
+			}
+		}
+		if time.Since(checked) >= stateCheckInterval {
+			w, err := store.Workflow(ctx, workflow)
+			if err != nil {
+				return err
+			}
+			if w.State == state.Error {
+				return fmt.Errorf("workflow %s failed: %s", workflow, w.Message)
+			}
+			checked = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for workflow %s to apply %s: %w", workflow, pos, context.Cause(ctx))
+		case <-tick.C:
 		}
 	}
 }

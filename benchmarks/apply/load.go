@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+const (
+	// db holds the tables on the source and, under the same name, on every target.
+	db = "bench"
+	// tableDDL is sysbench's table, in db, named by its %d.
+	tableDDL = `CREATE TABLE ` + db + `.sbtest%d (
+		id INT NOT NULL,
+		k INT NOT NULL DEFAULT 0,
+		c CHAR(120) NOT NULL DEFAULT '',
+		pad CHAR(60) NOT NULL DEFAULT '',
+		PRIMARY KEY (id),
+		KEY k_1 (k)
+	) ENGINE=InnoDB`
+	// seedBatch is rows per seed INSERT statement, each its own transaction.
+	seedBatch = 1000
+)
+
+// tableName is the name of the i-th table, from 1.
+func tableName(i int) string { return fmt.Sprintf("sbtest%d", i) }
+
+// tableNames are the names of every table.
+func (b *bench) tableNames() []string {
+	out := make([]string, b.cfg.Tables)
+	for i := range out {
+		out[i] = tableName(i + 1)
+	}
+	return out
+}
+
+// rowGen draws sysbench's values from a seeded generator, so every run with the
+// same -seed writes the same rows and transactions.
+type rowGen struct {
+	rng  *rand.Rand
+	rows int64
+}
+
+func newRowGen(seed, stream uint64, rows int64) *rowGen {
+	return &rowGen{rng: rand.New(rand.NewPCG(seed, stream)), rows: rows}
+}
+
+// id is a key in 1..rows.
+func (g *rowGen) id() int64 { return 1 + g.rng.Int64N(g.rows) }
+
+// digits is groups of 11 random digits joined by '-', as sysbench fills c (10
+// groups, 119 characters) and pad (5 groups, 59).
+func (g *rowGen) digits(groups int) string {
+	b := make([]byte, 0, groups*12)
+	for i := range groups {
+		if i > 0 {
+			b = append(b, '-')
+		}
+		for range 11 {
+			b = append(b, byte('0'+g.rng.IntN(10)))
+		}
+	}
+	return string(b)
+}
+
+// seed creates the tables and fills them, logged: the replicas get them by
+// replication and the rowlift targets by their copy. It records the source's
+// position after the seed, which every target is brought to before the backlog.
+func (b *bench) seed(ctx context.Context) error {
+	start := time.Now()
+	if _, err := b.srcDB.ExecContext(ctx, "CREATE DATABASE "+db); err != nil {
+		return fmt.Errorf("seed: create database %s: %w", db, err)
+	}
+	g := newRowGen(b.cfg.Seed, 1, b.cfg.Rows)
+	for t := 1; t <= b.cfg.Tables; t++ {
+		if _, err := b.srcDB.ExecContext(ctx, fmt.Sprintf(tableDDL, t)); err != nil {
+			return fmt.Errorf("seed: create %s.%s: %w", db, tableName(t), err)
+		}
+		for first := int64(1); first <= b.cfg.Rows; first += seedBatch {
+			last := min(first+seedBatch-1, b.cfg.Rows)
+			args := make([]any, 0, 4*(last-first+1))
+			for id := first; id <= last; id++ {
+				args = append(args, id, g.id(), g.digits(10), g.digits(5))
+			}
+			q := "INSERT INTO " + db + "." + tableName(t) + " (id, k, c, pad) VALUES " +
+				strings.Repeat("(?, ?, ?, ?), ", int(last-first)) + "(?, ?, ?, ?)"
+			if _, err := b.srcDB.ExecContext(ctx, q, args...); err != nil {
+				return fmt.Errorf("seed %s.%s rows %d..%d: %w", db, tableName(t), first, last, err)
+			}
+		}
+	}
+	var err error
+	if b.seedPos, err = b.sourcePosition(ctx); err != nil {
+		return err
+	}
+	progress("seeded %d tables of %d rows in %.1f s, source at %s", b.cfg.Tables, b.cfg.Rows, time.Since(start).Seconds(), b.seedPos)
+	return nil
+}
+
+// sourcePosition is the GTID set of everything the source has logged.
+func (b *bench) sourcePosition(ctx context.Context) (string, error) {
+	var pos string
+	if err := b.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return "", fmt.Errorf("source position: %w", err)
+	}
+	return pos, nil
+}
+
+// loadResult is the backlog as the source took it from one connection.
+type loadResult struct {
+	Transactions int64   `json:"transactions"`
+	WallS        float64 `json:"wall_s"`
+	PerS         float64 `json:"per_s"`
+	StartGTID    string  `json:"start_gtid"`
+	EndGTID      string  `json:"end_gtid"`
+}
+
+// txStatements are the statements of one transaction on one table, as sysbench
+// oltp_write_only runs them.
+type txStatements struct {
+	indexUpdate, nonIndexUpdate, delete, insert string
+}
+
+// writeBacklog runs -k transactions on the source from one connection while no
+// target replays, and returns the source's position after the last one. Each
+// transaction is sysbench oltp_write_only's: UPDATE k = k + 1 by PK (k is
+// indexed), UPDATE c by PK, then DELETE of a key and INSERT of the same key,
+// each statement on a table and key of its own drawn at random.
+func (b *bench) writeBacklog(ctx context.Context) (loadResult, error) {
+	r := loadResult{Transactions: b.cfg.K, StartGTID: b.seedPos}
+	progress("writing %d transactions on the source from one connection", b.cfg.K)
+	conn, err := b.srcDB.Conn(ctx)
+	if err != nil {
+		return r, fmt.Errorf("backlog: %w", err)
+	}
+	defer conn.Close()
+	stmts := make([]txStatements, b.cfg.Tables)
+	for i := range stmts {
+		t := db + "." + tableName(i+1)
+		stmts[i] = txStatements{
+			indexUpdate:    "UPDATE " + t + " SET k = k + 1 WHERE id = ?",
+			nonIndexUpdate: "UPDATE " + t + " SET c = ? WHERE id = ?",
+			delete:         "DELETE FROM " + t + " WHERE id = ?",
+			insert:         "INSERT INTO " + t + " (id, k, c, pad) VALUES (?, ?, ?, ?)",
+		}
+	}
+	g := newRowGen(b.cfg.Seed, 2, b.cfg.Rows)
+	table := func() txStatements { return stmts[g.rng.IntN(len(stmts))] }
+	start := time.Now()
+	for n := int64(0); n < b.cfg.K; n++ {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return r, fmt.Errorf("backlog transaction %d: %w", n, err)
+		}
+		idx, nonIdx, del := table(), table(), table()
+		delID := g.id()
+		steps := []struct {
+			q    string
+			args []any
+		}{
+			{idx.indexUpdate, []any{g.id()}},
+			{nonIdx.nonIndexUpdate, []any{g.digits(10), g.id()}},
+			{del.delete, []any{delID}},
+			{del.insert, []any{delID, g.id(), g.digits(10), g.digits(5)}},
+		}
+		for _, s := range steps {
+			if _, err := tx.ExecContext(ctx, s.q, s.args...); err != nil {
+				_ = tx.Rollback()
+				return r, fmt.Errorf("backlog transaction %d: %s: %w", n, s.q, err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return r, fmt.Errorf("backlog transaction %d: commit: %w", n, err)
+		}
+	}
+	r.WallS = time.Since(start).Seconds()
+	r.PerS = float64(r.Transactions) / r.WallS
+	if r.EndGTID, err = b.sourcePosition(ctx); err != nil {
+		return r, err
+	}
+	progress("  %.2f s, %.0f transactions/s; source at %s", r.WallS, r.PerS, r.EndGTID)
+	return r, nil
+}

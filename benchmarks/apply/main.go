@@ -1,0 +1,122 @@
+// Command apply measures how fast a target catches up on a backlog of
+// transactions that one client wrote on the source, with rowlift's applier in
+// four settings beside MariaDB's own replication, every one replaying the same
+// transactions into a server of its own with the same durable settings
+// (innodb_flush_log_at_trx_commit=-flush, sync_binlog=1, binlog on). It
+//
+//  1. seeds -tables sysbench-like tables of -rows rows on the source;
+//  2. brings every target to the seeded state and stops it there: rowlift
+//     targets by a workflow's copy (then the applier is stopped), MariaDB
+//     replicas by replication (then the SQL thread is stopped);
+//  3. runs -k transactions on the source from one connection, each like
+//     sysbench oltp_write_only: UPDATE of the indexed k by PK, UPDATE of c by
+//     PK, DELETE and INSERT of one key; the replicas' IO threads fetch them all;
+//  4. times each target's catch-up, one at a time after the servers have
+//     flushed: rowlift from starting the applier until its committed position
+//     covers the source's last GTID (read every 10 ms), for 1 worker and no
+//     batching (the serial baseline), -workers workers, with commit batching,
+//     and with out-of-order commits; a replica from START SLAVE SQL_THREAD
+//     until MASTER_GTID_WAIT returns, with no parallel threads and with each
+//     of -native threads in optimistic and in conservative mode;
+//  5. compares every table of every target with the source row by row.
+//
+// It prints seconds, transactions/s, the speed-up over serial rowlift and
+// whether the target is identical, per configuration, and the best rowlift
+// beside the best replica; and writes the same as JSON.
+//
+//	go run ./benchmarks/apply -k 20000
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+)
+
+// config is every flag; it is printed and stored with the results.
+type config struct {
+	K          int64  `json:"k"`
+	Tables     int    `json:"tables"`
+	Rows       int64  `json:"rows_per_table"`
+	Workers    int    `json:"workers"`
+	BatchItems int    `json:"batch_items"`
+	BatchMs    int    `json:"batch_ms"`
+	Native     string `json:"native_threads"`
+	Seed       uint64 `json:"seed"`
+	benchkit.ServerConfig
+	Out string `json:"out"`
+}
+
+func main() {
+	var cfg config
+	flag.Int64Var(&cfg.K, "k", 20_000, "transactions in the backlog, written on the source by one connection")
+	flag.IntVar(&cfg.Tables, "tables", 4, "sysbench-like tables the transactions pick from")
+	flag.Int64Var(&cfg.Rows, "rows", 25_000, "rows per table")
+	flag.IntVar(&cfg.Workers, "workers", 4, "rowlift apply_workers of the parallel configurations")
+	flag.IntVar(&cfg.BatchItems, "batch-items", 64, "rowlift commit_batch_items of the batching configurations")
+	flag.IntVar(&cfg.BatchMs, "batch-ms", 5, "rowlift commit_batch_ms of the batching configurations")
+	flag.StringVar(&cfg.Native, "native", "0,4,16", "slave_parallel_threads of the MariaDB replicas; each above 0 runs in optimistic and in conservative mode (empty: none)")
+	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated rows and transactions")
+	cfg.RegisterFlags(flag.CommandLine)
+	flag.StringVar(&cfg.Out, "out", "benchmarks/results/apply.json", "JSON result path")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, cfg)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apply benchmark:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	threads, err := nativeThreads(cfg.Native)
+	if err != nil {
+		return err
+	}
+	if cfg.K < 1 || cfg.Tables < 1 || cfg.Rows < 1 || cfg.Workers < 1 || cfg.BatchItems < 0 || cfg.BatchMs < 0 {
+		return fmt.Errorf("-k, -tables, -rows and -workers must be positive, -batch-items and -batch-ms not negative")
+	}
+	b, err := setup(ctx, cfg, threads)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	rep, err := b.measureAll(ctx)
+	if err != nil {
+		return err
+	}
+	rep.print(os.Stdout)
+	if err := benchkit.WriteJSON(cfg.Out, rep); err != nil {
+		return err
+	}
+	return rep.mismatch()
+}
+
+// nativeThreads parses -native into thread counts.
+func nativeThreads(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-native: %q is not a thread count (want e.g. 0,4,16)", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// progress prints what the benchmark is doing, on stderr so stdout holds only the results.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "apply benchmark: "+format+"\n", args...)
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	"github.com/rowlift/rowlift/internal/verify"
+)
+
+// report is what a run prints and stores as JSON.
+type report struct {
+	Timestamp     string           `json:"timestamp"`
+	Machine       benchkit.Machine `json:"machine"`
+	ServerVersion string           `json:"server_version"`
+	Flags         config           `json:"flags"`
+	// Backlog is the -k transactions as the source took them from one client.
+	Backlog loadResult `json:"backlog"`
+	Results []result   `json:"results"`
+	// BestRowlift and BestNative are the fastest of each kind; Ratio is
+	// BestNative's time over BestRowlift's (above 1: rowlift is faster).
+	BestRowlift string  `json:"best_rowlift"`
+	BestNative  string  `json:"best_native,omitempty"`
+	Ratio       float64 `json:"best_rowlift_over_best_native,omitempty"`
+	// LogProblems are the warning and error lines of the rowlift logs, by process.
+	LogProblems map[string][]string `json:"log_problems"`
+}
+
+// result is one configuration's catch-up.
+type result struct {
+	Name  string  `json:"name"`
+	Kind  string  `json:"kind"` // rowlift or native
+	WallS float64 `json:"wall_s"`
+	PerS  float64 `json:"trx_per_s"`
+	// SpeedUp is serial rowlift's time over this one's.
+	SpeedUp    float64 `json:"speed_up_over_rowlift_serial"`
+	Identical  bool    `json:"identical"`
+	SourceCPUS float64 `json:"source_server_cpu_s"`
+	TargetCPUS float64 `json:"target_server_cpu_s"`
+	// ClientCPUS is rowlift's applier and streamer; 0 for a replica, which
+	// replicates inside the server.
+	ClientCPUS float64 `json:"rowlift_cpu_s"`
+	// Differences are verify's summaries of the tables that differ.
+	Differences []string `json:"differences,omitempty"`
+}
+
+func (b *bench) newReport() *report {
+	return &report{
+		Timestamp:     time.Now().UTC().Format(time.RFC3339),
+		Machine:       benchkit.MachineInfo(),
+		ServerVersion: b.version,
+		Flags:         b.cfg,
+	}
+}
+
+// verify compares every table of a target with the source, row by row.
+func (b *bench) verify(ctx context.Context, n *node, res *result) error {
+	progress("%s: comparing with the source", n.name)
+	res.Identical = true
+	for _, table := range b.tableNames() {
+		v, err := verify.Table(ctx, b.srcDB, n.db, db, db, table, verify.Options{})
+		if err != nil {
+			return fmt.Errorf("verify %s of %s: %w", table, n.name, err)
+		}
+		if !v.Identical() {
+			res.Identical = false
+			res.Differences = append(res.Differences, v.String())
+		}
+	}
+	return nil
+}
+
+// logProblems returns the warning and error lines of the streamer and appliers.
+func (b *bench) logProblems() (map[string][]string, error) {
+	out := map[string][]string{}
+	lines, err := b.streamer.LogProblems()
+	if err != nil {
+		return nil, err
+	}
+	if len(lines) > 0 {
+		out["streamer"] = lines
+	}
+	for _, t := range b.targets {
+		if rt, ok := t.(*rowliftTarget); ok {
+			if err := rt.logProblems(out); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// summarize computes the speed-ups over serial rowlift (the first result) and
+// picks the best of each kind.
+func (r *report) summarize() {
+	serial := r.Results[0].WallS
+	var bestRowlift, bestNative *result
+	for i := range r.Results {
+		res := &r.Results[i]
+		res.SpeedUp = serial / res.WallS
+		best := &bestRowlift
+		if res.Kind == "native" {
+			best = &bestNative
+		}
+		if *best == nil || res.WallS < (*best).WallS {
+			*best = res
+		}
+	}
+	r.BestRowlift = bestRowlift.Name
+	if bestNative != nil {
+		r.BestNative = bestNative.Name
+		r.Ratio = bestNative.WallS / bestRowlift.WallS
+	}
+}
+
+// mismatch fails when a target is not identical to the source, after the
+// table has shown which.
+func (r *report) mismatch() error {
+	var bad []string
+	for _, res := range r.Results {
+		if !res.Identical {
+			bad = append(bad, res.Name)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("TARGETS DIFFER FROM THE SOURCE: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+func (r *report) print(w io.Writer) {
+	f, bl := r.Flags, r.Backlog
+	fmt.Fprintf(w, "\n%s, nproc=%d, %s\n", r.ServerVersion, r.Machine.NProc, r.Machine.CPU)
+	fmt.Fprintf(w, "backlog: %d oltp_write_only-like transactions (4 row changes each) on %d tables of %d rows, written by one source connection in %.2f s (%.0f trx/s)\n",
+		bl.Transactions, f.Tables, f.Rows, bl.WallS, bl.PerS)
+	fmt.Fprintf(w, "every server: flush=%d sync_binlog=1 log_bin=ON buffer_pool=%s log_file_size=%s\n\n", f.Flush, f.BufferPool, f.LogFileSize)
+	width := len("catch-up of the backlog")
+	for _, res := range r.Results {
+		width = max(width, len(res.Name))
+	}
+	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s\n", width, "catch-up of the backlog", "seconds", "trx/s", "speed-up", "identical",
+		"target", "source", "rowlift")
+	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s\n", width, "", "", "", "", "", "CPU s", "CPU s", "CPU s")
+	for _, res := range r.Results {
+		same := "yes"
+		if !res.Identical {
+			same = "NO"
+		}
+		fmt.Fprintf(w, "%-*s %8.2f %8.0f %8.2fx %10s %9.2f %9.2f %9.2f\n", width, res.Name, res.WallS, res.PerS, res.SpeedUp, same,
+			res.TargetCPUS, res.SourceCPUS, res.ClientCPUS)
+	}
+	if r.BestNative != "" {
+		fmt.Fprintf(w, "\nbest rowlift (%s) vs best native (%s): %.2fx (native seconds / rowlift seconds; above 1 rowlift is faster)\n",
+			r.BestRowlift, r.BestNative, r.Ratio)
+	}
+	fmt.Fprintln(w, "rowlift: from starting the applier until its committed position covers the source's last GTID (read every 10 ms);"+
+		" it reads the backlog from the source through the streamer as it goes")
+	fmt.Fprintln(w, "native: from START SLAVE SQL_THREAD until MASTER_GTID_WAIT returns; the IO thread had fetched the whole backlog before")
+	for _, res := range r.Results {
+		for _, d := range res.Differences {
+			fmt.Fprintf(w, "%s: %s\n", res.Name, d)
+		}
+	}
+	r.printLogProblems(w)
+	fmt.Fprintln(w, "results written to", f.Out)
+}
+
+func (r *report) printLogProblems(w io.Writer) {
+	if len(r.LogProblems) == 0 {
+		fmt.Fprintln(w, "rowlift logs: no warnings or errors")
+		return
+	}
+	for _, proc := range slices.Sorted(maps.Keys(r.LogProblems)) {
+		lines := r.LogProblems[proc]
+		fmt.Fprintf(w, "rowlift %s log: %d warning/error lines:\n", proc, len(lines))
+		for _, line := range lines {
+			fmt.Fprintln(w, "  "+line)
+		}
+	}
+}

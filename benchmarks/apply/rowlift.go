@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+const (
+	// workflowName is the workflow of every rowlift target, each on its own server.
+	workflowName = "apply"
+	// pollInterval is how often a timed rowlift catch-up looks at its committed
+	// position: the resolution of its timing.
+	pollInterval = 10 * time.Millisecond
+)
+
+// rowliftConfig is one setting of the applier.
+type rowliftConfig struct {
+	key, name string
+	opts      *rowliftv1.WorkflowOptions
+}
+
+// rowliftConfigs are the serial baseline (one worker, each source transaction
+// committed on its own), then -workers workers, then with commit batching, then
+// with out-of-order commits as well.
+func (b *bench) rowliftConfigs() []rowliftConfig {
+	n := int32(b.cfg.Workers)
+	items, ms := int32(b.cfg.BatchItems), int32(b.cfg.BatchMs)
+	batch := fmt.Sprintf("batch %d trx/%d ms", items, ms)
+	return []rowliftConfig{
+		{"rowlift-serial", "rowlift, 1 worker (serial)", &rowliftv1.WorkflowOptions{ApplyWorkers: 1}},
+		{"rowlift-workers", fmt.Sprintf("rowlift, %d workers", n), &rowliftv1.WorkflowOptions{ApplyWorkers: n}},
+		{"rowlift-batch", fmt.Sprintf("rowlift, %d workers, %s", n, batch),
+			&rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: items, CommitBatchMs: ms}},
+		{"rowlift-ooo", fmt.Sprintf("rowlift, %d workers, %s, out of order", n, batch),
+			&rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: items, CommitBatchMs: ms, OutOfOrderCommit: true}},
+	}
+}
+
+// rowliftTarget is a target that a rowlift workflow fills by its copy, and
+// then replays the backlog into with an applier started for the timing.
+type rowliftTarget struct {
+	b     *bench
+	n     *node
+	opts  *rowliftv1.WorkflowOptions
+	store *state.Store
+	// copier copied the seed; replayer replays the backlog.
+	copier, replayer *benchkit.Proc
+	streamerCPU      float64 // the streamer's CPU seconds when replay started
+}
+
+func (t *rowliftTarget) node() *node { return t.n }
+
+// logDir is a directory of its own for the applier of one phase, whose log is
+// always named applier.log.
+func (t *rowliftTarget) logDir(phase string) (string, error) {
+	dir := filepath.Join(t.b.tmp, t.n.key+"-"+phase)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("log dir: %w", err)
+	}
+	return dir, nil
+}
+
+// prepare creates the workflow of every table, copies them with an applier and
+// stops it once it has applied everything up to the seeded position.
+func (t *rowliftTarget) prepare(ctx context.Context) error {
+	var err error
+	if t.store, err = state.Open(ctx, t.n.db); err != nil {
+		return err
+	}
+	var tables []*rowliftv1.TableSpec
+	for _, name := range t.b.tableNames() {
+		tables = append(tables, &rowliftv1.TableSpec{Name: name})
+	}
+	spec := &rowliftv1.WorkflowSpec{
+		Name:           workflowName,
+		SourceDatabase: db,
+		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: t.b.streamerAddr}},
+		Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
+		Tables:         tables,
+		Options:        t.opts,
+	}
+	if err := t.store.CreateWorkflow(ctx, spec); err != nil {
+		return err
+	}
+	if err := t.store.SetState(ctx, workflowName, state.Copying, ""); err != nil {
+		return err
+	}
+	dir, err := t.logDir("copy")
+	if err != nil {
+		return err
+	}
+	if t.copier, err = benchkit.StartApplier(t.b.bin, dir, t.n.srv.DSN("")); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	err = benchkit.WaitCopied(ctx, t.store, workflowName, t.b.streamer, t.copier)
+	if err == nil {
+		err = benchkit.WaitApplied(ctx, t.store, workflowName, t.b.seedPos, 50*time.Millisecond, t.b.streamer, t.copier)
+	}
+	if err = errors.Join(err, t.copier.Stop()); err != nil {
+		return fmt.Errorf("%w\n%s\n%s", err, t.b.streamer.LogTail(), t.copier.LogTail())
+	}
+	return nil
+}
+
+// waitFetched has nothing to wait for: rowlift reads the backlog from the
+// source through the streamer while it replays, and that is part of its time.
+func (t *rowliftTarget) waitFetched(context.Context, string) error { return nil }
+
+// replay starts an applier and waits until the workflow's committed position
+// covers end.
+func (t *rowliftTarget) replay(ctx context.Context, end string) error {
+	var err error
+	if t.streamerCPU, err = t.b.streamer.CPU(t.b.clkTck); err != nil {
+		return err
+	}
+	dir, err := t.logDir("replay")
+	if err != nil {
+		return err
+	}
+	if t.replayer, err = benchkit.StartApplier(t.b.bin, dir, t.n.srv.DSN("")); err != nil {
+		return err
+	}
+	if err := benchkit.WaitApplied(ctx, t.store, workflowName, end, pollInterval, t.b.streamer, t.replayer); err != nil {
+		return fmt.Errorf("%w\n%s\n%s", err, t.b.streamer.LogTail(), t.replayer.LogTail())
+	}
+	return nil
+}
+
+// afterReplay returns the CPU seconds of the applier and of the streamer during
+// the replay, and stops the applier, so it does not write its position on the
+// target while the next configuration is timed.
+func (t *rowliftTarget) afterReplay() (float64, error) {
+	if t.replayer == nil {
+		return 0, nil
+	}
+	a, err1 := t.replayer.CPU(t.b.clkTck)
+	s, err2 := t.b.streamer.CPU(t.b.clkTck)
+	return a + s - t.streamerCPU, errors.Join(err1, err2, t.replayer.Stop())
+}
+
+func (t *rowliftTarget) close() error {
+	var errs []error
+	for _, p := range []*benchkit.Proc{t.copier, t.replayer} {
+		if p != nil {
+			errs = append(errs, p.Stop())
+		}
+	}
+	return errors.Join(append(errs, t.n.close())...)
+}
+
+// logProblems returns the warning and error lines of the target's appliers, by
+// applier.
+func (t *rowliftTarget) logProblems(out map[string][]string) error {
+	for _, p := range []struct {
+		phase string
+		proc  *benchkit.Proc
+	}{{"copy", t.copier}, {"replay", t.replayer}} {
+		if p.proc == nil {
+			continue
+		}
+		lines, err := p.proc.LogProblems()
+		if err != nil {
+			return err
+		}
+		if len(lines) > 0 {
+			out["applier "+t.n.key+" "+p.phase] = lines
+		}
+	}
+	return nil
+}

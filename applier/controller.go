@@ -154,7 +154,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	replay, err := newReplayer(ctx, e.db, play, c.spec.GetOptions(), workers, c.log)
+	replay, err := newReplayer(ctx, e.db, play, c.spec.GetOptions(), workers, maxPacket-1024, c.log)
 	if err != nil {
 		return false, err
 	}
@@ -246,7 +246,10 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			if err := replay.drain(); err != nil {
 				return err
 			}
-			return c.ddl(ctx, play, item.GetDdl())
+			if err := c.ddl(ctx, play, item.GetDdl()); err != nil {
+				return err
+			}
+			return replay.reloadKeys(ctx, e.db)
 		}
 		return nil
 	}

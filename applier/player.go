@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowlift/rowlift/applier/writeset"
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -59,20 +61,56 @@ func divergence(trx *rowliftv1.Transaction, table, what string) error {
 		"or missed a change: verify the table and restart its copy", trx.GetGtid(), table, what)
 }
 
-// rowWriter writes transactions' row changes; each replay worker has its own,
-// for its statement buffers.
+// rowWriter builds the statements of a group of transactions and runs them;
+// each replay worker has its own, for its buffers.
 type rowWriter struct {
 	p *player
 	// keys are the target tables' unique keys, for idempotent rewrites.
-	keys   map[string]*writeset.Table
+	keys map[string]*writeset.Table
+	// sql holds the statements, separated by ';'; stmts says where each ends.
+	sql    []byte
+	stmts  []stmt
+	query  []byte
 	buf    []byte
 	values [][]byte
 }
 
-// apply writes one transaction's changes in tx. idempotent writes them so that
+// stmt is one statement of a group and what its result must be.
+type stmt struct {
+	end int
+	trx *rowliftv1.Transaction
+	t   *targetTable
+	ch  *rowliftv1.RowChange
+	// exact: the statement must find exactly one row, the before image's.
+	exact bool
+}
+
+func (w *rowWriter) reset() {
+	w.sql, w.stmts = w.sql[:0], w.stmts[:0]
+}
+
+func (w *rowWriter) text(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = w.stmts[i-1].end + 1
+	}
+	return w.sql[start:w.stmts[i].end]
+}
+
+func (w *rowWriter) push(built []byte, s stmt) {
+	if len(w.stmts) > 0 {
+		w.sql = append(w.sql, ';')
+	}
+	w.sql = append(w.sql, built...)
+	w.buf = built[:0] // its storage serves the next statement
+	s.end = len(w.sql)
+	w.stmts = append(w.stmts, s)
+}
+
+// add appends the statements of one transaction. idempotent writes them so that
 // applying them a second time changes nothing: upserts and deletes that may find
 // nothing, never REPLACE (which would delete rows other unique keys point at).
-func (w *rowWriter) apply(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, idempotent bool) error {
+func (w *rowWriter) add(trx *rowliftv1.Transaction, idempotent bool) error {
 	for _, ev := range trx.GetEvents() {
 		t := w.p.tables[ev.GetTable()]
 		if t == nil {
@@ -81,16 +119,87 @@ func (w *rowWriter) apply(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transa
 		for _, ch := range ev.GetChanges() {
 			var err error
 			if idempotent {
-				err = w.rewrite(ctx, tx, trx, t, ch)
+				err = w.addRewrite(trx, t, ch)
 			} else {
-				err = w.change(ctx, tx, trx, t, ch)
+				err = w.addChange(trx, t, ch)
 			}
 			if err != nil {
-				return err
+				return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
 			}
 		}
 	}
 	return nil
+}
+
+// exec runs the statements in a new transaction, as few round trips as
+// maxPacket allows (several statements per query), and checks that each
+// statement keyed by a before image found its row.
+func (w *rowWriter) exec(ctx context.Context, conn *sql.Conn, maxPacket int) error {
+	const begin = "START TRANSACTION"
+	if len(w.stmts) == 0 {
+		_, err := conn.ExecContext(ctx, begin)
+		return err
+	}
+	for first := 0; first < len(w.stmts); {
+		w.query = w.query[:0]
+		if first == 0 {
+			w.query = append(w.query, begin...)
+		}
+		last := first
+		for last < len(w.stmts) && (last == first || len(w.query)+1+len(w.text(last)) <= maxPacket) {
+			if len(w.query) > 0 {
+				w.query = append(w.query, ';')
+			}
+			w.query = append(w.query, w.text(last)...)
+			last++
+		}
+		affected, err := execMulti(ctx, conn, w.query)
+		if err != nil {
+			return err
+		}
+		affected = affected[len(affected)-(last-first):]
+		for i := first; i < last; i++ {
+			if s := w.stmts[i]; s.exact && affected[i-first] != 1 {
+				what := map[bool]string{true: "delete", false: "update"}[s.ch.GetAfter() == nil]
+				return divergence(s.trx, s.t.name, fmt.Sprintf("no row %s to %s", w.describe(s.t, s.ch.GetBefore()), what))
+			}
+		}
+		first = last
+	}
+	return nil
+}
+
+// diagnose runs the statements one at a time in a transaction it rolls back,
+// to name the statement a failed multi-statement query broke on; nil when
+// none fails.
+func (w *rowWriter) diagnose(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, "START TRANSACTION"); err != nil {
+		return err
+	}
+	defer conn.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // the connection goes if this fails
+	for i, s := range w.stmts {
+		if _, err := conn.ExecContext(ctx, string(w.text(i))); err != nil {
+			return rejected(fmt.Sprintf("apply %s to %s", s.trx.GetGtid(), s.t.name), err, func(msg string) error {
+				return divergence(s.trx, s.t.name, fmt.Sprintf("the key of %s is already taken (%s)", w.describe(s.t, s.ch.GetAfter()), msg))
+			})
+		}
+	}
+	return nil
+}
+
+// execMulti runs a query of several statements and returns each one's affected
+// rows, which database/sql does not expose.
+func execMulti(ctx context.Context, conn *sql.Conn, query []byte) ([]int64, error) {
+	var affected []int64
+	err := conn.Raw(func(dc any) error {
+		res, err := dc.(driver.ExecerContext).ExecContext(ctx, string(query), nil)
+		if err != nil {
+			return err
+		}
+		affected = res.(mysql.Result).AllRowsAffected()
+		return nil
+	})
+	return affected, err
 }
 
 // advance commits a new position with no rows (a heartbeat, a skipped DDL).
@@ -170,39 +279,35 @@ func (p *player) committed(set *gomysql.MariadbGTIDSet) {
 // whose key changed first deletes the row at the old key), a delete deletes
 // whatever is at the key. Applying a window of transactions again this way, in
 // source order, ends where applying it once did.
-func (w *rowWriter) rewrite(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {
+func (w *rowWriter) addRewrite(trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {
 	before, after := ch.GetBefore(), ch.GetAfter()
-	var stmts []string
+	s := stmt{trx: trx, t: t, ch: ch}
 	if before != nil && (after == nil || !w.sameKey(t, before, after)) {
 		buf, err := w.delete(t, before)
 		if err != nil {
-			return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+			return err
 		}
-		stmts = append(stmts, string(buf))
+		w.push(buf, s)
 	}
-	if after != nil {
-		// A row that holds one of after's unique values under another key got it
-		// from a later transaction, which this replay rewrites too: clear it.
-		for _, key := range w.keys[t.name].UniqueKeys() {
-			buf, ok, err := w.deleteOthers(t, key, after)
-			if err != nil {
-				return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
-			}
-			if ok {
-				stmts = append(stmts, string(buf))
-			}
-		}
-		buf, err := w.insertRow(t, after, true)
+	if after == nil {
+		return nil
+	}
+	// A row that holds one of after's unique values under another key got it
+	// from a later transaction, which this replay rewrites too: clear it.
+	for _, key := range w.keys[t.name].UniqueKeys() {
+		buf, ok, err := w.deleteOthers(t, key, after)
 		if err != nil {
-			return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+			return err
 		}
-		stmts = append(stmts, string(buf))
-	}
-	for _, q := range stmts {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return applyError(trx, t, err)
+		if ok {
+			w.push(buf, s)
 		}
 	}
+	buf, err := w.insertRow(t, after, true)
+	if err != nil {
+		return err
+	}
+	w.push(buf, s)
 	return nil
 }
 
@@ -255,13 +360,6 @@ func (w *rowWriter) comparison(buf []byte, t *targetTable, pos, prefix int, val 
 	return append(buf, ", "+n+")"...)
 }
 
-// applyError classifies a failed idempotent write.
-func applyError(trx *rowliftv1.Transaction, t *targetTable, err error) error {
-	return rejected(fmt.Sprintf("apply %s to %s", trx.GetGtid(), t.name), err, func(msg string) error {
-		return divergence(trx, t.name, "a rewritten row's key is taken ("+msg+")")
-	})
-}
-
 // sameKey reports whether two images have byte-identical key values.
 func (w *rowWriter) sameKey(t *targetTable, a, b *rowliftv1.Row) bool {
 	va, err1 := rowcodec.Values(nil, a)
@@ -277,29 +375,22 @@ func (w *rowWriter) sameKey(t *targetTable, a, b *rowliftv1.Row) bool {
 	return true
 }
 
-func (w *rowWriter) change(ctx context.Context, tx *sql.Tx, trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {
+func (w *rowWriter) addChange(trx *rowliftv1.Transaction, t *targetTable, ch *rowliftv1.RowChange) error {
 	before, after := ch.GetBefore(), ch.GetAfter()
+	var buf []byte
 	var err error
 	switch {
 	case before == nil:
-		w.buf, err = w.insert(t, after)
+		buf, err = w.insert(t, after)
 	case after == nil:
-		w.buf, err = w.delete(t, before)
+		buf, err = w.delete(t, before)
 	default:
-		w.buf, err = w.update(t, before, after)
+		buf, err = w.update(t, before, after)
 	}
 	if err != nil {
-		return fmt.Errorf("apply %s to %s: %w", trx.GetGtid(), t.name, err)
+		return err
 	}
-	res, err := tx.ExecContext(ctx, string(w.buf))
-	if err != nil {
-		return rejected(fmt.Sprintf("apply %s to %s", trx.GetGtid(), t.name), err, func(msg string) error {
-			return divergence(trx, t.name, fmt.Sprintf("the key of %s is already taken (%s)", w.describe(t, after), msg))
-		})
-	}
-	if n, _ := res.RowsAffected(); n != 1 && before != nil {
-		return divergence(trx, t.name, fmt.Sprintf("no row %s to %s", w.describe(t, before), map[bool]string{true: "delete", false: "update"}[after == nil]))
-	}
+	w.push(buf, stmt{trx: trx, t: t, ch: ch, exact: before != nil})
 	return nil
 }
 

@@ -22,6 +22,7 @@ import (
 
 // Replay defaults for zero WorkflowOptions values.
 const (
+	defaultBatchItems = 64
 	defaultBatchBytes = 4 << 20
 	defaultBatchWait  = 5 * time.Millisecond
 	// maxPendingGroups bounds the groups read ahead of the oldest uncommitted
@@ -32,6 +33,8 @@ const (
 	// waiting for a lock one of them holds (a commit-order deadlock, which the
 	// server cannot see because the later group waits in rowlift, not InnoDB).
 	stuckAfter = 100 * time.Millisecond
+	// maxQuery bounds the statements sent in one query.
+	maxQuery = 1 << 20
 )
 
 // batchLimits end a commit group.
@@ -44,8 +47,8 @@ type batchLimits struct {
 func limitsOf(opts *rowliftv1.WorkflowOptions) batchLimits {
 	l := batchLimits{items: int(opts.GetCommitBatchItems()), bytes: int(opts.GetCommitBatchBytes()),
 		wait: time.Duration(opts.GetCommitBatchMs()) * time.Millisecond}
-	if l.items < 1 {
-		l.items = 1
+	if l.items <= 0 {
+		l.items = defaultBatchItems
 	}
 	if l.bytes <= 0 {
 		l.bytes = defaultBatchBytes
@@ -87,6 +90,7 @@ type replayer struct {
 	outOfOrder bool
 	limits     batchLimits
 	keys       map[string]*writeset.Table
+	maxPacket  int
 	log        *zap.Logger
 
 	mu    sync.Mutex
@@ -112,25 +116,14 @@ type replayer struct {
 	g      *errgroup.Group
 }
 
-func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.WorkflowOptions, workers int, log *zap.Logger) (*replayer, error) {
-	keys := map[string]*writeset.Table{}
-	for name, t := range play.tables {
-		k, err := writeset.Load(ctx, db, play.targetDB, t.fields)
-		if err != nil {
-			return nil, fmt.Errorf("keys of %s: %w", name, err)
-		}
-		if barrier, why := k.Barrier(); barrier {
-			log.Info("changes to this table replay alone", zap.String("table", name), zap.String("why", why))
-		}
-		if coarse := k.Coarse(); len(coarse) > 0 {
-			log.Info("keys under non-binary collations do not tell rows apart; their changes replay one at a time",
-				zap.String("table", name), zap.Strings("keys", coarse))
-		}
-		keys[name] = k
+func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.WorkflowOptions, workers, maxPacket int, log *zap.Logger) (*replayer, error) {
+	keys, err := loadKeys(ctx, db, play, log)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g, ctx := errgroup.WithContext(ctx)
-	r := &replayer{play: play, workers: workers, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, log: log,
+	r := &replayer{play: play, workers: workers, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, maxPacket: min(maxPacket, maxQuery), log: log,
 		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]*gomysql.MariadbGTIDSet{},
 		watermark: play.position(), maybeApplied: play.maybeApplied.Clone().(*gomysql.MariadbGTIDSet), cancel: cancel, g: g}
 	r.cond = sync.NewCond(&r.mu)
@@ -157,6 +150,42 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 		g.Go(func() error { return r.breakDeadlocks(ctx) })
 	}
 	return r, nil
+}
+
+// loadKeys reads the target tables' unique keys and foreign keys, which decide
+// what may replay at once.
+func loadKeys(ctx context.Context, db *sql.DB, play *player, log *zap.Logger) (map[string]*writeset.Table, error) {
+	keys := map[string]*writeset.Table{}
+	for name, t := range play.tables {
+		k, err := writeset.Load(ctx, db, play.targetDB, t.fields)
+		if err != nil {
+			return nil, fmt.Errorf("keys of %s: %w", name, err)
+		}
+		if barrier, why := k.Barrier(); barrier {
+			log.Info("changes to this table replay alone", zap.String("table", name), zap.String("why", why))
+		}
+		if coarse := k.Coarse(); len(coarse) > 0 {
+			log.Info("keys under non-binary collations do not tell rows apart; their changes replay one at a time",
+				zap.String("table", name), zap.Strings("keys", coarse))
+		}
+		keys[name] = k
+	}
+	return keys, nil
+}
+
+// reloadKeys reads the keys again after a schema change let through (on_ddl
+// IGNORE). Nothing is in flight: the stream drained before the DDL.
+func (r *replayer) reloadKeys(ctx context.Context, db *sql.DB) error {
+	keys, err := loadKeys(ctx, db, r.play, r.log)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, k := range keys {
+		r.keys[name] = k
+	}
+	return nil
 }
 
 // fail records the first error and wakes everyone up to see it.
@@ -307,18 +336,29 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 // run applies one group. A lock conflict or a stuck earlier group rolls it
 // back and puts it back in the queue; any other error ends the stream.
 func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) error {
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("replay: begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	w.reset()
 	for i, trx := range g.txs {
-		if err := w.apply(ctx, tx, trx, g.idempotent[i]); err != nil {
-			if retryable(err) {
-				return r.requeue(tx, seq, g)
-			}
+		if err := w.add(trx, g.idempotent[i]); err != nil {
 			return err
 		}
+	}
+	if err := w.exec(ctx, conn, r.maxPacket); err != nil {
+		if rerr := rollback(ctx, conn); rerr != nil {
+			return rerr
+		}
+		if retryable(err) {
+			return r.requeue(ctx, conn, seq, g)
+		}
+		if isPermanent(err) {
+			return err
+		}
+		if derr := w.diagnose(ctx, conn); derr != nil {
+			if retryable(derr) {
+				return r.requeue(ctx, conn, seq, g)
+			}
+			return derr
+		}
+		return fmt.Errorf("replay %s: %w", g.txs[0].GetGtid(), err)
 	}
 	r.mu.Lock()
 	r.sched.Executed(seq)
@@ -330,9 +370,9 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	mergeInto(r.maybeApplied, g.position)
 	applied := r.maybeApplied.String()
 	r.mu.Unlock()
-	if err := state.SaveSlot(ctx, tx, r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS); err != nil {
+	if err := state.SaveSlot(ctx, conn, r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS); err != nil {
 		if retryable(err) {
-			return r.requeue(tx, seq, g)
+			return r.requeue(ctx, conn, seq, g)
 		}
 		return err
 	}
@@ -340,27 +380,34 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	for r.err == nil && !g.abort && !r.sched.MayCommit(seq) {
 		r.cond.Wait()
 	}
-	if r.err != nil {
-		r.mu.Unlock()
-		return nil
-	}
-	if g.abort {
-		r.mu.Unlock()
-		return r.requeue(tx, seq, g)
-	}
+	stopped, abort := r.err != nil, g.abort
 	r.mu.Unlock()
-	if err := tx.Commit(); err != nil {
+	switch {
+	case stopped:
+		return rollback(ctx, conn)
+	case abort:
+		return r.requeue(ctx, conn, seq, g)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("replay: commit %s: %w", g.txs[len(g.txs)-1].GetGtid(), err)
 	}
 	r.committed(seq, g)
 	return nil
 }
 
+// rollback ends the connection's transaction, if it has one.
+func rollback(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		return fmt.Errorf("replay: roll back: %w", err)
+	}
+	return nil
+}
+
 // requeue rolls a group back and returns it to the scheduler, which restarts
 // it once every earlier group has committed.
-func (r *replayer) requeue(tx *sql.Tx, seq schedule.Seq, g *group) error {
-	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("replay: roll back %s: %w", g.txs[0].GetGtid(), err)
+func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, seq schedule.Seq, g *group) error {
+	if err := rollback(ctx, conn); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

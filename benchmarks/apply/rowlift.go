@@ -35,8 +35,8 @@ func (b *bench) rowliftConfigs() []rowliftConfig {
 	items, ms := int32(b.cfg.BatchItems), int32(b.cfg.BatchMs)
 	batch := fmt.Sprintf("batch %d trx/%d ms", items, ms)
 	return []rowliftConfig{
-		{"rowlift-serial", "rowlift, 1 worker (serial)", &rowliftv1.WorkflowOptions{ApplyWorkers: 1}},
-		{"rowlift-workers", fmt.Sprintf("rowlift, %d workers", n), &rowliftv1.WorkflowOptions{ApplyWorkers: n}},
+		{"rowlift-serial", "rowlift, 1 worker (serial)", &rowliftv1.WorkflowOptions{ApplyWorkers: 1, CommitBatchItems: 1}},
+		{"rowlift-workers", fmt.Sprintf("rowlift, %d workers", n), &rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: 1}},
 		{"rowlift-batch", fmt.Sprintf("rowlift, %d workers, %s", n, batch),
 			&rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: items, CommitBatchMs: ms}},
 		{"rowlift-ooo", fmt.Sprintf("rowlift, %d workers, %s, out of order", n, batch),

@@ -52,6 +52,9 @@ func Open(dsn string, role Role) (*sql.DB, *mysql.Config, error) {
 		// Affected rows count rows found, not rows changed: an UPDATE to the same
 		// values still proves the row was there.
 		cfg.ClientFoundRows = true
+		// Replay sends a group's statements in one query: one round trip, not
+		// one per row.
+		cfg.MultiStatements = true
 		cfg.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'"
 		cfg.Params["foreign_key_checks"] = "0"
 	}

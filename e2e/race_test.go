@@ -142,6 +142,25 @@ func raceWriter(ctx context.Context, db *sql.DB, rng *rand.Rand, keys int) int {
 	return n
 }
 
+// startRaceWriters runs four race writers on the source until ctx ends (their
+// random streams start at stream); wait waits for them and returns how many
+// transactions they committed.
+func startRaceWriters(ctx context.Context, e *env, seed, stream uint64, keys int) (wait func() int) {
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	for i := range uint64(4) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			writes.Add(int64(raceWriter(ctx, e.srcDB, rand.New(rand.NewPCG(seed, stream+i)), keys)))
+		}()
+	}
+	return func() int {
+		wg.Wait()
+		return int(writes.Load())
+	}
+}
+
 type raceConfig struct {
 	seed  uint64
 	keys  int
@@ -192,16 +211,8 @@ func runRace(t *testing.T, cfg raceConfig) (res raceResult) {
 	names := createRaceTables(e, cfg.keys)
 
 	ctx, stopWriters := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var writes atomic.Int64
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			writes.Add(int64(raceWriter(ctx, e.srcDB, rand.New(rand.NewPCG(cfg.seed, uint64(i))), cfg.keys)))
-		}()
-	}
-	defer func() { stopWriters(); wg.Wait() }()
+	writers := startRaceWriters(ctx, e, cfg.seed, 0, cfg.keys)
+	defer func() { stopWriters(); writers() }()
 
 	e.startStreamer()
 	e.startApplier()
@@ -254,8 +265,7 @@ func runRace(t *testing.T, cfg raceConfig) (res raceResult) {
 	}
 	time.Sleep(300 * time.Millisecond) // replay after the copy too
 	stopWriters()
-	wg.Wait()
-	res.writes = int(writes.Load())
+	res.writes = writers()
 	e.waitCaughtUp("race", 2*time.Minute)
 	for _, name := range names {
 		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "race", "race", name, verify.Options{})

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,19 +58,10 @@ func TestParallelReplay(t *testing.T) {
 	e.applier.stop()
 
 	ctx, stop := context.WithTimeout(context.Background(), time.Duration(envInt("ROWLIFT_REPLAY_MS", 2500))*time.Millisecond)
-	var wg sync.WaitGroup
-	var writes atomic.Int64
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			writes.Add(int64(raceWriter(ctx, e.srcDB, rand.New(rand.NewPCG(seed, uint64(100+i))), keys)))
-		}()
-	}
-	wg.Wait()
+	writes := startRaceWriters(ctx, e, seed, 100, keys)()
 	stop()
-	t.Logf("%d source transactions to replay into %d targets", writes.Load(), len(configs))
-	require.Greater(t, writes.Load(), int64(200), "the writers barely ran; the replay proves little")
+	t.Logf("%d source transactions to replay into %d targets", writes, len(configs))
+	require.Greater(t, writes, 200, "the writers barely ran; the replay proves little")
 
 	e.applier.restart()
 	for k := range envInt("ROWLIFT_REPLAY_KILLS", 2) {

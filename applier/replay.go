@@ -16,6 +16,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier/schedule"
 	"github.com/rowlift/rowlift/applier/writeset"
+	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -342,6 +343,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 			return err
 		}
 	}
+	testhook.Delay(ctx, testhook.ReplayExec)
 	if err := w.exec(ctx, conn, r.maxPacket); err != nil {
 		if rerr := rollback(ctx, conn); rerr != nil {
 			return rerr
@@ -449,10 +451,14 @@ func (r *replayer) breakDeadlocks(ctx context.Context) error {
 		r.mu.Lock()
 		head := r.groups[r.sched.LowWatermark()+1]
 		if head != nil && head.running && time.Since(head.started) > stuckAfter {
-			for _, seq := range r.sched.ExecutedAfter(r.sched.LowWatermark() + 1) {
-				r.groups[seq].abort = true
+			if later := r.sched.ExecutedAfter(r.sched.LowWatermark() + 1); len(later) > 0 {
+				for _, seq := range later {
+					r.groups[seq].abort = true
+				}
+				r.log.Info("the oldest replay group is still running; rolling back the later ones waiting to commit, "+
+					"in case it waits for their locks", zap.Duration("running", time.Since(head.started)), zap.Int("rolled_back", len(later)))
+				r.cond.Broadcast()
 			}
-			r.cond.Broadcast()
 		}
 		r.mu.Unlock()
 	}

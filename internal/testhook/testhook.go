@@ -29,6 +29,9 @@ const (
 	ChunkEmit Point = "chunk_emit"
 	// ChunkApply is before the applier writes a chunk part.
 	ChunkApply Point = "chunk_apply"
+	// ReplayExec is before a replay worker runs a group's statements: a long
+	// delay makes the oldest group look stuck behind later ones.
+	ReplayExec Point = "replay_exec"
 )
 
 // EnvVar is the variable that turns hooks on.
@@ -71,7 +74,7 @@ func parse(s string) (*config, error) {
 				return nil, fmt.Errorf("seed %q: %w", v, err)
 			}
 			c.rng = rand.New(rand.NewPCG(seed, 1))
-		case string(ChunkRead), string(ChunkEmit), string(ChunkApply):
+		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec):
 			lo, hi, ok := strings.Cut(v, "-")
 			if !ok {
 				return nil, fmt.Errorf("%s=%q: want a range like 0-30ms", k, v)

@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply soak clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply soak clean
 
 ## setup: install a MariaDB server if none is present, download modules, build pinned tools
 setup:
@@ -34,6 +34,12 @@ $(TOOLS): tools/go.mod tools/go.sum
 ## build: build bin/rowlift
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/rowlift ./cmd/rowlift
+
+## demo: build, then move sample tables between two throwaway servers under live writes
+## and compare them (ROWS_DEMO= rows in the large table, default 1,000,000)
+ROWS_DEMO ?= 1000000
+demo: build
+	$(BIN)/rowlift demo --rows $(ROWS_DEMO)
 
 ## test: lint, check generated code, then unit and e2e tests against real servers
 test: lint proto-check unit

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -42,7 +44,7 @@ func (c *controller) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if isPermanent(err) {
+		if IsPermanent(err) {
 			st := state.Error
 			var pe *permanentError
 			if errors.As(err, &pe) && pe.state != "" {
@@ -71,8 +73,9 @@ func (c *controller) run(ctx context.Context) {
 	}
 }
 
-// isPermanent reports whether retrying err cannot help without an operator.
-func isPermanent(err error) bool {
+// IsPermanent reports whether retrying err cannot help without an operator: the
+// applier stops the workflow on such errors, the coordinator refuses a request.
+func IsPermanent(err error) bool {
 	var pe *permanentError
 	if errors.As(err, &pe) {
 		return true
@@ -117,6 +120,10 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		return false, fmt.Errorf("read target max_allowed_packet: %w", err)
 	}
 
+	if err := throttle.Check("target", c.spec.GetOptions().GetThrottle().GetTarget()); err != nil {
+		return false, permanent("%v", err)
+	}
+
 	conn, err := grpc.NewClient(c.source.GetStreamerAddress(), append(grpcopt.DialOptions(), e.cfg.DialOptions...)...)
 	if err != nil {
 		return false, permanent("streamer address %q of source %s: %v", c.source.GetStreamerAddress(), c.source.GetName(), err)
@@ -124,7 +131,8 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := rowliftv1.NewStreamerClient(conn).Stream(ctx, c.request(position, progress))
+	client := rowliftv1.NewStreamerClient(conn)
+	stream, err := client.Stream(ctx, c.request(position, progress))
 	if err != nil {
 		return false, c.streamError(err)
 	}
@@ -144,6 +152,15 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	// Leave headroom under max_allowed_packet for the statement's framing.
 	tables, err := prepareTargets(ctx, e.db, c.spec, fields, progress, maxPacket-1024)
 	if err != nil {
+		return false, err
+	}
+	estimates := map[string]int64{}
+	for _, f := range fields {
+		if !progress[f.GetTable()].Done {
+			estimates[f.GetTable()] = f.GetRowsEstimate()
+		}
+	}
+	if err := store.RecordCopyStart(ctx, name, c.source.GetName(), estimates); err != nil {
 		return false, err
 	}
 	play, err := newPlayer(e.db, name, c.source.GetName(), owner, targetDatabase(c.spec), tables, resume)
@@ -166,6 +183,22 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err := store.SetStreamMessage(ctx, name, c.source.GetName(), ""); err != nil {
 		return false, err
 	}
+	// throttled is the throttle reason this run last stored; the streamer
+	// reports it in heartbeats. A run starts and ends with none shown, since
+	// only a running stream's copy can be waiting.
+	throttled := ""
+	if err := store.SetStreamThrottled(ctx, name, c.source.GetName(), owner, ""); err != nil {
+		return false, err
+	}
+	defer func() {
+		if throttled != "" {
+			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer ccancel()
+			if terr := store.SetStreamThrottled(cctx, name, c.source.GetName(), owner, ""); terr != nil {
+				c.log.Warn("cannot clear the stream's throttle state", zap.Error(terr))
+			}
+		}
+	}()
 	c.log.Info("stream open", zap.String("streamer", c.source.GetStreamerAddress()), zap.Int("tables", len(tables)),
 		zap.String("position", position))
 	go c.logProgress(ctx, progressInterval)
@@ -175,6 +208,11 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		if !tc.Done {
 			pending++
 		}
+	}
+	var copying atomic.Bool
+	copying.Store(pending > 0)
+	if pending > 0 && throttle.Enabled(c.spec.GetOptions().GetThrottle().GetTarget()) {
+		go c.throttleTarget(ctx, client, &copying)
 	}
 	w := newCopyWriter(ctx, e.db, play, workers, func(table string, _ int, done bool) {
 		if done {
@@ -211,6 +249,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			}
 			if chunk.GetTableDone() {
 				if pending--; pending == 0 {
+					copying.Store(false)
 					if err := w.drain(); err != nil {
 						return err
 					}
@@ -226,18 +265,28 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			applied = true
 			return replay.submit(item.GetTransaction())
 		case item.GetHeartbeat() != nil:
+			hb := item.GetHeartbeat()
+			if hb.GetThrottled() != throttled {
+				// Status only: a failed write is tried again at the next heartbeat.
+				if err := store.SetStreamThrottled(ctx, name, c.source.GetName(), owner, hb.GetThrottled()); err != nil {
+					c.log.Warn("cannot record the stream's throttle state", zap.Error(err))
+				} else {
+					throttled = hb.GetThrottled()
+				}
+			}
 			// A heartbeat only moves the position; waiting for copy writes to
 			// commit would stall the copy for nothing. Skipping one is safe: every
 			// applied transaction commits its own position.
 			if err := replay.failure(); err != nil {
 				return err
 			}
-			if !w.idle() || !replay.idle() {
+			// Without a position it only carries the throttle state: the streamer
+			// had items in flight, which the target must not advance past.
+			if hb.GetPosition() == nil || !w.idle() || !replay.idle() {
 				return nil
 			}
 			// The target has everything the source had at the heartbeat's time, so
 			// lag at idle reads about zero rather than the time since the last write.
-			hb := item.GetHeartbeat()
 			return play.advance(ctx, hb.GetPosition().GetGtidSet(), hb.GetSourceTimeUs())
 		case item.GetDdl() != nil:
 			if err := w.drain(); err != nil {
@@ -320,30 +369,36 @@ func (c *controller) markCopied(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w, err := store.Workflow(ctx, c.spec.GetName())
-	if err != nil {
-		return err
+	if !done {
+		return nil
 	}
-	if done && w.State == state.Copying {
-		msg := fmt.Sprintf("copy done at %s", time.Now().UTC().Format(time.RFC3339))
-		if err := store.SetState(ctx, c.spec.GetName(), state.Running, msg); err != nil {
-			return err
-		}
+	// Only from copying: a workflow stopped meanwhile stays stopped.
+	msg := fmt.Sprintf("copy done at %s", time.Now().UTC().Format(time.RFC3339))
+	moved, err := store.Transition(ctx, c.spec.GetName(), []state.State{state.Copying}, state.Running, msg)
+	if moved {
 		c.log.Info("copy done")
 	}
-	return nil
+	return err
 }
 
 func (c *controller) request(position string, progress map[string]state.TableCopy) *rowliftv1.StreamRequest {
-	opts := c.spec.GetOptions()
+	return StreamRequest(c.spec, position, progress)
+}
+
+// StreamRequest is the request a workflow's stream opens with, from its
+// committed position and copy progress (both empty for a new workflow). The
+// coordinator validates a new workflow with the same request.
+func StreamRequest(spec *rowliftv1.WorkflowSpec, position string, progress map[string]state.TableCopy) *rowliftv1.StreamRequest {
+	opts := spec.GetOptions()
 	req := &rowliftv1.StreamRequest{
-		Workflow: c.spec.GetName(),
+		Workflow: spec.GetName(),
 		Position: &rowliftv1.Position{GtidSet: position},
-		Database: c.spec.GetSourceDatabase(),
+		Database: spec.GetSourceDatabase(),
 		Options: &rowliftv1.StreamOptions{ChunkRows: opts.GetChunkRows(), PacketBytes: opts.GetPacketBytes(),
-			ParallelTables: opts.GetParallelTables()},
+			ParallelTables: opts.GetParallelTables(), Throttle: opts.GetThrottle().GetSource(),
+			ThrottleCheckMs: opts.GetThrottle().GetCheckIntervalMs()},
 	}
-	for _, t := range c.spec.GetTables() {
+	for _, t := range spec.GetTables() {
 		p := progress[t.GetName()]
 		req.Tables = append(req.Tables, &rowliftv1.TableRequest{Name: t.GetName(), Columns: t.GetColumns(),
 			ShardingColumn: t.GetShardingColumn(), Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}})
@@ -351,7 +406,7 @@ func (c *controller) request(position string, progress map[string]state.TableCop
 	return req
 }
 
-// streamError adds which streamer failed; the status code is kept for isPermanent.
+// streamError adds which streamer failed; the status code is kept for IsPermanent.
 func (c *controller) streamError(err error) error {
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("streamer %s ended the stream", c.source.GetStreamerAddress())

@@ -43,45 +43,11 @@ type targetTable struct {
 }
 
 // prepareTargets checks every target table against the streamed fields before
-// anything is written, then creates the missing ones. A table that exists must
-// have the same shape, and must be empty if its copy has not started.
+// anything is written, then creates the missing ones.
 func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, fields []*rowliftv1.TableFields,
 	progress map[string]state.TableCopy, maxStmt int) (map[string]*targetTable, error) {
 	targetDB := targetDatabase(spec)
-	var missing []*rowliftv1.TableFields
-	for _, f := range fields {
-		tbl, err := schema.Load(ctx, db, targetDB, f.GetTable())
-		switch {
-		case errors.Is(err, schema.ErrNoTable):
-			if spec.GetOptions().GetSkipCreateTables() {
-				return nil, permanent("target table %s.%s does not exist and the workflow does not create tables "+
-					"(skip_create_tables): create it like the source's, or recreate the workflow without that option", targetDB, f.GetTable())
-			}
-			missing = append(missing, f)
-			continue
-		case errors.Is(err, schema.ErrNoKey):
-			return nil, permanent("target %v", err)
-		case err != nil:
-			return nil, err
-		}
-		if err := schema.CheckShape(tbl, f); err != nil {
-			return nil, permanent("%v", err)
-		}
-		p := progress[f.GetTable()]
-		fresh := p.LastPK == nil && p.RowsCopied == 0 && !p.Done
-		if fresh && !spec.GetOptions().GetAllowNonemptyTarget() {
-			var one int
-			err := db.QueryRowContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(targetDB, f.GetTable())+" LIMIT 1").Scan(&one)
-			if err == nil {
-				return nil, permanent("target table %s.%s already has rows and its copy has not started: empty it (TRUNCATE) "+
-					"or create the workflow with allow_nonempty_target", targetDB, f.GetTable())
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return nil, fmt.Errorf("check target table %s is empty: %w", f.GetTable(), err)
-			}
-		}
-	}
-	useLoad, err := copyWithLoad(ctx, db, spec.GetOptions().GetCopyMethod())
+	missing, useLoad, err := CheckTargets(ctx, db, spec, fields, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +65,55 @@ func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpe
 		tables[f.GetTable()] = t
 	}
 	return tables, nil
+}
+
+// CheckTargets checks a workflow's target tables against the streamed fields
+// and writes nothing: a table that exists must have the same shape, and must be
+// empty if its copy has not started (progress has no entry for it), unless the
+// workflow allows otherwise. It returns the tables to create and whether the copy
+// writes with LOAD DATA. A check that retrying cannot fix fails with an error
+// IsPermanent recognizes. The coordinator runs it when a workflow is created,
+// each stream again before it writes.
+func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, fields []*rowliftv1.TableFields,
+	progress map[string]state.TableCopy) (missing []*rowliftv1.TableFields, useLoad bool, err error) {
+	targetDB := targetDatabase(spec)
+	for _, f := range fields {
+		tbl, err := schema.Load(ctx, db, targetDB, f.GetTable())
+		switch {
+		case errors.Is(err, schema.ErrNoTable):
+			if spec.GetOptions().GetSkipCreateTables() {
+				return nil, false, permanent("target table %s.%s does not exist and the workflow does not create tables "+
+					"(skip_create_tables): create it like the source's, or recreate the workflow without that option", targetDB, f.GetTable())
+			}
+			missing = append(missing, f)
+			continue
+		case errors.Is(err, schema.ErrNoKey):
+			return nil, false, permanent("target %v", err)
+		case err != nil:
+			return nil, false, err
+		}
+		if err := schema.CheckShape(tbl, f); err != nil {
+			return nil, false, permanent("%v", err)
+		}
+		p := progress[f.GetTable()]
+		fresh := p.LastPK == nil && p.RowsCopied == 0 && !p.Done
+		if fresh && !spec.GetOptions().GetAllowNonemptyTarget() {
+			var one int
+			err := db.QueryRowContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(targetDB, f.GetTable())+" LIMIT 1").Scan(&one)
+			if err == nil {
+				return nil, false, permanent("target table %s.%s already has rows and its copy has not started: empty it (TRUNCATE) "+
+					"or create the workflow with allow_nonempty_target", targetDB, f.GetTable())
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return nil, false, fmt.Errorf("check target table %s is empty: %w", f.GetTable(), err)
+			}
+		}
+	}
+	useLoad, err = copyWithLoad(ctx, db, spec.GetOptions().GetCopyMethod())
+	if err != nil {
+		return nil, false, err
+	}
+	return missing, useLoad, nil
 }
 
 // copyWithLoad decides whether copy chunks go in with LOAD DATA LOCAL INFILE: by
@@ -294,7 +309,7 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, w.owner, job.table.name, lastPK, int64(len(c.GetRows())), c.GetTableDone()); err != nil {
 		return err
 	}
-	position, err := w.play.saveFence(w.ctx, tx, c.GetFence().GetGtidSet())
+	position, err := w.play.saveFence(w.ctx, tx, c.GetFence().GetGtidSet(), c.GetFenceTimeUs())
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", job.table.name, err)
 	}

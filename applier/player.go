@@ -254,15 +254,16 @@ func (p *player) position() *gomysql.MariadbGTIDSet {
 // and is applied, or was dropped because the chunk holds its rows. Without it a
 // restarted stream would read those dropped transactions again and judge them
 // against a copy that has moved past their rows, applying them twice. It
-// returns the position to record with after commit.
-func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string) (*gomysql.MariadbGTIDSet, error) {
+// returns the position to record with after commit. The fence's time is the
+// source time the target is now current to, so lag reads true during a copy.
+func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string, fenceTimeUS int64) (*gomysql.MariadbGTIDSet, error) {
 	f, err := gomysql.ParseMariadbGTIDSet(fence)
 	if err != nil {
 		return nil, fmt.Errorf("fence %q: %w", fence, err)
 	}
 	merged := p.position()
 	mergeInto(merged, f.(*gomysql.MariadbGTIDSet))
-	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, merged.String(), 0); err != nil {
+	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, merged.String(), fenceTimeUS); err != nil {
 		return nil, err
 	}
 	return merged, nil

@@ -351,7 +351,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 		if retryable(err) {
 			return r.requeue(ctx, conn, seq, g)
 		}
-		if isPermanent(err) {
+		if IsPermanent(err) {
 			return err
 		}
 		if derr := w.diagnose(ctx, conn); derr != nil {

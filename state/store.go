@@ -13,6 +13,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -57,6 +58,8 @@ var schemaDDL = []string{
 		message TEXT NOT NULL,
 		created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
 		updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+		last_error TEXT NULL COMMENT 'message of the last move to state error; kept after a resume',
+		last_error_at TIMESTAMP(6) NULL,
 		PRIMARY KEY (name)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.stream (
@@ -66,6 +69,8 @@ var schemaDDL = []string{
 		source_time_us BIGINT NOT NULL DEFAULT 0 COMMENT 'source commit time of the last applied item',
 		applied_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the applier committed it: lag = applied_at_us - source_time_us',
 		message TEXT NOT NULL COMMENT 'non-empty while the stream is retrying',
+		message_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when message was set',
+		throttled TEXT NULL COMMENT 'non-empty while the copy waits on a throttle: metric, value and limit',
 		owner BIGINT NOT NULL DEFAULT 0 COMMENT 'the stream run allowed to write its state (see TakeOver)',
 		PRIMARY KEY (workflow, source)
 	) ENGINE=InnoDB`,
@@ -76,6 +81,10 @@ var schemaDDL = []string{
 		last_pk VARBINARY(16384) NULL COMMENT 'rowlift.v1.Row of the last copied PK',
 		rows_copied BIGINT NOT NULL DEFAULT 0,
 		done TINYINT(1) NOT NULL DEFAULT 0,
+		rows_estimate BIGINT NOT NULL DEFAULT 0 COMMENT 'source information_schema estimate at the last stream start',
+		run_started_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the current stream run started: its copy rate is',
+		run_start_rows BIGINT NOT NULL DEFAULT 0 COMMENT '(rows_copied - run_start_rows) / (now - run_started_at_us)',
+		updated_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the last chunk committed',
 		PRIMARY KEY (workflow, source, table_name)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.replay_slot (
@@ -90,6 +99,20 @@ var schemaDDL = []string{
 	) ENGINE=InnoDB`,
 }
 
+// addedColumns are columns added to the sidecar tables after their first
+// release: Open adds those a target's older schema lacks (portably, without
+// MariaDB's ADD COLUMN IF NOT EXISTS). Each is also in schemaDDL.
+var addedColumns = []struct{ table, column, definition string }{
+	{"workflow", "last_error", "TEXT NULL"},
+	{"workflow", "last_error_at", "TIMESTAMP(6) NULL"},
+	{"stream", "message_at_us", "BIGINT NOT NULL DEFAULT 0"},
+	{"stream", "throttled", "TEXT NULL"},
+	{"copy_state", "rows_estimate", "BIGINT NOT NULL DEFAULT 0"},
+	{"copy_state", "run_started_at_us", "BIGINT NOT NULL DEFAULT 0"},
+	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
+	{"copy_state", "updated_at_us", "BIGINT NOT NULL DEFAULT 0"},
+}
+
 // Store reads and writes the sidecar schema of one target server.
 type Store struct {
 	db *sql.DB
@@ -102,6 +125,18 @@ func Open(ctx context.Context, db *sql.DB) (*Store, error) {
 			return nil, fmt.Errorf("create sidecar schema %s: %w", Schema, err)
 		}
 	}
+	for _, c := range addedColumns {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+			Schema, c.table, c.column).Scan(&n); err != nil {
+			return nil, fmt.Errorf("upgrade sidecar schema %s: %w", Schema, err)
+		}
+		if n == 0 {
+			if _, err := db.ExecContext(ctx, "ALTER TABLE "+Schema+"."+c.table+" ADD COLUMN "+c.column+" "+c.definition); err != nil {
+				return nil, fmt.Errorf("upgrade sidecar schema %s: add %s.%s: %w", Schema, c.table, c.column, err)
+			}
+		}
+	}
 	return &Store{db: db}, nil
 }
 
@@ -112,6 +147,10 @@ type Workflow struct {
 	Message   string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// LastError is the message of the workflow's last move to state error, kept
+	// after a resume so status can still show it; zero LastErrorAt when none.
+	LastError   string
+	LastErrorAt time.Time
 }
 
 // TableCopy is the copy progress of one table from one source.
@@ -121,6 +160,15 @@ type TableCopy struct {
 	LastPK     *rowliftv1.Row // nil before the first chunk
 	RowsCopied int64
 	Done       bool
+	// RowsEstimate is the source's estimate of the table's rows when the stream
+	// last started (0 before).
+	RowsEstimate int64
+	// RunStartedAtUS and RunStartRows are when the current stream run started
+	// and RowsCopied then: the run's copy rate is their difference to now.
+	RunStartedAtUS int64
+	RunStartRows   int64
+	// UpdatedAtUS is when the last chunk of the table committed.
+	UpdatedAtUS int64
 }
 
 // Stream is the replication progress of one (workflow, source) stream.
@@ -131,6 +179,12 @@ type Stream struct {
 	// AppliedAtUS is when the applier committed the item of SourceTimeUS.
 	AppliedAtUS int64
 	Message     string
+	// MessageAtUS is when Message was set.
+	MessageAtUS int64
+	// Throttled is non-empty while the stream's copy waits on a throttle: the
+	// metrics over their limits, with values (for example "source
+	// Threads_running 57 > 50"), as the streamer last reported them.
+	Throttled string
 }
 
 // Lag is how far the target was behind the source at its last commit: the
@@ -145,11 +199,20 @@ func (st Stream) Lag() time.Duration {
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// CheckName refuses workflow names the sidecar schema cannot hold, so callers
+// can refuse a request before doing anything else.
+func CheckName(name string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("workflow name %q: use 1 to 64 letters, digits, '_' or '-'", name)
+	}
+	return nil
+}
+
 // CreateWorkflow stores a new workflow in state init with its stream and
 // copy_state rows, all in one transaction.
 func (s *Store) CreateWorkflow(ctx context.Context, spec *rowliftv1.WorkflowSpec) error {
-	if !validName.MatchString(spec.GetName()) {
-		return fmt.Errorf("workflow name %q: use 1 to 64 letters, digits, '_' or '-'", spec.GetName())
+	if err := CheckName(spec.GetName()); err != nil {
+		return err
 	}
 	if len(spec.GetSources()) == 0 || len(spec.GetTables()) == 0 {
 		return fmt.Errorf("workflow %q: needs at least one source and one table", spec.GetName())
@@ -208,7 +271,8 @@ func (s *Store) Workflows(ctx context.Context) ([]*Workflow, error) {
 }
 
 func (s *Store) workflows(ctx context.Context, where string, args ...any) ([]*Workflow, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT spec, state, message, UNIX_TIMESTAMP(created_at), UNIX_TIMESTAMP(updated_at) FROM "+Schema+".workflow "+where+" ORDER BY name", args...)
+	rows, err := s.db.QueryContext(ctx, "SELECT spec, state, message, UNIX_TIMESTAMP(created_at), UNIX_TIMESTAMP(updated_at), "+
+		"IFNULL(last_error, ''), UNIX_TIMESTAMP(last_error_at) FROM "+Schema+".workflow "+where+" ORDER BY name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("read workflows: %w", err)
 	}
@@ -217,9 +281,13 @@ func (s *Store) workflows(ctx context.Context, where string, args ...any) ([]*Wo
 	for rows.Next() {
 		var js []byte
 		var created, updated float64
+		var lastErrorAt sql.NullFloat64
 		w := &Workflow{Spec: &rowliftv1.WorkflowSpec{}}
-		if err := rows.Scan(&js, &w.State, &w.Message, &created, &updated); err != nil {
+		if err := rows.Scan(&js, &w.State, &w.Message, &created, &updated, &w.LastError, &lastErrorAt); err != nil {
 			return nil, fmt.Errorf("read workflows: %w", err)
+		}
+		if lastErrorAt.Valid {
+			w.LastErrorAt = unixTime(lastErrorAt.Float64)
 		}
 		if err := protojson.Unmarshal(js, w.Spec); err != nil {
 			return nil, fmt.Errorf("decode workflow spec: %w", err)
@@ -230,17 +298,59 @@ func (s *Store) workflows(ctx context.Context, where string, args ...any) ([]*Wo
 	return out, rows.Err()
 }
 
-// SetState moves a workflow to a state with a message for the operator.
+// SetState moves a workflow to a state with a message for the operator. A move
+// to state error also records the message as the workflow's last error.
 func (s *Store) SetState(ctx context.Context, name string, st State, message string) error {
-	res, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".workflow SET state = ?, message = ?, updated_at = NOW(6) WHERE name = ?",
-		st, message, name)
+	n, err := s.setState(ctx, name, st, message, "")
 	if err != nil {
-		return fmt.Errorf("set workflow %q to %s: %w", name, st, err)
+		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return fmt.Errorf("set workflow %q to %s: %w", name, st, ErrNotFound)
 	}
 	return nil
+}
+
+// Transition moves a workflow to state to only if it is in one of from, in one
+// statement, so two writers (the coordinator stopping a workflow, the applier
+// finishing its copy) cannot undo each other's move. It reports whether the
+// workflow moved; ErrNotFound when it does not exist.
+func (s *Store) Transition(ctx context.Context, name string, from []State, to State, message string) (bool, error) {
+	if len(from) == 0 {
+		return false, fmt.Errorf("move workflow %q to %s: no state to move from", name, to)
+	}
+	cond := " AND state IN (?" + strings.Repeat(", ?", len(from)-1) + ")"
+	args := make([]any, len(from))
+	for i, f := range from {
+		args[i] = f
+	}
+	n, err := s.setState(ctx, name, to, message, cond, args...)
+	if err != nil || n > 0 {
+		return n > 0, err
+	}
+	if _, err := s.Workflow(ctx, name); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+func (s *Store) setState(ctx context.Context, name string, st State, message, cond string, condArgs ...any) (int64, error) {
+	set := "state = ?, message = ?, updated_at = NOW(6)"
+	if st == Error {
+		set += ", last_error = message, last_error_at = NOW(6)"
+	}
+	// updated_at changes on every move, so a matched row counts as affected
+	// with or without ClientFoundRows, even for a move to the state it is in.
+	args := append([]any{st, message, name}, condArgs...)
+	res, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".workflow SET "+set+" WHERE name = ?"+cond, args...)
+	if err != nil {
+		return 0, fmt.Errorf("set workflow %q to %s: %w", name, st, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("set workflow %q to %s: %w", name, st, err)
+	}
+	return n, nil
 }
 
 // DeleteWorkflow removes a workflow and all its progress. Copied rows stay.
@@ -262,7 +372,7 @@ func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
 // CopyState returns the copy progress of a workflow's tables from one source, or
 // from every source when source is empty.
 func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]TableCopy, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT source, table_name, last_pk, rows_copied, done FROM "+Schema+
+	rows, err := s.db.QueryContext(ctx, "SELECT source, table_name, last_pk, rows_copied, done, rows_estimate, run_started_at_us, run_start_rows, updated_at_us FROM "+Schema+
 		".copy_state WHERE workflow = ? AND (? = '' OR source = ?) ORDER BY source, table_name", workflow, source, source)
 	if err != nil {
 		return nil, fmt.Errorf("read copy state of %q: %w", workflow, err)
@@ -272,7 +382,8 @@ func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]Table
 	for rows.Next() {
 		var tc TableCopy
 		var lastPK []byte
-		if err := rows.Scan(&tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.Done); err != nil {
+		if err := rows.Scan(&tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.Done, &tc.RowsEstimate, &tc.RunStartedAtUS,
+			&tc.RunStartRows, &tc.UpdatedAtUS); err != nil {
 			return nil, fmt.Errorf("read copy state of %q: %w", workflow, err)
 		}
 		if lastPK != nil {
@@ -284,6 +395,19 @@ func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]Table
 		out = append(out, tc)
 	}
 	return out, rows.Err()
+}
+
+// RecordCopyStart records, when a stream (re)starts, the source's row
+// estimate of each table and the start of the run's copy rate, for status.
+func (s *Store) RecordCopyStart(ctx context.Context, workflow, source string, estimates map[string]int64) error {
+	now := time.Now().UnixMicro()
+	for table, estimate := range estimates {
+		if _, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET rows_estimate = ?, run_started_at_us = ?, run_start_rows = rows_copied "+
+			"WHERE workflow = ? AND source = ? AND table_name = ?", estimate, now, workflow, source, table); err != nil {
+			return fmt.Errorf("record copy start of %s/%s %s: %w", workflow, source, table, err)
+		}
+	}
+	return nil
 }
 
 // CopyDone reports whether every table of the workflow has finished copying.
@@ -302,7 +426,7 @@ func (s *Store) CopyDone(ctx context.Context, workflow string) (bool, error) {
 
 // Streams returns the streams of a workflow.
 func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT source, position, source_time_us, applied_at_us, message FROM "+Schema+
+	rows, err := s.db.QueryContext(ctx, "SELECT source, position, source_time_us, applied_at_us, message, message_at_us, IFNULL(throttled, '') FROM "+Schema+
 		".stream WHERE workflow = ? ORDER BY source", workflow)
 	if err != nil {
 		return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
@@ -311,7 +435,7 @@ func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) 
 	var out []Stream
 	for rows.Next() {
 		var st Stream
-		if err := rows.Scan(&st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message); err != nil {
+		if err := rows.Scan(&st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message, &st.MessageAtUS, &st.Throttled); err != nil {
 			return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
 		}
 		out = append(out, st)
@@ -353,12 +477,29 @@ func (s *Store) addSlots(ctx context.Context, workflow string, streams []Stream)
 	return rows.Err()
 }
 
-// SetStreamMessage records why a stream is retrying; empty clears it.
+// SetStreamMessage records why a stream is retrying, and since when; empty
+// clears it.
 func (s *Store) SetStreamMessage(ctx context.Context, workflow, source, message string) error {
-	_, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".stream SET message = ? WHERE workflow = ? AND source = ?",
-		message, workflow, source)
+	var at int64
+	if message != "" {
+		at = time.Now().UnixMicro()
+	}
+	_, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".stream SET message = ?, message_at_us = ? WHERE workflow = ? AND source = ?",
+		message, at, workflow, source)
 	if err != nil {
 		return fmt.Errorf("set stream message of %s/%s: %w", workflow, source, err)
+	}
+	return nil
+}
+
+// SetStreamThrottled records why the stream's copy waits on a throttle; empty
+// clears it. Only the run that owns the stream writes it, so a run that was
+// taken over cannot overwrite its successor's report.
+func (s *Store) SetStreamThrottled(ctx context.Context, workflow, source string, owner int64, reason string) error {
+	_, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".stream SET throttled = ? WHERE workflow = ? AND source = ? AND owner = ?",
+		reason, workflow, source, owner)
+	if err != nil {
+		return fmt.Errorf("set throttle state of %s/%s: %w", workflow, source, err)
 	}
 	return nil
 }
@@ -435,8 +576,8 @@ func SaveCopyProgress(ctx context.Context, tx Execer, workflow, source string, o
 			return fmt.Errorf("encode last_pk of %s: %w", table, err)
 		}
 	}
-	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET last_pk = COALESCE(?, last_pk), rows_copied = rows_copied + ?, done = ? "+
-		"WHERE workflow = ? AND source = ? AND table_name = ?", pk, rows, done, workflow, source, table)
+	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET last_pk = COALESCE(?, last_pk), rows_copied = rows_copied + ?, done = ?, "+
+		"updated_at_us = ? WHERE workflow = ? AND source = ? AND table_name = ?", pk, rows, done, time.Now().UnixMicro(), workflow, source, table)
 	if err != nil {
 		return fmt.Errorf("save copy progress of %s: %w", table, err)
 	}

@@ -27,6 +27,8 @@ type rowStreamer struct {
 	start position
 	// lastPK is where the copy resumes (nil: from the start).
 	lastPK [][]byte
+	// gate pauses the copy between chunks while a throttle holds (nil: never).
+	gate *copyGate
 }
 
 // chunkSink receives a table's chunks: request before the snapshot starts (it
@@ -50,6 +52,11 @@ func (r *rowStreamer) run(ctx context.Context) error {
 		}
 	}
 	for {
+		// Before the chunk is requested, so a paused copy holds no snapshot and
+		// no pending chunk that would hold back its table's binlog changes.
+		if err := r.gate.wait(ctx); err != nil {
+			return fmt.Errorf("copy %s: %w", r.plan.table.Name, err)
+		}
 		done, err := r.chunk(ctx)
 		if err != nil {
 			return fmt.Errorf("copy %s: %w", r.plan.table.Name, err)
@@ -65,6 +72,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	if err := r.sink.request(ctx, r.plan.table.Name); err != nil {
 		return false, err
 	}
+	fenceTime := time.Now().UnixMicro() // the snapshot sees at least every commit before now
 	fence, fencePos, err := r.snapshot(ctx)
 	if err != nil {
 		return false, err
@@ -95,7 +103,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	}
 	values := make([][]byte, len(raw))
 	var arena rowArena
-	part := r.newPart(fence)
+	part := r.newPart(fence, fenceTime)
 	size := 0
 	var n int64
 	for rows.Next() {
@@ -116,7 +124,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 				return false, err
 			}
 			r.lastPK = rowKey(part.LastPk)
-			part, size = r.newPart(fence), 0
+			part, size = r.newPart(fence, fenceTime), 0
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -164,8 +172,8 @@ func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, positi
 	}
 }
 
-func (r *rowStreamer) newPart(fence *rowliftv1.Position) *rowliftv1.Chunk {
-	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence}
+func (r *rowStreamer) newPart(fence *rowliftv1.Position, fenceTimeUS int64) *rowliftv1.Chunk {
+	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS}
 }
 
 // rowKey unpacks a row this package packed, which is always well-formed.

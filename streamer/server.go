@@ -22,6 +22,7 @@ import (
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
+	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -51,6 +52,8 @@ type Server struct {
 	db  *sql.DB
 	cfg *mysql.Config
 	log *zap.Logger
+	// targets holds the appliers' reasons to pause copies (the Throttle RPC).
+	targets *targetThrottles
 }
 
 // New opens the source pool; it does not connect until a stream needs it, so a
@@ -64,7 +67,7 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg)))}, nil
+	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles()}, nil
 }
 
 // Close closes the source pool.
@@ -81,21 +84,47 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 	return err
 }
 
-func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], log *zap.Logger) error {
+// Validate runs the checks a stream starts with and describes the tables, so a
+// workflow is refused at creation rather than when its stream first opens.
+func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
+	_, plans, err := s.prepare(ctx, req)
+	if err != nil {
+		s.log.Info("workflow refused", zap.String("workflow", req.GetWorkflow()), zap.Error(err))
+		return nil, err
+	}
+	resp := &rowliftv1.ValidateResponse{}
+	for _, p := range plans {
+		resp.Tables = append(resp.Tables, p.fields)
+	}
+	return resp, nil
+}
+
+// prepare is what every stream starts with: it checks the request, the source
+// server and its settings, and plans each table, failing with a status whose
+// code says whether retrying can help.
+func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, []*tablePlan, error) {
 	opts, err := checkRequest(req)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
 		if errors.Is(err, dbconn.ErrAccessDenied) {
-			return status.Error(codes.PermissionDenied, err.Error())
+			return nil, nil, status.Error(codes.PermissionDenied, err.Error())
 		}
-		return status.Error(codes.Unavailable, err.Error())
+		return nil, nil, status.Error(codes.Unavailable, err.Error())
 	}
 	if err := s.checkSource(ctx); err != nil {
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return nil, nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	plans, err := s.plan(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	return opts, plans, nil
+}
+
+func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], log *zap.Logger) error {
+	opts, plans, err := s.prepare(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -129,9 +158,10 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	g, ctx := errgroup.WithContext(ctx)
 	items := make(chan *rowliftv1.StreamItem, sendQueue)
 	inputs := make(chan mergeInput, 64)
+	gate := s.newGate(req.GetWorkflow(), opts, log)
 	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes) })
 	g.Go(func() error {
-		return s.mergeLoop(ctx, m, inputs, items, start, time.Duration(opts.HeartbeatMs)*time.Millisecond)
+		return s.mergeLoop(ctx, m, inputs, items, start, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
 	})
 	g.Go(func() error {
 		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone().(*gomysql.MariadbGTIDSet))
@@ -149,7 +179,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 		}
 	})
 	g.Go(func() error {
-		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}); err != nil {
+		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate); err != nil {
 			return err
 		}
 		log.Info("copy finished")
@@ -161,7 +191,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 // copyTables runs a rowStreamer for every table still copying, at most
 // ParallelTables at once, each on its own source connection.
 func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, plans []*tablePlan, opts *rowliftv1.StreamOptions,
-	sink chunkSink, start position) error {
+	sink chunkSink, start position, gate *copyGate) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(opts.ParallelTables))
 	for i, t := range req.GetTables() {
@@ -184,7 +214,7 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			}
 			defer conn.Close()
 			r := &rowStreamer{plan: plan, conn: conn, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
-				start: start, lastPK: lastPK}
+				start: start, lastPK: lastPK, gate: gate}
 			return r.run(ctx)
 		})
 	}
@@ -246,10 +276,15 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 		seen[name] = true
 	}
 	o := &rowliftv1.StreamOptions{
-		ChunkRows:      req.GetOptions().GetChunkRows(),
-		PacketBytes:    req.GetOptions().GetPacketBytes(),
-		ParallelTables: req.GetOptions().GetParallelTables(),
-		HeartbeatMs:    req.GetOptions().GetHeartbeatMs(),
+		ChunkRows:       req.GetOptions().GetChunkRows(),
+		PacketBytes:     req.GetOptions().GetPacketBytes(),
+		ParallelTables:  req.GetOptions().GetParallelTables(),
+		HeartbeatMs:     req.GetOptions().GetHeartbeatMs(),
+		Throttle:        req.GetOptions().GetThrottle(),
+		ThrottleCheckMs: req.GetOptions().GetThrottleCheckMs(),
+	}
+	if err := throttle.Check("source", o.Throttle); err != nil {
+		return nil, err
 	}
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = DefaultChunkRows
@@ -262,6 +297,9 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	}
 	if o.HeartbeatMs <= 0 {
 		o.HeartbeatMs = DefaultHeartbeatMs
+	}
+	if o.ThrottleCheckMs <= 0 {
+		o.ThrottleCheckMs = throttle.DefaultInterval.Milliseconds()
 	}
 	return o, nil
 }
@@ -282,17 +320,19 @@ func (s *Server) checkSource(ctx context.Context) error {
 	if !logBin {
 		return fmt.Errorf("source %s has the binary log off: start it with --log-bin (rowlift fences chunks by binlog position)", s.cfg.Addr)
 	}
+	// Every wrong setting is named, so one round of fixes is enough.
+	var wrong []error
 	for _, want := range requiredSettings {
 		var got string
 		if err := s.db.QueryRowContext(ctx, "SELECT @@GLOBAL."+want.name).Scan(&got); err != nil {
 			return fmt.Errorf("read source %s: %w", want.name, err)
 		}
 		if !strings.EqualFold(got, want.value) {
-			return fmt.Errorf("source %s has %s=%s; rowlift needs %s=%s because %s: SET GLOBAL %s=%s (and in the server's config file)",
-				s.cfg.Addr, want.name, got, want.name, want.value, want.why, want.name, want.value)
+			wrong = append(wrong, fmt.Errorf("source %s has %s=%s; rowlift needs %s=%s because %s: SET GLOBAL %s=%s (and in the server's config file)",
+				s.cfg.Addr, want.name, got, want.name, want.value, want.why, want.name, want.value))
 		}
 	}
-	return nil
+	return errors.Join(wrong...)
 }
 
 // requiredSettings are the source settings the stream relies on, each with why.
@@ -325,7 +365,9 @@ func schemaStatus(err error) error {
 	switch {
 	case errors.Is(err, schema.ErrNoTable):
 		return status.Errorf(codes.NotFound, "%v on the source: check the workflow's table list and source database", err)
-	case errors.Is(err, schema.ErrNoKey), errors.Is(err, schema.ErrColumn):
+	case errors.Is(err, schema.ErrColumn):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, schema.ErrNoKey):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return status.Error(codes.Unavailable, err.Error())

@@ -150,14 +150,17 @@ func binlogError(err error, start fmt.Stringer) error {
 // mergeLoop owns the merger: it takes what the reader and the row streamers
 // produce, emits what can be placed, takes probe snapshots while transactions
 // wait to be shown visible, and sends a heartbeat when there is nothing else.
+// throttled says why the copy waits; it goes out with every heartbeat.
 func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInput, items chan<- *rowliftv1.StreamItem,
-	readerAt *mysql.MariadbGTIDSet, heartbeat time.Duration) error {
+	readerAt *mysql.MariadbGTIDSet, heartbeat time.Duration, throttled func() string) error {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	probe := time.NewTicker(20 * time.Millisecond)
 	defer probe.Stop()
 	probing := false
 	pos := readerAt.String()
+	// sentThrottled is the throttle reason the applier last got.
+	sentThrottled := ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -179,11 +182,22 @@ func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInpu
 			}
 			continue
 		case <-tick.C:
-			if m.idle() {
-				hb := &rowliftv1.Heartbeat{Position: &rowliftv1.Position{GtidSet: pos}, SourceTimeUs: time.Now().UnixMicro()}
+			reason := throttled()
+			var hb *rowliftv1.Heartbeat
+			switch {
+			case m.idle():
+				hb = &rowliftv1.Heartbeat{Position: &rowliftv1.Position{GtidSet: pos}, SourceTimeUs: time.Now().UnixMicro(), Throttled: reason}
+			case reason != "" || sentThrottled != "":
+				// Items are in flight (a chunk read before the pause, transactions
+				// waiting for a snapshot): the reader's position is not one the
+				// target may advance to, so this heartbeat carries only the reason.
+				hb = &rowliftv1.Heartbeat{Throttled: reason}
+			}
+			if hb != nil {
 				if err := put(ctx, items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Heartbeat{Heartbeat: hb}}); err != nil {
 					return err
 				}
+				sentThrottled = reason
 			}
 			continue
 		}

@@ -23,7 +23,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rowlift: %v\n", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -36,6 +36,9 @@ func root() *command {
 		subs: []*command{
 			streamerCommand(),
 			applierCommand(),
+			coordinatorCommand(),
+			workflowCommand(),
+			demoCommand(),
 			versionCommand(),
 			{
 				name:    "dev",
@@ -69,7 +72,7 @@ func (c *command) runPath(ctx context.Context, path string, args []string, stdou
 		if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 			c.printGroupHelp(path, stdout)
 			if len(args) == 0 {
-				return fmt.Errorf("missing subcommand (see `%s --help`)", path)
+				return usagef("missing subcommand (see `%s --help`)", path)
 			}
 			return flag.ErrHelp
 		}
@@ -78,7 +81,7 @@ func (c *command) runPath(ctx context.Context, path string, args []string, stdou
 				return sub.runPath(ctx, path+" "+sub.name, args[1:], stdout, stderr)
 			}
 		}
-		return fmt.Errorf("unknown subcommand %q (see `%s --help`)", args[0], path)
+		return usagef("unknown subcommand %q (see `%s --help`)", args[0], path)
 	}
 	fs := flag.NewFlagSet(path, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -96,7 +99,7 @@ func (c *command) runPath(ctx context.Context, path string, args []string, stdou
 		}
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		return usageError{err}
 	}
 	return c.exec(ctx, fs, stdout)
 }

@@ -45,15 +45,8 @@ func streamerCommand() *command {
 				return err
 			}
 			defer srv.Close()
-			serveDebug(debug, log)
-			lis, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", listen, err)
-			}
-			gs := grpc.NewServer(grpcopt.ServerOptions()...)
-			rowliftv1.RegisterStreamerServer(gs, srv)
-			log.Info("streamer serving", zap.String("listen", lis.Addr().String()))
-			return serveUntilDone(ctx, gs, lis)
+			return serveRole(ctx, log, listen, debug, func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, srv) },
+				zap.String("role", "streamer"))
 		},
 	}
 }
@@ -88,6 +81,20 @@ func applierCommand() *command {
 			return engine.Run(ctx)
 		},
 	}
+}
+
+// serveRole serves a role's gRPC services on listen until ctx ends, and Go
+// profiles on debug; fields describe the role in the "serving" log line.
+func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, register func(*grpc.Server), fields ...zap.Field) error {
+	serveDebug(debug, log)
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	register(gs)
+	log.Info("serving", append(fields, zap.String("listen", lis.Addr().String()))...)
+	return serveUntilDone(ctx, gs, lis)
 }
 
 // serveUntilDone serves until ctx ends, then stops gracefully: open streams are

@@ -196,11 +196,86 @@ func (WorkflowState) EnumDescriptor() ([]byte, []int) {
 	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
+// WorkflowPhase is what a workflow is doing, derived from its state, copy
+// progress and lag: what an operator watches.
+type WorkflowPhase int32
+
+const (
+	WorkflowPhase_WORKFLOW_PHASE_UNSPECIFIED WorkflowPhase = 0
+	// Created, not started.
+	WorkflowPhase_WORKFLOW_PHASE_INIT WorkflowPhase = 1
+	// Copying rows (and applying the binlog of the rows copied so far).
+	WorkflowPhase_WORKFLOW_PHASE_COPYING WorkflowPhase = 2
+	// Copy done, but the lag is above 5 s: working off the binlog backlog.
+	WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP WorkflowPhase = 3
+	// Copy done and the lag at or under 5 s: the target follows the source.
+	WorkflowPhase_WORKFLOW_PHASE_RUNNING WorkflowPhase = 4
+	WorkflowPhase_WORKFLOW_PHASE_STOPPED WorkflowPhase = 5
+	WorkflowPhase_WORKFLOW_PHASE_ERROR   WorkflowPhase = 6
+	WorkflowPhase_WORKFLOW_PHASE_CUTOVER WorkflowPhase = 7
+	WorkflowPhase_WORKFLOW_PHASE_DONE    WorkflowPhase = 8
+)
+
+// Enum value maps for WorkflowPhase.
+var (
+	WorkflowPhase_name = map[int32]string{
+		0: "WORKFLOW_PHASE_UNSPECIFIED",
+		1: "WORKFLOW_PHASE_INIT",
+		2: "WORKFLOW_PHASE_COPYING",
+		3: "WORKFLOW_PHASE_CATCHING_UP",
+		4: "WORKFLOW_PHASE_RUNNING",
+		5: "WORKFLOW_PHASE_STOPPED",
+		6: "WORKFLOW_PHASE_ERROR",
+		7: "WORKFLOW_PHASE_CUTOVER",
+		8: "WORKFLOW_PHASE_DONE",
+	}
+	WorkflowPhase_value = map[string]int32{
+		"WORKFLOW_PHASE_UNSPECIFIED": 0,
+		"WORKFLOW_PHASE_INIT":        1,
+		"WORKFLOW_PHASE_COPYING":     2,
+		"WORKFLOW_PHASE_CATCHING_UP": 3,
+		"WORKFLOW_PHASE_RUNNING":     4,
+		"WORKFLOW_PHASE_STOPPED":     5,
+		"WORKFLOW_PHASE_ERROR":       6,
+		"WORKFLOW_PHASE_CUTOVER":     7,
+		"WORKFLOW_PHASE_DONE":        8,
+	}
+)
+
+func (x WorkflowPhase) Enum() *WorkflowPhase {
+	p := new(WorkflowPhase)
+	*p = x
+	return p
+}
+
+func (x WorkflowPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkflowPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_rowlift_v1_control_proto_enumTypes[3].Descriptor()
+}
+
+func (WorkflowPhase) Type() protoreflect.EnumType {
+	return &file_rowlift_v1_control_proto_enumTypes[3]
+}
+
+func (x WorkflowPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkflowPhase.Descriptor instead.
+func (WorkflowPhase) EnumDescriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
 // WorkflowRef names a workflow and the targets that hold its state.
 type WorkflowRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Applier addresses of the workflow's targets.
+	// Names of the targets to look for the workflow on, as configured on the
+	// coordinator (rowlift coordinator --target NAME=DSN). Empty means every
+	// configured target; the workflow's spec names the rest.
 	Targets       []string `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -448,8 +523,11 @@ func (x *SourceShard) GetStreamerAddress() string {
 // TargetShard is one target server, reached through its applier.
 type TargetShard struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// host:port of the applier next to this target.
+	// Target name as configured on the coordinator (--target NAME=DSN): it picks
+	// the target server whose _rowlift schema holds the workflow's state.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// host:port of the applier next to this target. Informational: the coordinator
+	// reaches the target's state over its DSN, and the applier finds the workflow there.
 	ApplierAddress string `protobuf:"bytes,2,opt,name=applier_address,json=applierAddress,proto3" json:"applier_address,omitempty"`
 	// Keyrange this target owns, Vitess style ("-80", "80-", "40-80"). Empty means
 	// the whole keyspace (a table move).
@@ -601,6 +679,8 @@ type WorkflowOptions struct {
 	// A group waits at most this long for more transactions before it commits
 	// (0: 5 ms), so batching adds little lag on a quiet source.
 	CommitBatchMs int32 `protobuf:"varint,12,opt,name=commit_batch_ms,json=commitBatchMs,proto3" json:"commit_batch_ms,omitempty"`
+	// Pause the copy while the source or the target is overloaded. Unset: never.
+	Throttle      *Throttle `protobuf:"bytes,13,opt,name=throttle,proto3" json:"throttle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -719,6 +799,80 @@ func (x *WorkflowOptions) GetCommitBatchMs() int32 {
 	return 0
 }
 
+func (x *WorkflowOptions) GetThrottle() *Throttle {
+	if x != nil {
+		return x.Throttle
+	}
+	return nil
+}
+
+// Throttle pauses a workflow's copy, never its replay, while a source or target
+// metric is over its limit, and resumes it by itself once every metric is back
+// under. The streamer checks the source before each chunk; the applier checks
+// the target and asks the streamer to pause (Streamer.Throttle). Status shows
+// the reason while the copy waits.
+type Throttle struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Source *ThrottleLimits        `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Target *ThrottleLimits        `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// Milliseconds between metric reads on each side (0: 1000). Each metric is
+	// one query per interval, however many tables copy at once.
+	CheckIntervalMs int64 `protobuf:"varint,3,opt,name=check_interval_ms,json=checkIntervalMs,proto3" json:"check_interval_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Throttle) Reset() {
+	*x = Throttle{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Throttle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Throttle) ProtoMessage() {}
+
+func (x *Throttle) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Throttle.ProtoReflect.Descriptor instead.
+func (*Throttle) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Throttle) GetSource() *ThrottleLimits {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *Throttle) GetTarget() *ThrottleLimits {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *Throttle) GetCheckIntervalMs() int64 {
+	if x != nil {
+		return x.CheckIntervalMs
+	}
+	return 0
+}
+
 // Workflow is a workflow's definition and its live status.
 type Workflow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -730,7 +884,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	mi := &file_rowlift_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +896,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	mi := &file_rowlift_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +909,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Workflow) GetSpec() *WorkflowSpec {
@@ -772,32 +926,49 @@ func (x *Workflow) GetStatus() *WorkflowStatus {
 	return nil
 }
 
-// WorkflowStatus is what an operator needs to trust a running workflow.
+// WorkflowStatus is what an operator needs to trust a running workflow. With
+// several targets it is the sum (rows) or the worst (state, lag, ETA) of them.
 type WorkflowStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	State WorkflowState          `protobuf:"varint,1,opt,name=state,proto3,enum=rowlift.v1.WorkflowState" json:"state,omitempty"`
+	// The stored state. When targets disagree (an operation that reached only some
+	// of them), the first of ERROR, STOPPED, INIT, COPYING, CUTOVER, RUNNING, DONE
+	// that any target is in, and message says which target is where.
+	State WorkflowState `protobuf:"varint,1,opt,name=state,proto3,enum=rowlift.v1.WorkflowState" json:"state,omitempty"`
 	// Human-readable detail of the state: what it is doing or why it stopped.
 	Message     string          `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	CreatedAtUs int64           `protobuf:"varint,3,opt,name=created_at_us,json=createdAtUs,proto3" json:"created_at_us,omitempty"`
 	UpdatedAtUs int64           `protobuf:"varint,4,opt,name=updated_at_us,json=updatedAtUs,proto3" json:"updated_at_us,omitempty"`
 	Tables      []*TableStatus  `protobuf:"bytes,5,rep,name=tables,proto3" json:"tables,omitempty"`
 	Streams     []*StreamStatus `protobuf:"bytes,6,rep,name=streams,proto3" json:"streams,omitempty"`
-	// Estimated seconds until the copy is done and the binlog backlog applied;
-	// negative when unknown.
+	// Estimated seconds until phase RUNNING: for each stream, the rows its copy
+	// has left over its copy rate, plus the time to work its lag down to 5 s at
+	// the catch-up speed observed between status reads (WatchWorkflow's updates,
+	// or earlier calls to this coordinator); the largest over the streams. Zero
+	// when running; negative when unknown: not started, stopped, failed, no copy
+	// rate yet, or a lag above 5 s that is not shrinking.
 	EtaSeconds float64 `protobuf:"fixed64,7,opt,name=eta_seconds,json=etaSeconds,proto3" json:"eta_seconds,omitempty"`
 	// Largest lag of the workflow's streams, in milliseconds.
-	LagMs         int64  `protobuf:"varint,8,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	LagMs int64 `protobuf:"varint,8,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	// The most recent error: the one that put a target in state ERROR (kept after
+	// a resume), or a stream's retry message if that is newer.
 	LastError     string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	LastErrorAtUs int64  `protobuf:"varint,10,opt,name=last_error_at_us,json=lastErrorAtUs,proto3" json:"last_error_at_us,omitempty"`
 	// Non-empty while the copy is paused by a throttle; says which metric and value.
-	Throttled     string `protobuf:"bytes,11,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	Throttled string        `protobuf:"bytes,11,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	Phase     WorkflowPhase `protobuf:"varint,12,opt,name=phase,proto3,enum=rowlift.v1.WorkflowPhase" json:"phase,omitempty"`
+	// Totals of tables: rows copied, source row estimate, percent (100 only once
+	// every copy is done), and copy rate over the recent past.
+	RowsCopied    int64   `protobuf:"varint,13,opt,name=rows_copied,json=rowsCopied,proto3" json:"rows_copied,omitempty"`
+	RowsEstimate  int64   `protobuf:"varint,14,opt,name=rows_estimate,json=rowsEstimate,proto3" json:"rows_estimate,omitempty"`
+	Percent       float64 `protobuf:"fixed64,15,opt,name=percent,proto3" json:"percent,omitempty"`
+	RowsPerSecond float64 `protobuf:"fixed64,16,opt,name=rows_per_second,json=rowsPerSecond,proto3" json:"rows_per_second,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowStatus) Reset() {
 	*x = WorkflowStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[8]
+	mi := &file_rowlift_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +980,7 @@ func (x *WorkflowStatus) String() string {
 func (*WorkflowStatus) ProtoMessage() {}
 
 func (x *WorkflowStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[8]
+	mi := &file_rowlift_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +993,7 @@ func (x *WorkflowStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStatus.ProtoReflect.Descriptor instead.
 func (*WorkflowStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkflowStatus) GetState() WorkflowState {
@@ -902,6 +1073,41 @@ func (x *WorkflowStatus) GetThrottled() string {
 	return ""
 }
 
+func (x *WorkflowStatus) GetPhase() WorkflowPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return WorkflowPhase_WORKFLOW_PHASE_UNSPECIFIED
+}
+
+func (x *WorkflowStatus) GetRowsCopied() int64 {
+	if x != nil {
+		return x.RowsCopied
+	}
+	return 0
+}
+
+func (x *WorkflowStatus) GetRowsEstimate() int64 {
+	if x != nil {
+		return x.RowsEstimate
+	}
+	return 0
+}
+
+func (x *WorkflowStatus) GetPercent() float64 {
+	if x != nil {
+		return x.Percent
+	}
+	return 0
+}
+
+func (x *WorkflowStatus) GetRowsPerSecond() float64 {
+	if x != nil {
+		return x.RowsPerSecond
+	}
+	return 0
+}
+
 // TableStatus is the copy progress of one table, summed over the workflow's streams.
 type TableStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -910,15 +1116,20 @@ type TableStatus struct {
 	// Estimated rows on the source (information_schema), for the percentage.
 	RowsEstimate int64 `protobuf:"varint,3,opt,name=rows_estimate,json=rowsEstimate,proto3" json:"rows_estimate,omitempty"`
 	Done         bool  `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
-	// Rows per second over the recent past.
+	// Rows per second over the recent past; zero once done.
 	RowsPerSecond float64 `protobuf:"fixed64,5,opt,name=rows_per_second,json=rowsPerSecond,proto3" json:"rows_per_second,omitempty"`
+	// rows_copied of rows_estimate in percent: 100 once done, at most 99.9 before
+	// (the estimate is approximate), 0 while the estimate is unknown.
+	Percent float64 `protobuf:"fixed64,6,opt,name=percent,proto3" json:"percent,omitempty"`
+	// When the applier last committed a chunk of this table, microseconds since the epoch.
+	UpdatedAtUs   int64 `protobuf:"varint,7,opt,name=updated_at_us,json=updatedAtUs,proto3" json:"updated_at_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TableStatus) Reset() {
 	*x = TableStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[9]
+	mi := &file_rowlift_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1141,7 @@ func (x *TableStatus) String() string {
 func (*TableStatus) ProtoMessage() {}
 
 func (x *TableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[9]
+	mi := &file_rowlift_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1154,7 @@ func (x *TableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatus.ProtoReflect.Descriptor instead.
 func (*TableStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TableStatus) GetName() string {
@@ -981,6 +1192,20 @@ func (x *TableStatus) GetRowsPerSecond() float64 {
 	return 0
 }
 
+func (x *TableStatus) GetPercent() float64 {
+	if x != nil {
+		return x.Percent
+	}
+	return 0
+}
+
+func (x *TableStatus) GetUpdatedAtUs() int64 {
+	if x != nil {
+		return x.UpdatedAtUs
+	}
+	return 0
+}
+
 // StreamStatus is one (source shard, target shard) stream of the workflow.
 type StreamStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -989,19 +1214,27 @@ type StreamStatus struct {
 	Position *Position              `protobuf:"bytes,3,opt,name=position,proto3" json:"position,omitempty"`
 	// Source commit time of the last applied item, microseconds since the epoch.
 	SourceTimeUs int64 `protobuf:"varint,4,opt,name=source_time_us,json=sourceTimeUs,proto3" json:"source_time_us,omitempty"`
-	// Applier commit time minus source commit time of the last applied item.
+	// Applier commit time minus source time of the last applied item (a
+	// transaction's commit, a heartbeat's clock at idle, a copy chunk's snapshot).
+	// Once the stream has committed nothing for 10 s, the time since that source
+	// time instead: a stalled stream falls further behind every second.
 	LagMs int64 `protobuf:"varint,5,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
-	// Last time the applier heard from the streamer, microseconds since the epoch.
+	// Last time the applier committed anything of this stream (rows, a source
+	// transaction, or a heartbeat's position at idle), microseconds since the epoch.
 	HeartbeatAtUs int64 `protobuf:"varint,6,opt,name=heartbeat_at_us,json=heartbeatAtUs,proto3" json:"heartbeat_at_us,omitempty"`
 	// Non-empty while the stream is retrying after an error.
-	Retrying      string `protobuf:"bytes,7,opt,name=retrying,proto3" json:"retrying,omitempty"`
+	Retrying string `protobuf:"bytes,7,opt,name=retrying,proto3" json:"retrying,omitempty"`
+	// When retrying was set, microseconds since the epoch.
+	RetryingSinceUs int64 `protobuf:"varint,8,opt,name=retrying_since_us,json=retryingSinceUs,proto3" json:"retrying_since_us,omitempty"`
+	// Non-empty while this stream's copy waits on a throttle: metric, value and limit.
+	Throttled     string `protobuf:"bytes,9,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamStatus) Reset() {
 	*x = StreamStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[10]
+	mi := &file_rowlift_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1246,7 @@ func (x *StreamStatus) String() string {
 func (*StreamStatus) ProtoMessage() {}
 
 func (x *StreamStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[10]
+	mi := &file_rowlift_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1259,7 @@ func (x *StreamStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStatus.ProtoReflect.Descriptor instead.
 func (*StreamStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamStatus) GetSource() string {
@@ -1078,15 +1311,32 @@ func (x *StreamStatus) GetRetrying() string {
 	return ""
 }
 
+func (x *StreamStatus) GetRetryingSinceUs() int64 {
+	if x != nil {
+		return x.RetryingSinceUs
+	}
+	return 0
+}
+
+func (x *StreamStatus) GetThrottled() string {
+	if x != nil {
+		return x.Throttled
+	}
+	return ""
+}
+
 type DeleteWorkflowResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflow's target tables (target:database.table), which are kept with
+	// every row copied so far: drop them by hand if they are not wanted.
+	KeptTables    []string `protobuf:"bytes,1,rep,name=kept_tables,json=keptTables,proto3" json:"kept_tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteWorkflowResponse) Reset() {
 	*x = DeleteWorkflowResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[11]
+	mi := &file_rowlift_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1348,7 @@ func (x *DeleteWorkflowResponse) String() string {
 func (*DeleteWorkflowResponse) ProtoMessage() {}
 
 func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[11]
+	mi := &file_rowlift_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,12 +1361,20 @@ func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteWorkflowResponse) GetKeptTables() []string {
+	if x != nil {
+		return x.KeptTables
+	}
+	return nil
 }
 
 type ListWorkflowsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Applier addresses to list workflows from.
+	// Names of the targets to list workflows from, as configured on the
+	// coordinator; empty means every configured target.
 	Targets       []string `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1124,7 +1382,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[12]
+	mi := &file_rowlift_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1394,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[12]
+	mi := &file_rowlift_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1407,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListWorkflowsRequest) GetTargets() []string {
@@ -1168,7 +1426,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[13]
+	mi := &file_rowlift_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1438,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[13]
+	mi := &file_rowlift_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1451,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -1214,7 +1472,7 @@ type WatchWorkflowRequest struct {
 
 func (x *WatchWorkflowRequest) Reset() {
 	*x = WatchWorkflowRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[14]
+	mi := &file_rowlift_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1484,7 @@ func (x *WatchWorkflowRequest) String() string {
 func (*WatchWorkflowRequest) ProtoMessage() {}
 
 func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[14]
+	mi := &file_rowlift_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1497,7 @@ func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchWorkflowRequest) GetWorkflow() *WorkflowRef {
@@ -1285,7 +1543,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
-	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\"\x99\x04\n" +
+	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\"\xcb\x04\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -1301,10 +1559,15 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x12commit_batch_items\x18\n" +
 	" \x01(\x05R\x10commitBatchItems\x12,\n" +
 	"\x12commit_batch_bytes\x18\v \x01(\x03R\x10commitBatchBytes\x12&\n" +
-	"\x0fcommit_batch_ms\x18\f \x01(\x05R\rcommitBatchMs\"l\n" +
+	"\x0fcommit_batch_ms\x18\f \x01(\x05R\rcommitBatchMs\x120\n" +
+	"\bthrottle\x18\r \x01(\v2\x14.rowlift.v1.ThrottleR\bthrottle\"\x9e\x01\n" +
+	"\bThrottle\x122\n" +
+	"\x06source\x18\x01 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06source\x122\n" +
+	"\x06target\x18\x02 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06target\x12*\n" +
+	"\x11check_interval_ms\x18\x03 \x01(\x03R\x0fcheckIntervalMs\"l\n" +
 	"\bWorkflow\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\x122\n" +
-	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\"\xa6\x03\n" +
+	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\"\xdf\x04\n" +
 	"\x0eWorkflowStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.rowlift.v1.WorkflowStateR\x05state\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
@@ -1319,14 +1582,22 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"last_error\x18\t \x01(\tR\tlastError\x12'\n" +
 	"\x10last_error_at_us\x18\n" +
 	" \x01(\x03R\rlastErrorAtUs\x12\x1c\n" +
-	"\tthrottled\x18\v \x01(\tR\tthrottled\"\xa3\x01\n" +
+	"\tthrottled\x18\v \x01(\tR\tthrottled\x12/\n" +
+	"\x05phase\x18\f \x01(\x0e2\x19.rowlift.v1.WorkflowPhaseR\x05phase\x12\x1f\n" +
+	"\vrows_copied\x18\r \x01(\x03R\n" +
+	"rowsCopied\x12#\n" +
+	"\rrows_estimate\x18\x0e \x01(\x03R\frowsEstimate\x12\x18\n" +
+	"\apercent\x18\x0f \x01(\x01R\apercent\x12&\n" +
+	"\x0frows_per_second\x18\x10 \x01(\x01R\rrowsPerSecond\"\xe1\x01\n" +
 	"\vTableStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vrows_copied\x18\x02 \x01(\x03R\n" +
 	"rowsCopied\x12#\n" +
 	"\rrows_estimate\x18\x03 \x01(\x03R\frowsEstimate\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12&\n" +
-	"\x0frows_per_second\x18\x05 \x01(\x01R\rrowsPerSecond\"\xf1\x01\n" +
+	"\x0frows_per_second\x18\x05 \x01(\x01R\rrowsPerSecond\x12\x18\n" +
+	"\apercent\x18\x06 \x01(\x01R\apercent\x12\"\n" +
+	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\"\xbb\x02\n" +
 	"\fStreamStatus\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x120\n" +
@@ -1334,8 +1605,12 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0esource_time_us\x18\x04 \x01(\x03R\fsourceTimeUs\x12\x15\n" +
 	"\x06lag_ms\x18\x05 \x01(\x03R\x05lagMs\x12&\n" +
 	"\x0fheartbeat_at_us\x18\x06 \x01(\x03R\rheartbeatAtUs\x12\x1a\n" +
-	"\bretrying\x18\a \x01(\tR\bretrying\"\x18\n" +
-	"\x16DeleteWorkflowResponse\"0\n" +
+	"\bretrying\x18\a \x01(\tR\bretrying\x12*\n" +
+	"\x11retrying_since_us\x18\b \x01(\x03R\x0fretryingSinceUs\x12\x1c\n" +
+	"\tthrottled\x18\t \x01(\tR\tthrottled\"9\n" +
+	"\x16DeleteWorkflowResponse\x12\x1f\n" +
+	"\vkept_tables\x18\x01 \x03(\tR\n" +
+	"keptTables\"0\n" +
 	"\x14ListWorkflowsRequest\x12\x18\n" +
 	"\atargets\x18\x01 \x03(\tR\atargets\"K\n" +
 	"\x15ListWorkflowsResponse\x122\n" +
@@ -1362,7 +1637,17 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x16WORKFLOW_STATE_STOPPED\x10\x04\x12\x18\n" +
 	"\x14WORKFLOW_STATE_ERROR\x10\x05\x12\x1a\n" +
 	"\x16WORKFLOW_STATE_CUTOVER\x10\x06\x12\x17\n" +
-	"\x13WORKFLOW_STATE_DONE\x10\a2\xc2\x04\n" +
+	"\x13WORKFLOW_STATE_DONE\x10\a*\x8b\x02\n" +
+	"\rWorkflowPhase\x12\x1e\n" +
+	"\x1aWORKFLOW_PHASE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13WORKFLOW_PHASE_INIT\x10\x01\x12\x1a\n" +
+	"\x16WORKFLOW_PHASE_COPYING\x10\x02\x12\x1e\n" +
+	"\x1aWORKFLOW_PHASE_CATCHING_UP\x10\x03\x12\x1a\n" +
+	"\x16WORKFLOW_PHASE_RUNNING\x10\x04\x12\x1a\n" +
+	"\x16WORKFLOW_PHASE_STOPPED\x10\x05\x12\x18\n" +
+	"\x14WORKFLOW_PHASE_ERROR\x10\x06\x12\x1a\n" +
+	"\x16WORKFLOW_PHASE_CUTOVER\x10\a\x12\x17\n" +
+	"\x13WORKFLOW_PHASE_DONE\x10\b2\xc2\x04\n" +
 	"\aControl\x12I\n" +
 	"\x0eCreateWorkflow\x12!.rowlift.v1.CreateWorkflowRequest\x1a\x14.rowlift.v1.Workflow\x12>\n" +
 	"\rStartWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12=\n" +
@@ -1385,66 +1670,73 @@ func file_rowlift_v1_control_proto_rawDescGZIP() []byte {
 	return file_rowlift_v1_control_proto_rawDescData
 }
 
-var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_rowlift_v1_control_proto_goTypes = []any{
 	(OnDDL)(0),                     // 0: rowlift.v1.OnDDL
 	(CopyMethod)(0),                // 1: rowlift.v1.CopyMethod
 	(WorkflowState)(0),             // 2: rowlift.v1.WorkflowState
-	(*WorkflowRef)(nil),            // 3: rowlift.v1.WorkflowRef
-	(*CreateWorkflowRequest)(nil),  // 4: rowlift.v1.CreateWorkflowRequest
-	(*WorkflowSpec)(nil),           // 5: rowlift.v1.WorkflowSpec
-	(*SourceShard)(nil),            // 6: rowlift.v1.SourceShard
-	(*TargetShard)(nil),            // 7: rowlift.v1.TargetShard
-	(*TableSpec)(nil),              // 8: rowlift.v1.TableSpec
-	(*WorkflowOptions)(nil),        // 9: rowlift.v1.WorkflowOptions
-	(*Workflow)(nil),               // 10: rowlift.v1.Workflow
-	(*WorkflowStatus)(nil),         // 11: rowlift.v1.WorkflowStatus
-	(*TableStatus)(nil),            // 12: rowlift.v1.TableStatus
-	(*StreamStatus)(nil),           // 13: rowlift.v1.StreamStatus
-	(*DeleteWorkflowResponse)(nil), // 14: rowlift.v1.DeleteWorkflowResponse
-	(*ListWorkflowsRequest)(nil),   // 15: rowlift.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),  // 16: rowlift.v1.ListWorkflowsResponse
-	(*WatchWorkflowRequest)(nil),   // 17: rowlift.v1.WatchWorkflowRequest
-	(*Position)(nil),               // 18: rowlift.v1.Position
+	(WorkflowPhase)(0),             // 3: rowlift.v1.WorkflowPhase
+	(*WorkflowRef)(nil),            // 4: rowlift.v1.WorkflowRef
+	(*CreateWorkflowRequest)(nil),  // 5: rowlift.v1.CreateWorkflowRequest
+	(*WorkflowSpec)(nil),           // 6: rowlift.v1.WorkflowSpec
+	(*SourceShard)(nil),            // 7: rowlift.v1.SourceShard
+	(*TargetShard)(nil),            // 8: rowlift.v1.TargetShard
+	(*TableSpec)(nil),              // 9: rowlift.v1.TableSpec
+	(*WorkflowOptions)(nil),        // 10: rowlift.v1.WorkflowOptions
+	(*Throttle)(nil),               // 11: rowlift.v1.Throttle
+	(*Workflow)(nil),               // 12: rowlift.v1.Workflow
+	(*WorkflowStatus)(nil),         // 13: rowlift.v1.WorkflowStatus
+	(*TableStatus)(nil),            // 14: rowlift.v1.TableStatus
+	(*StreamStatus)(nil),           // 15: rowlift.v1.StreamStatus
+	(*DeleteWorkflowResponse)(nil), // 16: rowlift.v1.DeleteWorkflowResponse
+	(*ListWorkflowsRequest)(nil),   // 17: rowlift.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),  // 18: rowlift.v1.ListWorkflowsResponse
+	(*WatchWorkflowRequest)(nil),   // 19: rowlift.v1.WatchWorkflowRequest
+	(*ThrottleLimits)(nil),         // 20: rowlift.v1.ThrottleLimits
+	(*Position)(nil),               // 21: rowlift.v1.Position
 }
 var file_rowlift_v1_control_proto_depIdxs = []int32{
-	5,  // 0: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
-	6,  // 1: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
-	7,  // 2: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
-	8,  // 3: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
-	9,  // 4: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
+	6,  // 0: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
+	7,  // 1: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
+	8,  // 2: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
+	9,  // 3: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
+	10, // 4: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
 	0,  // 5: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
 	1,  // 6: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
-	5,  // 7: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
-	11, // 8: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
-	2,  // 9: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
-	12, // 10: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
-	13, // 11: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
-	18, // 12: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
-	10, // 13: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
-	3,  // 14: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	4,  // 15: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
-	3,  // 16: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
-	3,  // 17: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
-	3,  // 18: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
-	3,  // 19: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
-	3,  // 20: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
-	15, // 21: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
-	17, // 22: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
-	10, // 23: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
-	10, // 24: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
-	10, // 25: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
-	10, // 26: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
-	14, // 27: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
-	10, // 28: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
-	16, // 29: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
-	10, // 30: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	11, // 7: rowlift.v1.WorkflowOptions.throttle:type_name -> rowlift.v1.Throttle
+	20, // 8: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
+	20, // 9: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
+	6,  // 10: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
+	13, // 11: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
+	2,  // 12: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
+	14, // 13: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
+	15, // 14: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
+	3,  // 15: rowlift.v1.WorkflowStatus.phase:type_name -> rowlift.v1.WorkflowPhase
+	21, // 16: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
+	12, // 17: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
+	4,  // 18: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	5,  // 19: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
+	4,  // 20: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
+	4,  // 21: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
+	4,  // 22: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
+	4,  // 23: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
+	4,  // 24: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
+	17, // 25: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
+	19, // 26: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
+	12, // 27: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
+	12, // 28: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
+	12, // 29: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
+	12, // 30: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
+	16, // 31: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
+	12, // 32: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
+	18, // 33: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
+	12, // 34: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_control_proto_init() }
@@ -1458,8 +1750,8 @@ func file_rowlift_v1_control_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_control_proto_rawDesc), len(file_rowlift_v1_control_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   15,
+			NumEnums:      4,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

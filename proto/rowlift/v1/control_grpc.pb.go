@@ -39,15 +39,26 @@ const (
 type ControlClient interface {
 	// CreateWorkflow validates the whole request up front (tables, keys, source
 	// binlog settings, target tables) and creates the workflow on every target, or
-	// nothing. The new workflow is in state INIT until started.
+	// nothing. The new workflow is in state INIT until started. Codes:
+	// InvalidArgument (bad spec, key range, column or table name), FailedPrecondition
+	// (source settings, a table without a usable key, an incompatible or non-empty
+	// target table), AlreadyExists (the name is taken on a target), Unavailable (a
+	// streamer or target cannot be reached; the message names its address).
 	CreateWorkflow(ctx context.Context, in *CreateWorkflowRequest, opts ...grpc.CallOption) (*Workflow, error)
-	// StartWorkflow begins the copy of a workflow in state INIT.
+	// StartWorkflow begins the copy of a workflow in state INIT (INIT -> COPYING).
+	// Starting a started workflow changes nothing; a stopped or failed one is
+	// resumed with ResumeWorkflow (FailedPrecondition here).
 	StartWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*Workflow, error)
-	// StopWorkflow stops streaming and applying; committed progress is kept.
+	// StopWorkflow stops streaming and applying (-> STOPPED); committed progress is
+	// kept. Stopping a stopped or failed workflow changes nothing.
 	StopWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*Workflow, error)
-	// ResumeWorkflow continues a stopped or failed workflow from its committed state.
+	// ResumeWorkflow continues a stopped or failed workflow from its committed state:
+	// COPYING while any table's copy is not done, else RUNNING; the message is
+	// cleared (the last error stays in the status). Resuming a running one changes
+	// nothing.
 	ResumeWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*Workflow, error)
-	// DeleteWorkflow stops a workflow and removes its state. Copied rows stay.
+	// DeleteWorkflow stops a workflow and removes its state from every target. The
+	// target tables and their rows are kept: rowlift never drops a target table.
 	DeleteWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*DeleteWorkflowResponse, error)
 	// GetWorkflow returns a workflow's definition and live status.
 	GetWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*Workflow, error)
@@ -165,15 +176,26 @@ type Control_WatchWorkflowClient = grpc.ServerStreamingClient[Workflow]
 type ControlServer interface {
 	// CreateWorkflow validates the whole request up front (tables, keys, source
 	// binlog settings, target tables) and creates the workflow on every target, or
-	// nothing. The new workflow is in state INIT until started.
+	// nothing. The new workflow is in state INIT until started. Codes:
+	// InvalidArgument (bad spec, key range, column or table name), FailedPrecondition
+	// (source settings, a table without a usable key, an incompatible or non-empty
+	// target table), AlreadyExists (the name is taken on a target), Unavailable (a
+	// streamer or target cannot be reached; the message names its address).
 	CreateWorkflow(context.Context, *CreateWorkflowRequest) (*Workflow, error)
-	// StartWorkflow begins the copy of a workflow in state INIT.
+	// StartWorkflow begins the copy of a workflow in state INIT (INIT -> COPYING).
+	// Starting a started workflow changes nothing; a stopped or failed one is
+	// resumed with ResumeWorkflow (FailedPrecondition here).
 	StartWorkflow(context.Context, *WorkflowRef) (*Workflow, error)
-	// StopWorkflow stops streaming and applying; committed progress is kept.
+	// StopWorkflow stops streaming and applying (-> STOPPED); committed progress is
+	// kept. Stopping a stopped or failed workflow changes nothing.
 	StopWorkflow(context.Context, *WorkflowRef) (*Workflow, error)
-	// ResumeWorkflow continues a stopped or failed workflow from its committed state.
+	// ResumeWorkflow continues a stopped or failed workflow from its committed state:
+	// COPYING while any table's copy is not done, else RUNNING; the message is
+	// cleared (the last error stays in the status). Resuming a running one changes
+	// nothing.
 	ResumeWorkflow(context.Context, *WorkflowRef) (*Workflow, error)
-	// DeleteWorkflow stops a workflow and removes its state. Copied rows stay.
+	// DeleteWorkflow stops a workflow and removes its state from every target. The
+	// target tables and their rows are kept: rowlift never drops a target table.
 	DeleteWorkflow(context.Context, *WorkflowRef) (*DeleteWorkflowResponse, error)
 	// GetWorkflow returns a workflow's definition and live status.
 	GetWorkflow(context.Context, *WorkflowRef) (*Workflow, error)

@@ -25,6 +25,106 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ThrottleRequest is the target side's throttle state of one workflow.
+type ThrottleRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// Why the copy must pause, for status and logs (for example "target
+	// Threads_running 57 > 50"); empty clears it.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Milliseconds the reason holds unless refreshed; zero means 5000.
+	TtlMs         int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThrottleRequest) Reset() {
+	*x = ThrottleRequest{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThrottleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThrottleRequest) ProtoMessage() {}
+
+func (x *ThrottleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThrottleRequest.ProtoReflect.Descriptor instead.
+func (*ThrottleRequest) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ThrottleRequest) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *ThrottleRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ThrottleRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type ThrottleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThrottleResponse) Reset() {
+	*x = ThrottleResponse{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThrottleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThrottleResponse) ProtoMessage() {}
+
+func (x *ThrottleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThrottleResponse.ProtoReflect.Descriptor instead.
+func (*ThrottleResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{1}
+}
+
 // StreamRequest says where to resume and what the target needs. Everything in it
 // comes from the target's committed state, so a restarted streamer needs nothing else.
 type StreamRequest struct {
@@ -48,7 +148,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +160,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +173,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StreamRequest) GetWorkflow() string {
@@ -135,7 +235,7 @@ type TableRequest struct {
 
 func (x *TableRequest) Reset() {
 	*x = TableRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +247,7 @@ func (x *TableRequest) String() string {
 func (*TableRequest) ProtoMessage() {}
 
 func (x *TableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +260,7 @@ func (x *TableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableRequest.ProtoReflect.Descriptor instead.
 func (*TableRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{1}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TableRequest) GetName() string {
@@ -205,7 +305,7 @@ type CopyProgress struct {
 
 func (x *CopyProgress) Reset() {
 	*x = CopyProgress{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +317,7 @@ func (x *CopyProgress) String() string {
 func (*CopyProgress) ProtoMessage() {}
 
 func (x *CopyProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +330,7 @@ func (x *CopyProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyProgress.ProtoReflect.Descriptor instead.
 func (*CopyProgress) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{2}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CopyProgress) GetDone() bool {
@@ -258,14 +358,19 @@ type StreamOptions struct {
 	// How many tables are copied at once.
 	ParallelTables int32 `protobuf:"varint,3,opt,name=parallel_tables,json=parallelTables,proto3" json:"parallel_tables,omitempty"`
 	// Interval between heartbeats in milliseconds.
-	HeartbeatMs   int64 `protobuf:"varint,4,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HeartbeatMs int64 `protobuf:"varint,4,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	// Source metrics that pause the copy (never the binlog) while one is over its
+	// limit. Unset means none.
+	Throttle *ThrottleLimits `protobuf:"bytes,5,opt,name=throttle,proto3" json:"throttle,omitempty"`
+	// How often the throttle metrics are read, in milliseconds; zero means 1000.
+	ThrottleCheckMs int64 `protobuf:"varint,6,opt,name=throttle_check_ms,json=throttleCheckMs,proto3" json:"throttle_check_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StreamOptions) Reset() {
 	*x = StreamOptions{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +382,7 @@ func (x *StreamOptions) String() string {
 func (*StreamOptions) ProtoMessage() {}
 
 func (x *StreamOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +395,7 @@ func (x *StreamOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOptions.ProtoReflect.Descriptor instead.
 func (*StreamOptions) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{3}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StreamOptions) GetChunkRows() int64 {
@@ -321,6 +426,102 @@ func (x *StreamOptions) GetHeartbeatMs() int64 {
 	return 0
 }
 
+func (x *StreamOptions) GetThrottle() *ThrottleLimits {
+	if x != nil {
+		return x.Throttle
+	}
+	return nil
+}
+
+func (x *StreamOptions) GetThrottleCheckMs() int64 {
+	if x != nil {
+		return x.ThrottleCheckMs
+	}
+	return 0
+}
+
+// ThrottleLimits are the metrics of one server (the source or the target) that
+// pause a workflow's copy while any of them is over its limit, so a copy does
+// not overload a server or its replicas. Replay is never paused: it must keep
+// up with the source. A zero limit or an empty query turns that check off. A
+// metric that cannot be read pauses the copy too, with the error as its reason:
+// a copy must not run blind on a server it is told to protect.
+type ThrottleLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pause while SHOW GLOBAL STATUS Threads_running is above this.
+	ThreadsRunning int64 `protobuf:"varint,1,opt,name=threads_running,json=threadsRunning,proto3" json:"threads_running,omitempty"`
+	// Pause while InnoDB's history list length (undo not yet purged, which a
+	// long copy snapshot and a write-heavy server grow) is above this.
+	HistoryLength int64 `protobuf:"varint,2,opt,name=history_length,json=historyLength,proto3" json:"history_length,omitempty"`
+	// A query returning one number of seconds, for example the server's replicas'
+	// lag (SELECT MAX(Seconds_Behind_Master) ... or a pt-heartbeat table); NULL or
+	// no row counts as unreadable. Runs once per check on its own connection.
+	LagQuery string `protobuf:"bytes,3,opt,name=lag_query,json=lagQuery,proto3" json:"lag_query,omitempty"`
+	// Pause while lag_query returns more than this many seconds. Zero turns the
+	// lag check off.
+	MaxLagSeconds float64 `protobuf:"fixed64,4,opt,name=max_lag_seconds,json=maxLagSeconds,proto3" json:"max_lag_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThrottleLimits) Reset() {
+	*x = ThrottleLimits{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThrottleLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThrottleLimits) ProtoMessage() {}
+
+func (x *ThrottleLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThrottleLimits.ProtoReflect.Descriptor instead.
+func (*ThrottleLimits) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ThrottleLimits) GetThreadsRunning() int64 {
+	if x != nil {
+		return x.ThreadsRunning
+	}
+	return 0
+}
+
+func (x *ThrottleLimits) GetHistoryLength() int64 {
+	if x != nil {
+		return x.HistoryLength
+	}
+	return 0
+}
+
+func (x *ThrottleLimits) GetLagQuery() string {
+	if x != nil {
+		return x.LagQuery
+	}
+	return ""
+}
+
+func (x *ThrottleLimits) GetMaxLagSeconds() float64 {
+	if x != nil {
+		return x.MaxLagSeconds
+	}
+	return 0
+}
+
 // Position is a source position: a GTID set in the source's flavor's syntax
 // (MariaDB "0-1-100,1-2-7"; MySQL "uuid:1-100"), which is what resumes use, and,
 // where known, the binlog coordinates it corresponds to on the streamer's source,
@@ -336,7 +537,7 @@ type Position struct {
 
 func (x *Position) Reset() {
 	*x = Position{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +549,7 @@ func (x *Position) String() string {
 func (*Position) ProtoMessage() {}
 
 func (x *Position) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +562,7 @@ func (x *Position) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Position.ProtoReflect.Descriptor instead.
 func (*Position) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{4}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Position) GetGtidSet() string {
@@ -398,7 +599,7 @@ type KeyRange struct {
 
 func (x *KeyRange) Reset() {
 	*x = KeyRange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +611,7 @@ func (x *KeyRange) String() string {
 func (*KeyRange) ProtoMessage() {}
 
 func (x *KeyRange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +624,7 @@ func (x *KeyRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRange.ProtoReflect.Descriptor instead.
 func (*KeyRange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{5}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeyRange) GetStart() []byte {
@@ -440,6 +641,52 @@ func (x *KeyRange) GetEnd() []byte {
 	return nil
 }
 
+// ValidateResponse describes the requested tables as a Stream would.
+type ValidateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per requested table, in request order.
+	Tables        []*TableFields `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateResponse) Reset() {
+	*x = ValidateResponse{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateResponse) ProtoMessage() {}
+
+func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
+func (*ValidateResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ValidateResponse) GetTables() []*TableFields {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
 // StreamResponse is one gRPC message of the stream. It holds one or more items,
 // in stream order, packed up to the requested packet size.
 type StreamResponse struct {
@@ -451,7 +698,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +710,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +723,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{6}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamResponse) GetItems() []*StreamItem {
@@ -503,7 +750,7 @@ type StreamItem struct {
 
 func (x *StreamItem) Reset() {
 	*x = StreamItem{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +762,7 @@ func (x *StreamItem) String() string {
 func (*StreamItem) ProtoMessage() {}
 
 func (x *StreamItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +775,7 @@ func (x *StreamItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamItem.ProtoReflect.Descriptor instead.
 func (*StreamItem) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{7}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamItem) GetItem() isStreamItem_Item {
@@ -635,7 +882,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +894,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +907,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Row) GetLengths() []int64 {
@@ -696,7 +943,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +955,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +968,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Field) GetName() string {
@@ -786,7 +1033,7 @@ type TableFields struct {
 
 func (x *TableFields) Reset() {
 	*x = TableFields{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1045,7 @@ func (x *TableFields) String() string {
 func (*TableFields) ProtoMessage() {}
 
 func (x *TableFields) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1058,7 @@ func (x *TableFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableFields.ProtoReflect.Descriptor instead.
 func (*TableFields) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TableFields) GetTable() string {
@@ -863,14 +1110,19 @@ type Chunk struct {
 	// Primary key of the last row of this item (the copy resumes after it).
 	LastPk *Row `protobuf:"bytes,4,opt,name=last_pk,json=lastPk,proto3" json:"last_pk,omitempty"`
 	// True on the last item of a table's copy: no row of the table is above last_pk.
-	TableDone     bool `protobuf:"varint,5,opt,name=table_done,json=tableDone,proto3" json:"table_done,omitempty"`
+	TableDone bool `protobuf:"varint,5,opt,name=table_done,json=tableDone,proto3" json:"table_done,omitempty"`
+	// The source's clock just before the fence's snapshot began, microseconds
+	// since the epoch (the streamer's clock, as for heartbeats): once the chunk is
+	// applied the target is current to at least then, which is what lag means
+	// while a copy keeps the stream too busy for heartbeats.
+	FenceTimeUs   int64 `protobuf:"varint,6,opt,name=fence_time_us,json=fenceTimeUs,proto3" json:"fence_time_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1134,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1147,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Chunk) GetTable() string {
@@ -933,6 +1185,13 @@ func (x *Chunk) GetTableDone() bool {
 	return false
 }
 
+func (x *Chunk) GetFenceTimeUs() int64 {
+	if x != nil {
+		return x.FenceTimeUs
+	}
+	return 0
+}
+
 // RowChange is one row of a binlog row event. Inserts have only after, deletes only
 // before, updates both.
 type RowChange struct {
@@ -945,7 +1204,7 @@ type RowChange struct {
 
 func (x *RowChange) Reset() {
 	*x = RowChange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1216,7 @@ func (x *RowChange) String() string {
 func (*RowChange) ProtoMessage() {}
 
 func (x *RowChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1229,7 @@ func (x *RowChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowChange.ProtoReflect.Descriptor instead.
 func (*RowChange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RowChange) GetBefore() *Row {
@@ -998,7 +1257,7 @@ type RowEvent struct {
 
 func (x *RowEvent) Reset() {
 	*x = RowEvent{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1269,7 @@ func (x *RowEvent) String() string {
 func (*RowEvent) ProtoMessage() {}
 
 func (x *RowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1282,7 @@ func (x *RowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowEvent.ProtoReflect.Descriptor instead.
 func (*RowEvent) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RowEvent) GetTable() string {
@@ -1056,7 +1315,7 @@ type Transaction struct {
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1327,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1340,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Transaction) GetGtid() string {
@@ -1113,20 +1372,26 @@ func (x *Transaction) GetEvents() []*RowEvent {
 }
 
 // Heartbeat keeps an idle stream alive and lets the applier measure lag and advance
-// its position when nothing the target needs has been written.
+// its position when nothing the target needs has been written. While items are
+// in flight a heartbeat carries only throttled, with no position or time: the
+// target must not advance past items it has not received.
 type Heartbeat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The source position the streamer has read up to.
+	// The source position the streamer has read up to; unset on a status-only
+	// heartbeat.
 	Position *Position `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
 	// The source's clock when the heartbeat was made, microseconds since the epoch.
-	SourceTimeUs  int64 `protobuf:"varint,2,opt,name=source_time_us,json=sourceTimeUs,proto3" json:"source_time_us,omitempty"`
+	SourceTimeUs int64 `protobuf:"varint,2,opt,name=source_time_us,json=sourceTimeUs,proto3" json:"source_time_us,omitempty"`
+	// Non-empty while the copy waits on a throttle: which metrics are over their
+	// limits, with values (for example "source Threads_running 57 > 50").
+	Throttled     string `protobuf:"bytes,3,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1403,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1416,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Heartbeat) GetPosition() *Position {
@@ -1166,6 +1431,13 @@ func (x *Heartbeat) GetSourceTimeUs() int64 {
 		return x.SourceTimeUs
 	}
 	return 0
+}
+
+func (x *Heartbeat) GetThrottled() string {
+	if x != nil {
+		return x.Throttled
+	}
+	return ""
 }
 
 // DDL is a schema change on a streamed table, sent as its own item so the applier
@@ -1186,7 +1458,7 @@ type DDL struct {
 
 func (x *DDL) Reset() {
 	*x = DDL{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1470,7 @@ func (x *DDL) String() string {
 func (*DDL) ProtoMessage() {}
 
 func (x *DDL) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1483,7 @@ func (x *DDL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DDL.ProtoReflect.Descriptor instead.
 func (*DDL) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DDL) GetGtid() string {
@@ -1261,7 +1533,12 @@ var File_rowlift_v1_stream_proto protoreflect.FileDescriptor
 const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"\x17rowlift/v1/stream.proto\x12\n" +
-	"rowlift.v1\"\x93\x02\n" +
+	"rowlift.v1\"\\\n" +
+	"\x0fThrottleRequest\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x12\n" +
+	"\x10ThrottleResponse\"\x93\x02\n" +
 	"\rStreamRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x120\n" +
@@ -1276,13 +1553,20 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x04copy\x18\x04 \x01(\v2\x18.rowlift.v1.CopyProgressR\x04copy\"L\n" +
 	"\fCopyProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12(\n" +
-	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\x9d\x01\n" +
+	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\x81\x02\n" +
 	"\rStreamOptions\x12\x1d\n" +
 	"\n" +
 	"chunk_rows\x18\x01 \x01(\x03R\tchunkRows\x12!\n" +
 	"\fpacket_bytes\x18\x02 \x01(\x03R\vpacketBytes\x12'\n" +
 	"\x0fparallel_tables\x18\x03 \x01(\x05R\x0eparallelTables\x12!\n" +
-	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\"k\n" +
+	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\x126\n" +
+	"\bthrottle\x18\x05 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\bthrottle\x12*\n" +
+	"\x11throttle_check_ms\x18\x06 \x01(\x03R\x0fthrottleCheckMs\"\xa5\x01\n" +
+	"\x0eThrottleLimits\x12'\n" +
+	"\x0fthreads_running\x18\x01 \x01(\x03R\x0ethreadsRunning\x12%\n" +
+	"\x0ehistory_length\x18\x02 \x01(\x03R\rhistoryLength\x12\x1b\n" +
+	"\tlag_query\x18\x03 \x01(\tR\blagQuery\x12&\n" +
+	"\x0fmax_lag_seconds\x18\x04 \x01(\x01R\rmaxLagSeconds\"k\n" +
 	"\bPosition\x12\x19\n" +
 	"\bgtid_set\x18\x01 \x01(\tR\agtidSet\x12\x1f\n" +
 	"\vbinlog_file\x18\x02 \x01(\tR\n" +
@@ -1290,7 +1574,9 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\rbinlog_offset\x18\x03 \x01(\x04R\fbinlogOffset\"2\n" +
 	"\bKeyRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\fR\x03end\">\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\"C\n" +
+	"\x10ValidateResponse\x12/\n" +
+	"\x06tables\x18\x01 \x03(\v2\x17.rowlift.v1.TableFieldsR\x06tables\">\n" +
 	"\x0eStreamResponse\x12,\n" +
 	"\x05items\x18\x01 \x03(\v2\x16.rowlift.v1.StreamItemR\x05items\"\x8b\x02\n" +
 	"\n" +
@@ -1318,14 +1604,15 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
 	"\fcreate_table\x18\x04 \x01(\fR\vcreateTable\x12#\n" +
-	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xb7\x01\n" +
+	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xdb\x01\n" +
 	"\x05Chunk\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12#\n" +
 	"\x04rows\x18\x02 \x03(\v2\x0f.rowlift.v1.RowR\x04rows\x12*\n" +
 	"\x05fence\x18\x03 \x01(\v2\x14.rowlift.v1.PositionR\x05fence\x12(\n" +
 	"\alast_pk\x18\x04 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x1d\n" +
 	"\n" +
-	"table_done\x18\x05 \x01(\bR\ttableDone\"[\n" +
+	"table_done\x18\x05 \x01(\bR\ttableDone\x12\"\n" +
+	"\rfence_time_us\x18\x06 \x01(\x03R\vfenceTimeUs\"[\n" +
 	"\tRowChange\x12'\n" +
 	"\x06before\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06before\x12%\n" +
 	"\x05after\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x05after\"Q\n" +
@@ -1336,19 +1623,22 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0ecommit_time_us\x18\x03 \x01(\x03R\fcommitTimeUs\x12,\n" +
-	"\x06events\x18\x04 \x03(\v2\x14.rowlift.v1.RowEventR\x06events\"c\n" +
+	"\x06events\x18\x04 \x03(\v2\x14.rowlift.v1.RowEventR\x06events\"\x81\x01\n" +
 	"\tHeartbeat\x120\n" +
 	"\bposition\x18\x01 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
-	"\x0esource_time_us\x18\x02 \x01(\x03R\fsourceTimeUs\"\xc3\x01\n" +
+	"\x0esource_time_us\x18\x02 \x01(\x03R\fsourceTimeUs\x12\x1c\n" +
+	"\tthrottled\x18\x03 \x01(\tR\tthrottled\"\xc3\x01\n" +
 	"\x03DDL\x12\x12\n" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0ecommit_time_us\x18\x03 \x01(\x03R\fcommitTimeUs\x12\x1a\n" +
 	"\bdatabase\x18\x04 \x01(\tR\bdatabase\x12\x1c\n" +
 	"\tstatement\x18\x05 \x01(\tR\tstatement\x12\x16\n" +
-	"\x06tables\x18\x06 \x03(\tR\x06tables2M\n" +
+	"\x06tables\x18\x06 \x03(\tR\x06tables2\xd9\x01\n" +
 	"\bStreamer\x12A\n" +
-	"\x06Stream\x12\x19.rowlift.v1.StreamRequest\x1a\x1a.rowlift.v1.StreamResponse0\x01B7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
+	"\x06Stream\x12\x19.rowlift.v1.StreamRequest\x1a\x1a.rowlift.v1.StreamResponse0\x01\x12C\n" +
+	"\bValidate\x12\x19.rowlift.v1.StreamRequest\x1a\x1c.rowlift.v1.ValidateResponse\x12E\n" +
+	"\bThrottle\x12\x1b.rowlift.v1.ThrottleRequest\x1a\x1c.rowlift.v1.ThrottleResponseB7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
 
 var (
 	file_rowlift_v1_stream_proto_rawDescOnce sync.Once
@@ -1362,57 +1652,67 @@ func file_rowlift_v1_stream_proto_rawDescGZIP() []byte {
 	return file_rowlift_v1_stream_proto_rawDescData
 }
 
-var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_rowlift_v1_stream_proto_goTypes = []any{
-	(*StreamRequest)(nil),  // 0: rowlift.v1.StreamRequest
-	(*TableRequest)(nil),   // 1: rowlift.v1.TableRequest
-	(*CopyProgress)(nil),   // 2: rowlift.v1.CopyProgress
-	(*StreamOptions)(nil),  // 3: rowlift.v1.StreamOptions
-	(*Position)(nil),       // 4: rowlift.v1.Position
-	(*KeyRange)(nil),       // 5: rowlift.v1.KeyRange
-	(*StreamResponse)(nil), // 6: rowlift.v1.StreamResponse
-	(*StreamItem)(nil),     // 7: rowlift.v1.StreamItem
-	(*Row)(nil),            // 8: rowlift.v1.Row
-	(*Field)(nil),          // 9: rowlift.v1.Field
-	(*TableFields)(nil),    // 10: rowlift.v1.TableFields
-	(*Chunk)(nil),          // 11: rowlift.v1.Chunk
-	(*RowChange)(nil),      // 12: rowlift.v1.RowChange
-	(*RowEvent)(nil),       // 13: rowlift.v1.RowEvent
-	(*Transaction)(nil),    // 14: rowlift.v1.Transaction
-	(*Heartbeat)(nil),      // 15: rowlift.v1.Heartbeat
-	(*DDL)(nil),            // 16: rowlift.v1.DDL
+	(*ThrottleRequest)(nil),  // 0: rowlift.v1.ThrottleRequest
+	(*ThrottleResponse)(nil), // 1: rowlift.v1.ThrottleResponse
+	(*StreamRequest)(nil),    // 2: rowlift.v1.StreamRequest
+	(*TableRequest)(nil),     // 3: rowlift.v1.TableRequest
+	(*CopyProgress)(nil),     // 4: rowlift.v1.CopyProgress
+	(*StreamOptions)(nil),    // 5: rowlift.v1.StreamOptions
+	(*ThrottleLimits)(nil),   // 6: rowlift.v1.ThrottleLimits
+	(*Position)(nil),         // 7: rowlift.v1.Position
+	(*KeyRange)(nil),         // 8: rowlift.v1.KeyRange
+	(*ValidateResponse)(nil), // 9: rowlift.v1.ValidateResponse
+	(*StreamResponse)(nil),   // 10: rowlift.v1.StreamResponse
+	(*StreamItem)(nil),       // 11: rowlift.v1.StreamItem
+	(*Row)(nil),              // 12: rowlift.v1.Row
+	(*Field)(nil),            // 13: rowlift.v1.Field
+	(*TableFields)(nil),      // 14: rowlift.v1.TableFields
+	(*Chunk)(nil),            // 15: rowlift.v1.Chunk
+	(*RowChange)(nil),        // 16: rowlift.v1.RowChange
+	(*RowEvent)(nil),         // 17: rowlift.v1.RowEvent
+	(*Transaction)(nil),      // 18: rowlift.v1.Transaction
+	(*Heartbeat)(nil),        // 19: rowlift.v1.Heartbeat
+	(*DDL)(nil),              // 20: rowlift.v1.DDL
 }
 var file_rowlift_v1_stream_proto_depIdxs = []int32{
-	4,  // 0: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
-	1,  // 1: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
-	5,  // 2: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
-	3,  // 3: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
-	2,  // 4: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
-	8,  // 5: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
-	7,  // 6: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
-	10, // 7: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
-	11, // 8: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
-	14, // 9: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
-	15, // 10: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
-	16, // 11: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
-	9,  // 12: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
-	8,  // 13: rowlift.v1.Chunk.rows:type_name -> rowlift.v1.Row
-	4,  // 14: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	8,  // 15: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	8,  // 16: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	8,  // 17: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	12, // 18: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	4,  // 19: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	13, // 20: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	4,  // 21: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	4,  // 22: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
-	0,  // 23: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
-	6,  // 24: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	24, // [24:25] is the sub-list for method output_type
-	23, // [23:24] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	7,  // 0: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
+	3,  // 1: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
+	8,  // 2: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
+	5,  // 3: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
+	4,  // 4: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
+	12, // 5: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
+	6,  // 6: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
+	14, // 7: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
+	11, // 8: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
+	14, // 9: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
+	15, // 10: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
+	18, // 11: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
+	19, // 12: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
+	20, // 13: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
+	13, // 14: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
+	12, // 15: rowlift.v1.Chunk.rows:type_name -> rowlift.v1.Row
+	7,  // 16: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
+	12, // 17: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	12, // 18: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	12, // 19: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	16, // 20: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	7,  // 21: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	17, // 22: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	7,  // 23: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	7,  // 24: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	2,  // 25: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
+	2,  // 26: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
+	0,  // 27: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
+	10, // 28: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	9,  // 29: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	1,  // 30: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
+	28, // [28:31] is the sub-list for method output_type
+	25, // [25:28] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_stream_proto_init() }
@@ -1420,7 +1720,7 @@ func file_rowlift_v1_stream_proto_init() {
 	if File_rowlift_v1_stream_proto != nil {
 		return
 	}
-	file_rowlift_v1_stream_proto_msgTypes[7].OneofWrappers = []any{
+	file_rowlift_v1_stream_proto_msgTypes[11].OneofWrappers = []any{
 		(*StreamItem_Fields)(nil),
 		(*StreamItem_Chunk)(nil),
 		(*StreamItem_Transaction)(nil),
@@ -1433,7 +1733,7 @@ func file_rowlift_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_stream_proto_rawDesc), len(file_rowlift_v1_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

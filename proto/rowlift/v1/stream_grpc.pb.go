@@ -23,7 +23,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Streamer_Stream_FullMethodName = "/rowlift.v1.Streamer/Stream"
+	Streamer_Stream_FullMethodName   = "/rowlift.v1.Streamer/Stream"
+	Streamer_Validate_FullMethodName = "/rowlift.v1.Streamer/Validate"
+	Streamer_Throttle_FullMethodName = "/rowlift.v1.Streamer/Throttle"
 )
 
 // StreamerClient is the client API for Streamer service.
@@ -38,6 +40,21 @@ type StreamerClient interface {
 	// the applier cancels it or an error ends it; the applier resumes by opening a new
 	// one with the position and copy state it has committed on the target.
 	Stream(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamResponse], error)
+	// Validate runs the checks a Stream runs before it starts (a MariaDB source with
+	// the binlog settings rowlift needs, the database and tables exist and have a
+	// usable key, the column lists and key range are valid) and returns what the
+	// stream would describe each table with, without starting anything. The
+	// coordinator calls it when a workflow is created, so a bad workflow is refused
+	// up front rather than failing once started. Errors have the codes Stream's have.
+	Validate(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
+	// Throttle sets or clears the target side's reason to pause a workflow's copy
+	// on this source. Only the streamer can pause the copy while replay goes on,
+	// because chunks and transactions share one ordered stream, so the applier,
+	// which watches the target's metrics, asks here. A reason holds until it is
+	// cleared or is not refreshed within its ttl_ms, so a lost applier or stream
+	// restart cannot leave the copy paused. It may arrive before the workflow's
+	// stream opens: the stream takes it when it starts.
+	Throttle(ctx context.Context, in *ThrottleRequest, opts ...grpc.CallOption) (*ThrottleResponse, error)
 }
 
 type streamerClient struct {
@@ -67,6 +84,26 @@ func (c *streamerClient) Stream(ctx context.Context, in *StreamRequest, opts ...
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Streamer_StreamClient = grpc.ServerStreamingClient[StreamResponse]
 
+func (c *streamerClient) Validate(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (*ValidateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateResponse)
+	err := c.cc.Invoke(ctx, Streamer_Validate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamerClient) Throttle(ctx context.Context, in *ThrottleRequest, opts ...grpc.CallOption) (*ThrottleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ThrottleResponse)
+	err := c.cc.Invoke(ctx, Streamer_Throttle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StreamerServer is the server API for Streamer service.
 // All implementations must embed UnimplementedStreamerServer
 // for forward compatibility.
@@ -79,6 +116,21 @@ type StreamerServer interface {
 	// the applier cancels it or an error ends it; the applier resumes by opening a new
 	// one with the position and copy state it has committed on the target.
 	Stream(*StreamRequest, grpc.ServerStreamingServer[StreamResponse]) error
+	// Validate runs the checks a Stream runs before it starts (a MariaDB source with
+	// the binlog settings rowlift needs, the database and tables exist and have a
+	// usable key, the column lists and key range are valid) and returns what the
+	// stream would describe each table with, without starting anything. The
+	// coordinator calls it when a workflow is created, so a bad workflow is refused
+	// up front rather than failing once started. Errors have the codes Stream's have.
+	Validate(context.Context, *StreamRequest) (*ValidateResponse, error)
+	// Throttle sets or clears the target side's reason to pause a workflow's copy
+	// on this source. Only the streamer can pause the copy while replay goes on,
+	// because chunks and transactions share one ordered stream, so the applier,
+	// which watches the target's metrics, asks here. A reason holds until it is
+	// cleared or is not refreshed within its ttl_ms, so a lost applier or stream
+	// restart cannot leave the copy paused. It may arrive before the workflow's
+	// stream opens: the stream takes it when it starts.
+	Throttle(context.Context, *ThrottleRequest) (*ThrottleResponse, error)
 	mustEmbedUnimplementedStreamerServer()
 }
 
@@ -91,6 +143,12 @@ type UnimplementedStreamerServer struct{}
 
 func (UnimplementedStreamerServer) Stream(*StreamRequest, grpc.ServerStreamingServer[StreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedStreamerServer) Validate(context.Context, *StreamRequest) (*ValidateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Validate not implemented")
+}
+func (UnimplementedStreamerServer) Throttle(context.Context, *ThrottleRequest) (*ThrottleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Throttle not implemented")
 }
 func (UnimplementedStreamerServer) mustEmbedUnimplementedStreamerServer() {}
 func (UnimplementedStreamerServer) testEmbeddedByValue()                  {}
@@ -124,13 +182,58 @@ func _Streamer_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Streamer_StreamServer = grpc.ServerStreamingServer[StreamResponse]
 
+func _Streamer_Validate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamerServer).Validate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Streamer_Validate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamerServer).Validate(ctx, req.(*StreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Streamer_Throttle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThrottleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamerServer).Throttle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Streamer_Throttle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamerServer).Throttle(ctx, req.(*ThrottleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Streamer_ServiceDesc is the grpc.ServiceDesc for Streamer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Streamer_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "rowlift.v1.Streamer",
 	HandlerType: (*StreamerServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Validate",
+			Handler:    _Streamer_Validate_Handler,
+		},
+		{
+			MethodName: "Throttle",
+			Handler:    _Streamer_Throttle_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Stream",

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestTargetFlag(t *testing.T) {
+	f := targetFlag{}
+	require.NoError(t, f.Set("a=root@tcp(h1:3306)/"))
+	// The $ROWLIFT_TARGET form: a comma list, where a comma inside a DSN (here
+	// in a password) stays with its DSN.
+	require.NoError(t, f.Set("b=u:pa,ss@tcp(h2:3306)/,c=root@tcp(h3:3306)/?timeout=5s"))
+	require.Equal(t, targetFlag{"a": "root@tcp(h1:3306)/", "b": "u:pa,ss@tcp(h2:3306)/", "c": "root@tcp(h3:3306)/?timeout=5s"}, f)
+	require.Equal(t, "a,b,c", f.String())
+
+	require.ErrorContains(t, f.Set("a=root@tcp(h9:3306)/"), `target "a" is given twice`)
+	err := targetFlag{}.Set("root:s3cret@tcp(h1:3306)/")
+	require.ErrorContains(t, err, "want NAME=DSN")
+	require.NotContains(t, err.Error(), "s3cret", "a malformed item's password is not echoed")
+	require.ErrorContains(t, targetFlag{}.Set("a=user@h1"), "target a: DSN")
+}
+
+func TestCoordinatorNeedsTargets(t *testing.T) {
+	t.Setenv("ROWLIFT_TARGET", "")
+	_, err := runCLI(t, "coordinator", "--listen", "127.0.0.1:0")
+	require.ErrorContains(t, err, "want NAME=DSN", "an empty $ROWLIFT_TARGET is refused")
+}
+
+func TestCoordinatorTargetsFromEnv(t *testing.T) {
+	t.Setenv("ROWLIFT_TARGET", "a=root@tcp(h1:3306)/,b=")
+	_, err := runCLI(t, "coordinator")
+	require.ErrorContains(t, err, `$ROWLIFT_TARGET: target "b=": want NAME=DSN`)
+}

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/rowlift/rowlift/applier"
+	"github.com/rowlift/rowlift/coordinator"
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/verify"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/streamer"
+)
+
+// demoTables are the sample tables: a large one, one with a unique secondary
+// key, and one column of every common type.
+var demoTables = []struct{ name, ddl, fill string }{
+	{"events", "CREATE TABLE demo.events (id BIGINT PRIMARY KEY, user_id INT NOT NULL, kind VARCHAR(16) NOT NULL, " +
+		"amount DECIMAL(12,2), payload VARCHAR(200), created_at DATETIME(6) NOT NULL, KEY (user_id))",
+		"INSERT INTO demo.events SELECT seq, seq % 20000, ELT(1 + seq % 4, 'view', 'cart', 'order', 'refund'), (seq % 100000) / 100, " +
+			"IF(seq % 7 = 0, NULL, SHA1(seq)), FROM_UNIXTIME(1700000000 + seq, '%Y-%m-%d %H:%i:%s.%f') FROM demo.seq_1_to_{rows}"},
+	{"customers", "CREATE TABLE demo.customers (id INT PRIMARY KEY, email VARCHAR(100) NOT NULL, name VARCHAR(100) CHARACTER SET utf8mb4, " +
+		"country CHAR(2), balance DECIMAL(12,2) NOT NULL, UNIQUE KEY (email))",
+		"INSERT INTO demo.customers SELECT seq, CONCAT('user', seq, '@example.com'), CONCAT('Zoë ', seq), " +
+			"ELT(1 + seq % 5, 'DE', 'FR', 'JP', 'BR', 'US'), seq % 1000 FROM demo.seq_1_to_20000"},
+	{"all_types", "CREATE TABLE demo.all_types (id INT PRIMARY KEY, ti TINYINT, su SMALLINT UNSIGNED, mi MEDIUMINT, bi BIGINT UNSIGNED, " +
+		"d DECIMAL(30,10), f FLOAT, dbl DOUBLE, bt BIT(12), dt DATE, tm TIME(6), dtm DATETIME(6), ts TIMESTAMP(6) NULL, y YEAR, " +
+		"c CHAR(10), vc VARCHAR(50) CHARACTER SET utf8mb4, bn BINARY(4), vb VARBINARY(20), bl BLOB, tx TEXT, e ENUM('a','b','c'), " +
+		"s SET('x','y','z'), j JSON)",
+		"INSERT INTO demo.all_types SELECT seq, CAST(seq % 128 AS SIGNED) - 64, seq, -CAST(seq AS SIGNED), 18446744073709551615 - seq, seq / 7, seq / 3, seq / 11, seq % 4096, " +
+			"DATE('2020-01-01') + INTERVAL seq DAY, SEC_TO_TIME(seq * 37.5), FROM_UNIXTIME(1600000000 + seq * 61), FROM_UNIXTIME(1600000000 + seq), " +
+			"1901 + seq % 255, LEFT(SHA1(seq), 10), CONCAT('naïve ☃ ', seq), UNHEX(LPAD(HEX(seq), 8, '0')), UNHEX(SHA1(seq)), " +
+			"REPEAT(UNHEX('00FF'), seq % 20), REPEAT('t', seq % 300), ELT(1 + seq % 3, 'a', 'b', 'c'), ELT(1 + seq % 3, 'x', 'x,y', 'y,z'), " +
+			"JSON_OBJECT('n', seq, 's', 'v') FROM demo.seq_1_to_2000"},
+}
+
+func demoCommand() *command {
+	var rows int
+	var keep bool
+	return &command{
+		name:    "demo",
+		summary: "move a table set between two throwaway MariaDB servers under live writes, and compare",
+		usage:   "[--rows N]",
+		flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&rows, "rows", 1_000_000, "rows in the large sample table, e.g. --rows 100000")
+			fs.BoolVar(&keep, "keep", false, "keep the servers running after the summary until Ctrl-C, to look around, e.g. --keep")
+		},
+		exec: func(ctx context.Context, _ *flag.FlagSet, stdout io.Writer) error {
+			if rows < 1 {
+				return usagef("--rows must be at least 1")
+			}
+			d := &demo{out: stdout, rows: rows}
+			defer d.close()
+			err := d.run(ctx)
+			if ctx.Err() != nil {
+				fmt.Fprintln(stdout, "\ninterrupted: stopping and removing the servers")
+				return nil
+			}
+			if err == nil && keep {
+				fmt.Fprintf(stdout, "\nsource: %s\ntarget: %s\nPress Ctrl-C to stop and remove them.\n", d.src.DSN("demo"), d.dst.DSN("demo"))
+				<-ctx.Done()
+			}
+			return err
+		},
+	}
+}
+
+// demo is one run of `rowlift demo`: everything it starts, to stop at the end.
+type demo struct {
+	out      io.Writer
+	rows     int
+	dir      string
+	src, dst *sandbox.Server
+	srcDB    *sql.DB
+	// streamerAddr is where the demo's streamer listens.
+	streamerAddr string
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+	servers      []*grpc.Server
+	closers      []func()
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) run(ctx context.Context) error {
+	var err error
+	if d.dir, err = os.MkdirTemp("", "rowlift-demo-"); err != nil {
+		return err
+	}
+	d.say("starting two throwaway MariaDB servers")
+	if d.src, err = sandbox.Start(ctx, sandbox.Options{}); err != nil {
+		return err
+	}
+	if d.dst, err = sandbox.Start(ctx, sandbox.Options{Args: []string{"--local-infile=ON"}}); err != nil {
+		return err
+	}
+	d.say("  source %s in %s\n  target %s in %s", d.src.Addr(), d.src.Dir, d.dst.Addr(), d.dst.Dir)
+	if d.srcDB, err = sql.Open("mysql", d.src.DSN("")); err != nil {
+		return err
+	}
+	start := time.Now()
+	d.say("filling the source: demo.events (%s rows), demo.customers, demo.all_types", formatCount(int64(d.rows)))
+	for _, t := range demoTables {
+		fill := t.fill
+		if t.name == "events" {
+			fill = strings.ReplaceAll(fill, "{rows}", strconv.Itoa(d.rows))
+		}
+		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl, fill} {
+			if _, err := d.srcDB.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("fill the source: %w", err)
+			}
+		}
+	}
+	d.say("  done in %s", formatDuration(time.Since(start)))
+
+	control, err := d.startRoles(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, d.cancel = context.WithCancel(ctx)
+	var writes atomic.Int64
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.write(ctx, &writes)
+	}()
+
+	spec := &rowliftv1.WorkflowSpec{
+		Name: "demo-move", SourceDatabase: "demo",
+		Sources: []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: d.streamerAddr}},
+		Targets: []*rowliftv1.TargetShard{{Name: "main"}},
+	}
+	for _, t := range demoTables {
+		spec.Tables = append(spec.Tables, &rowliftv1.TableSpec{Name: t.name})
+	}
+	d.say("creating workflow demo-move while a writer keeps changing the source\n")
+	if _, err := control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec}); err != nil {
+		return fmt.Errorf("create workflow: %w", err)
+	}
+	copyStart := time.Now()
+	if _, err := control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: spec.GetName()}); err != nil {
+		return fmt.Errorf("start workflow: %w", err)
+	}
+	last, err := d.watch(ctx, control, spec.GetName())
+	if err != nil {
+		return err
+	}
+	copyTime := time.Since(copyStart)
+
+	d.cancel() // stop the writer
+	d.wg.Wait()
+	var pos string
+	if err := d.srcDB.QueryRowContext(context.WithoutCancel(ctx), "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return err
+	}
+	d.say("\nwriter stopped after %s transactions; waiting for the target to apply up to %s", formatCount(writes.Load()), pos)
+	final, err := d.waitApplied(context.WithoutCancel(ctx), control, spec.GetName(), pos)
+	if err != nil {
+		return err
+	}
+	identical, err := d.compare(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
+	}
+	copied := last.GetStatus().GetRowsCopied()
+	d.say("\nsummary")
+	d.say("  rows copied:     %s in %d tables", formatCount(copied), len(demoTables))
+	d.say("  copy time:       %s (%s)", formatDuration(copyTime), formatRate(float64(copied)/copyTime.Seconds()))
+	d.say("  live writes:     %s source transactions during the copy, replayed on the target", formatCount(writes.Load()))
+	d.say("  lag at the end:  %s", formatDuration(time.Duration(final.GetStatus().GetLagMs())*time.Millisecond))
+	d.say("  identical:       %s", map[bool]string{true: "yes", false: "NO"}[identical])
+	d.say("  logs:            %s", d.dir)
+	if !identical {
+		return errors.New("the target differs from the source")
+	}
+	return nil
+}
+
+// startRoles runs the streamer, the applier and the coordinator in this
+// process, logging to files in the demo's directory, and returns a client of
+// the coordinator's Control API: the demo drives the workflow as a user would.
+func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) {
+	logger := func(role string) (*zap.Logger, error) {
+		cfg := zap.NewProductionConfig()
+		cfg.OutputPaths = []string{filepath.Join(d.dir, role+".log")}
+		cfg.ErrorOutputPaths = cfg.OutputPaths
+		return cfg.Build()
+	}
+	slog, err := logger("streamer")
+	if err != nil {
+		return nil, err
+	}
+	st, err := streamer.New(streamer.Config{SourceDSN: d.src.DSN(""), Logger: slog})
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() { st.Close() })
+	d.streamerAddr, err = d.serve(func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, st) })
+	if err != nil {
+		return nil, err
+	}
+	clog, err := logger("coordinator")
+	if err != nil {
+		return nil, err
+	}
+	co, err := coordinator.New(coordinator.Config{Targets: map[string]string{"main": d.dst.DSN("")}, Logger: clog})
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, co.Close)
+	coordAddr, err := d.serve(func(gs *grpc.Server) { rowliftv1.RegisterControlServer(gs, co) })
+	if err != nil {
+		return nil, err
+	}
+	alog, err := logger("applier")
+	if err != nil {
+		return nil, err
+	}
+	engine, err := applier.New(applier.Config{TargetDSN: d.dst.DSN(""), Logger: alog, PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	actx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = engine.Run(actx)
+	}()
+	d.closers = append(d.closers, func() { stop(); <-done })
+	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() { conn.Close() })
+	return rowliftv1.NewControlClient(conn), nil
+}
+
+// serve serves a gRPC service on a free local port and returns its address.
+func (d *demo) serve(register func(*grpc.Server)) (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	register(gs)
+	d.servers = append(d.servers, gs)
+	go func() { _ = gs.Serve(lis) }()
+	return lis.Addr().String(), nil
+}
+
+// watch shows the workflow's progress until its copy is done and it has caught
+// up, and returns the last status seen.
+func (d *demo) watch(ctx context.Context, control rowliftv1.ControlClient, name string) (*rowliftv1.Workflow, error) {
+	stream, err := control.WatchWorkflow(ctx, &rowliftv1.WatchWorkflowRequest{Workflow: &rowliftv1.WorkflowRef{Name: name}, IntervalMs: 500})
+	if err != nil {
+		return nil, fmt.Errorf("watch workflow: %w", err)
+	}
+	show := watchOutput(d.out, "text")
+	for {
+		w, err := stream.Recv()
+		if err != nil {
+			return nil, fmt.Errorf("watch workflow: %w", err)
+		}
+		if err := show(w, time.Now()); err != nil {
+			return nil, err
+		}
+		switch w.GetStatus().GetPhase() {
+		case rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING:
+			return w, nil
+		case rowliftv1.WorkflowPhase_WORKFLOW_PHASE_ERROR, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED:
+			return nil, fmt.Errorf("workflow %s: %s", w.GetStatus().GetPhase(), w.GetStatus().GetMessage())
+		}
+	}
+}
+
+// waitApplied waits until the workflow's position covers pos.
+func (d *demo) waitApplied(ctx context.Context, control rowliftv1.ControlClient, name, pos string) (*rowliftv1.Workflow, error) {
+	want, err := gomysql.ParseMariadbGTIDSet(pos)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		w, err := control.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: name})
+		if err != nil {
+			return nil, fmt.Errorf("workflow status: %w", err)
+		}
+		streams := w.GetStatus().GetStreams()
+		applied := len(streams) > 0
+		for _, st := range streams {
+			got, err := gomysql.ParseMariadbGTIDSet(st.GetPosition().GetGtidSet())
+			applied = applied && err == nil && got.Contain(want)
+		}
+		if applied {
+			return w, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the target did not apply up to %s within 2 minutes (status: %s)", pos, w.GetStatus().GetMessage())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// compare checks every table row by row on the servers.
+func (d *demo) compare(ctx context.Context) (bool, error) {
+	dst, err := sql.Open("mysql", d.dst.DSN(""))
+	if err != nil {
+		return false, err
+	}
+	defer dst.Close()
+	identical := true
+	for _, t := range demoTables {
+		r, err := verify.Table(ctx, d.srcDB, dst, "demo", "demo", t.name, verify.Options{})
+		if err != nil {
+			return false, fmt.Errorf("compare %s: %w", t.name, err)
+		}
+		d.say("  demo.%-10s %s", t.name, r.String())
+		identical = identical && r.Identical()
+	}
+	return identical, nil
+}
+
+// write changes the source until ctx ends: updates, inserts and deletes on all
+// three tables, a few hundred transactions a second.
+func (d *demo) write(ctx context.Context, writes *atomic.Int64) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	next := int64(d.rows) + 1
+	for ctx.Err() == nil {
+		var q string
+		switch rng.IntN(6) {
+		case 0:
+			q = fmt.Sprintf("UPDATE demo.events SET amount = amount + 1, kind = 'order' WHERE id = %d", 1+rng.IntN(d.rows))
+		case 1:
+			q = fmt.Sprintf("INSERT INTO demo.events VALUES (%d, %d, 'view', 1.50, 'new', NOW(6))", next, rng.IntN(20000))
+			next++
+		case 2:
+			q = fmt.Sprintf("DELETE FROM demo.events WHERE id = %d", 1+rng.IntN(d.rows))
+		case 3:
+			q = fmt.Sprintf("UPDATE demo.customers SET balance = balance - 1, name = CONCAT(name, '·') WHERE id = %d", 1+rng.IntN(20000))
+		case 4:
+			q = fmt.Sprintf("UPDATE demo.all_types SET d = d + 1, j = JSON_SET(j, '$.n', %d), ts = NOW(6) WHERE id = %d", rng.IntN(1000), 1+rng.IntN(2000))
+		default:
+			q = fmt.Sprintf("UPDATE demo.events SET id = %d WHERE id = %d", next, 1+rng.IntN(d.rows))
+			next++
+		}
+		if _, err := d.srcDB.ExecContext(ctx, q); err == nil {
+			writes.Add(1)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// close stops everything the demo started and removes the servers.
+func (d *demo) close() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+	d.wg.Wait()
+	for _, gs := range d.servers {
+		gs.Stop()
+	}
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+	if d.srcDB != nil {
+		d.srcDB.Close()
+	}
+	for _, s := range []*sandbox.Server{d.src, d.dst} {
+		if s != nil {
+			_ = s.Remove()
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"strings"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// createFlags are the flags of `rowlift workflow create`; spec turns them into the
+// request. Zero options mean the server's documented defaults.
+type createFlags struct {
+	name                     string
+	sources, targets, tables stringList
+	tableList                string
+	sourceDB, targetDB       string
+
+	chunkRows, packetBytes                int64
+	parallelTables, applyWorkers          int
+	commitBatchItems, commitBatchMS       int
+	commitBatchBytes                      int64
+	outOfOrder, skipCreate, allowNonempty bool
+	onDDL, copyMethod                     string
+	throttleSource, throttleTarget        throttleFlags
+	throttleCheckMS                       int64
+	start                                 bool
+}
+
+// throttleFlags are the limits of one side (source or target) of --throttle-*.
+type throttleFlags struct {
+	threadsRunning, historyLength int64
+	lagQuery                      string
+	maxLagSeconds                 float64
+}
+
+func (t *throttleFlags) register(fs *flag.FlagSet, side, example string) {
+	p := "throttle-" + side + "-"
+	fs.Int64Var(&t.threadsRunning, p+"threads-running", 0,
+		"pause the copy (never replay) while the "+side+"'s Threads_running is above `N`; 0: no check, e.g. --"+p+"threads-running 50")
+	fs.Int64Var(&t.historyLength, p+"history-length", 0,
+		"pause the copy while the "+side+"'s InnoDB history list length is above `N`; 0: no check, e.g. --"+p+"history-length 1000000")
+	fs.StringVar(&t.lagQuery, p+"lag-query", "",
+		"`SQL` returning one number of seconds of lag on the "+side+" (its replicas, a heartbeat table), e.g. --"+p+"lag-query '"+example+"'")
+	fs.Float64Var(&t.maxLagSeconds, p+"max-lag-seconds", 0,
+		"pause the copy while --"+p+"lag-query returns more than `SECONDS`; 0: no check, e.g. --"+p+"max-lag-seconds 10")
+}
+
+func (t *throttleFlags) limits() *rowliftv1.ThrottleLimits {
+	if *t == (throttleFlags{}) {
+		return nil
+	}
+	return &rowliftv1.ThrottleLimits{ThreadsRunning: t.threadsRunning, HistoryLength: t.historyLength, LagQuery: t.lagQuery, MaxLagSeconds: t.maxLagSeconds}
+}
+
+func (c *createFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.name, "name", "", "`NAME` of the new workflow, unique on its targets: letters, digits, '_' and '-', e.g. --name orders-move (required)")
+	fs.Var(&c.sources, "source", "source shard as `NAME=STREAMER_ADDR` (host:port of the streamer next to the source server); repeatable, one per source shard,\n"+
+		"e.g. --source main=10.0.0.5:7001 (at least one)")
+	fs.Var(&c.targets, "target", "target shard as `NAME[=APPLIER_ADDR]`: a target configured on the coordinator (rowlift coordinator --target NAME=DSN), with its\n"+
+		"applier's address for reference; repeatable, e.g. --target main (at least one)")
+	fs.StringVar(&c.sourceDB, "source-database", "", "`DB` (schema) holding the tables on the sources, e.g. --source-database shop (required)")
+	fs.StringVar(&c.targetDB, "target-database", "", "`DB` to write the tables to on the targets; default the same name as on the sources, e.g. --target-database shop_new")
+	fs.Var(&c.tables, "table", "table to move as `NAME[:COL,COL...]`, optionally only the given columns (default every non-generated column); repeatable,\n"+
+		"e.g. --table customers --table orders:id,customer_id,total")
+	fs.StringVar(&c.tableList, "tables", "", "tables to move with all their columns, as a comma-separated `LIST`; adds to --table, e.g. --tables customers,orders,items")
+	fs.Int64Var(&c.chunkRows, "chunk-rows", 0, "rows per chunk SELECT on the source; 0: the server default, e.g. --chunk-rows 10000")
+	fs.Int64Var(&c.packetBytes, "packet-bytes", 0, "target gRPC message size in bytes; 0: the server default, e.g. --packet-bytes 4194304")
+	fs.IntVar(&c.parallelTables, "parallel-tables", 0, "tables copied at once; 0: the server default, e.g. --parallel-tables 4")
+	fs.IntVar(&c.applyWorkers, "apply-workers", 0, "connections the applier writes with; 0: the server default, e.g. --apply-workers 8")
+	fs.IntVar(&c.commitBatchItems, "commit-batch-items", 0, "source transactions replayed per target transaction (1: each on its own); 0: default 64, e.g. --commit-batch-items 16")
+	fs.Int64Var(&c.commitBatchBytes, "commit-batch-bytes", 0, "a replay group also ends at this many bytes of row images; 0: default 4 MiB, e.g. --commit-batch-bytes 1048576")
+	fs.IntVar(&c.commitBatchMS, "commit-batch-ms", 0, "longest a replay group waits for more transactions, in milliseconds; 0: default 5, e.g. --commit-batch-ms 20")
+	fs.BoolVar(&c.outOfOrder, "out-of-order-commit", false, "commit replayed transactions out of source order, checkpointing a low watermark, e.g. --out-of-order-commit")
+	fs.StringVar(&c.onDDL, "on-ddl", "stop", "what a schema change on a moved table does: stop (the workflow, naming the statement) or ignore (skip it), e.g. --on-ddl ignore")
+	fs.StringVar(&c.copyMethod, "copy-method", "auto", "how copied rows are written: auto (LOAD DATA when the target allows local_infile, else INSERT), load-data or insert,\n"+
+		"e.g. --copy-method insert")
+	fs.BoolVar(&c.skipCreate, "skip-create-tables", false, "do not create missing target tables from the source's definition (fail instead), e.g. --skip-create-tables")
+	fs.BoolVar(&c.allowNonempty, "allow-nonempty-target", false, "copy into target tables that already hold rows, e.g. --allow-nonempty-target")
+	c.throttleSource.register(fs, "source", "SELECT MAX(lag) FROM heartbeat.replicas")
+	c.throttleTarget.register(fs, "target", "SELECT 0")
+	fs.Int64Var(&c.throttleCheckMS, "throttle-check-ms", 0, "milliseconds between throttle metric reads on each side; 0: default 1000, e.g. --throttle-check-ms 500")
+	fs.BoolVar(&c.start, "start", false, "start the copy right after creating the workflow, e.g. --start")
+}
+
+// spec builds the CreateWorkflow request from the flags. It checks the form of
+// each flag; what the names refer to is the coordinator's to check.
+func (c *createFlags) spec() (*rowliftv1.WorkflowSpec, error) {
+	if c.name == "" {
+		return nil, usagef("--name is required")
+	}
+	if c.sourceDB == "" {
+		return nil, usagef("--source-database is required")
+	}
+	spec := &rowliftv1.WorkflowSpec{Name: c.name, SourceDatabase: c.sourceDB, TargetDatabase: c.targetDB}
+	seen := map[string]bool{}
+	for _, s := range c.sources {
+		name, addr, ok := strings.Cut(s, "=")
+		if !ok || name == "" || addr == "" {
+			return nil, usagef("--source %q: want NAME=STREAMER_ADDR, e.g. main=10.0.0.5:7001", s)
+		}
+		if seen[name] {
+			return nil, usagef("--source %q: source %s is named twice", s, name)
+		}
+		seen[name] = true
+		spec.Sources = append(spec.Sources, &rowliftv1.SourceShard{Name: name, StreamerAddress: addr})
+	}
+	if len(spec.Sources) == 0 {
+		return nil, usagef("at least one --source NAME=STREAMER_ADDR is required")
+	}
+	clear(seen)
+	for _, t := range c.targets {
+		name, addr, hasAddr := strings.Cut(t, "=")
+		if name == "" || (hasAddr && addr == "") {
+			return nil, usagef("--target %q: want NAME or NAME=APPLIER_ADDR, e.g. main", t)
+		}
+		if seen[name] {
+			return nil, usagef("--target %q: target %s is named twice", t, name)
+		}
+		seen[name] = true
+		spec.Targets = append(spec.Targets, &rowliftv1.TargetShard{Name: name, ApplierAddress: addr})
+	}
+	if len(spec.Targets) == 0 {
+		return nil, usagef("at least one --target NAME is required (a target configured on the coordinator)")
+	}
+	tables, err := c.tableSpecs()
+	if err != nil {
+		return nil, err
+	}
+	spec.Tables = tables
+	spec.Options, err = c.options()
+	if err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// tableSpecs is --table and --tables, each table once.
+func (c *createFlags) tableSpecs() ([]*rowliftv1.TableSpec, error) {
+	var tables []*rowliftv1.TableSpec
+	seen := map[string]bool{}
+	add := func(flagName, value string, t *rowliftv1.TableSpec) error {
+		if t.Name == "" {
+			return usagef("%s %q: empty table name", flagName, value)
+		}
+		if seen[t.Name] {
+			return usagef("%s %q: table %s is named twice", flagName, value, t.Name)
+		}
+		seen[t.Name] = true
+		tables = append(tables, t)
+		return nil
+	}
+	for _, v := range c.tables {
+		name, cols, hasCols := strings.Cut(v, ":")
+		t := &rowliftv1.TableSpec{Name: strings.TrimSpace(name)}
+		if hasCols {
+			for col := range strings.SplitSeq(cols, ",") {
+				if col = strings.TrimSpace(col); col == "" {
+					return nil, usagef("--table %q: empty column name; want NAME[:COL,COL...]", v)
+				}
+				t.Columns = append(t.Columns, col)
+			}
+		}
+		if err := add("--table", v, t); err != nil {
+			return nil, err
+		}
+	}
+	if c.tableList != "" {
+		for name := range strings.SplitSeq(c.tableList, ",") {
+			if err := add("--tables", c.tableList, &rowliftv1.TableSpec{Name: strings.TrimSpace(name)}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(tables) == 0 {
+		return nil, usagef("no table to move: give --table NAME (repeatable) or --tables a,b,c")
+	}
+	return tables, nil
+}
+
+func (c *createFlags) options() (*rowliftv1.WorkflowOptions, error) {
+	o := &rowliftv1.WorkflowOptions{
+		ChunkRows:           c.chunkRows,
+		PacketBytes:         c.packetBytes,
+		CommitBatchBytes:    c.commitBatchBytes,
+		OutOfOrderCommit:    c.outOfOrder,
+		SkipCreateTables:    c.skipCreate,
+		AllowNonemptyTarget: c.allowNonempty,
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+		dst  *int32
+	}{
+		{"parallel-tables", c.parallelTables, &o.ParallelTables},
+		{"apply-workers", c.applyWorkers, &o.ApplyWorkers},
+		{"commit-batch-items", c.commitBatchItems, &o.CommitBatchItems},
+		{"commit-batch-ms", c.commitBatchMS, &o.CommitBatchMs},
+	} {
+		if n.v < 0 || n.v > math.MaxInt32 {
+			return nil, usagef("--%s %d: must be between 0 (the default) and %d", n.flag, n.v, math.MaxInt32)
+		}
+		*n.dst = int32(n.v)
+	}
+	for _, n := range []struct {
+		flag string
+		v    int64
+	}{{"chunk-rows", c.chunkRows}, {"packet-bytes", c.packetBytes}, {"commit-batch-bytes", c.commitBatchBytes}, {"throttle-check-ms", c.throttleCheckMS}} {
+		if n.v < 0 {
+			return nil, usagef("--%s %d: must be 0 (the default) or more", n.flag, n.v)
+		}
+	}
+	switch c.onDDL {
+	case "stop":
+		o.OnDdl = rowliftv1.OnDDL_ON_DDL_STOP
+	case "ignore":
+		o.OnDdl = rowliftv1.OnDDL_ON_DDL_IGNORE
+	default:
+		return nil, usagef("--on-ddl %q: want stop or ignore", c.onDDL)
+	}
+	switch c.copyMethod {
+	case "auto":
+		o.CopyMethod = rowliftv1.CopyMethod_COPY_METHOD_UNSPECIFIED
+	case "load-data":
+		o.CopyMethod = rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA
+	case "insert":
+		o.CopyMethod = rowliftv1.CopyMethod_COPY_METHOD_INSERT
+	default:
+		return nil, usagef("--copy-method %q: want auto, load-data or insert", c.copyMethod)
+	}
+	src, dst := c.throttleSource.limits(), c.throttleTarget.limits()
+	if src != nil || dst != nil || c.throttleCheckMS != 0 {
+		o.Throttle = &rowliftv1.Throttle{Source: src, Target: dst, CheckIntervalMs: c.throttleCheckMS}
+	}
+	return o, nil
+}
+
+func workflowCreateCommand() *command {
+	var c createFlags
+	return workflowLeaf("create", "create a workflow, checked whole by the coordinator, and optionally start it",
+		"--name NAME --source NAME=STREAMER_ADDR --target NAME --source-database DB (--table T[:COLS] ... | --tables T,T) [flags]\n\n"+
+			"Example, move two tables of database shop from the source behind streamer 10.0.0.5:7001 to the\n"+
+			"coordinator's target main, and start at once:\n"+
+			"  rowlift workflow create --coordinator 10.0.0.9:7000 --name shop-move --source main=10.0.0.5:7001 \\\n"+
+			"      --target main --source-database shop --tables customers,orders --start", 0,
+		c.register,
+		func(ctx context.Context, s *session, _ []string) error {
+			spec, err := c.spec()
+			if err != nil {
+				return err
+			}
+			w, err := call(ctx, s, "create workflow "+spec.GetName(), func(ctx context.Context) (*rowliftv1.Workflow, error) {
+				return s.client.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+			})
+			if err != nil {
+				return err
+			}
+			if s.flags.output == "text" {
+				fmt.Fprintf(s.stdout, "created workflow %s: %s\n", spec.GetName(), stateLine(w.GetStatus()))
+			}
+			if c.start {
+				ref := &rowliftv1.WorkflowRef{Name: spec.GetName()}
+				for _, t := range spec.GetTargets() {
+					ref.Targets = append(ref.Targets, t.GetName())
+				}
+				w, err = call(ctx, s, "start workflow "+spec.GetName(), func(ctx context.Context) (*rowliftv1.Workflow, error) {
+					return s.client.StartWorkflow(ctx, ref)
+				})
+				if err != nil {
+					return fmt.Errorf("workflow %s was created but not started (start it with `rowlift workflow start %s`): %w", spec.GetName(), spec.GetName(), err)
+				}
+			}
+			if s.flags.output == "json" {
+				return printJSON(s.stdout, w)
+			}
+			if c.start {
+				fmt.Fprintf(s.stdout, "started workflow %s: %s\nfollow it with: rowlift workflow watch %s\n", spec.GetName(), stateLine(w.GetStatus()), spec.GetName())
+			} else {
+				fmt.Fprintf(s.stdout, "start it with: rowlift workflow start %s\n", spec.GetName())
+			}
+			return nil
+		})
+}

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// The text views are pure functions of a Workflow and the time now, so that what
+// an operator reads is tested as text.
+
+// barWidth is the number of cells of a progress bar between its brackets.
+const barWidth = 30
+
+// phaseName is what the workflow is doing, in words: the status's phase, or its
+// state from a coordinator that does not report phases.
+func phaseName(st *rowliftv1.WorkflowStatus) string {
+	if p := st.GetPhase(); p != rowliftv1.WorkflowPhase_WORKFLOW_PHASE_UNSPECIFIED {
+		return enumWords(p.String(), "WORKFLOW_PHASE_")
+	}
+	return enumWords(st.GetState().String(), "WORKFLOW_STATE_")
+}
+
+// enumWords turns WORKFLOW_PHASE_CATCHING_UP into "catching up".
+func enumWords(name, prefix string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, prefix)), "_", " ")
+}
+
+// stateLine is the phase with the status message, for commands that change state.
+func stateLine(st *rowliftv1.WorkflowStatus) string {
+	if msg := st.GetMessage(); msg != "" {
+		return phaseName(st) + " (" + msg + ")"
+	}
+	return phaseName(st)
+}
+
+// bar draws a progress bar of percent (0 to 100); a negative percent is unknown.
+func bar(percent float64, width int) string {
+	if percent < 0 {
+		return "[" + strings.Repeat("?", width) + "]"
+	}
+	filled := int(math.Floor(math.Min(percent, 100) / 100 * float64(width)))
+	return "[" + strings.Repeat("#", filled) + strings.Repeat("-", width-filled) + "]"
+}
+
+// formatPercent shows percent with one decimal, "?" when unknown (negative).
+func formatPercent(percent float64) string {
+	if percent < 0 {
+		return "?"
+	}
+	return strconv.FormatFloat(percent, 'f', 1, 64) + "%"
+}
+
+// formatCount writes n with thousands separators: 1234567 as 1,234,567.
+func formatCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// formatRate is a rows-per-second rate, "-" when there is none.
+func formatRate(perSecond float64) string {
+	if perSecond <= 0 {
+		return "-"
+	}
+	return formatCount(int64(math.Round(perSecond))) + "/s"
+}
+
+// formatDuration is d rounded to what an operator reads at a glance: 120ms, 1.2s,
+// 45s, 3m05s, 2h05m, 3d04h.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < 10*time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	d = d.Round(time.Hour)
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// formatSeconds is a number of seconds as formatDuration shows it, "-" when
+// negative (unknown).
+func formatSeconds(s float64) string {
+	if s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
+		return "-"
+	}
+	return formatDuration(time.Duration(s * float64(time.Second)))
+}
+
+// formatAgo is how long before now the microsecond timestamp us was, "-" when unset.
+func formatAgo(now time.Time, us int64) string {
+	if us <= 0 {
+		return "-"
+	}
+	return formatDuration(now.Sub(time.UnixMicro(us))) + " ago"
+}
+
+// tablePercent is a table's percent copied, negative when unknown: the estimate
+// is missing and the copy not done.
+func tablePercent(t *rowliftv1.TableStatus) float64 {
+	if !t.GetDone() && t.GetRowsEstimate() <= 0 {
+		return -1
+	}
+	return t.GetPercent()
+}
+
+// tableETA is the time a table's copy has left at its current rate.
+func tableETA(t *rowliftv1.TableStatus) string {
+	left := t.GetRowsEstimate() - t.GetRowsCopied()
+	switch {
+	case t.GetDone():
+		return "done"
+	case t.GetRowsPerSecond() <= 0 || left <= 0:
+		return "-"
+	}
+	return formatSeconds(float64(left) / t.GetRowsPerSecond())
+}
+
+// rowsOf is "copied / estimate", the estimate "?" while unknown.
+func rowsOf(copied, estimate int64, done bool) string {
+	est := "?"
+	switch {
+	case done:
+		est = formatCount(copied)
+	case estimate > 0:
+		est = formatCount(estimate)
+	}
+	return formatCount(copied) + " / " + est
+}
+
+// lagText is the workflow's lag, "-" until a stream has applied anything.
+func lagText(st *rowliftv1.WorkflowStatus) string {
+	for _, s := range st.GetStreams() {
+		if s.GetSourceTimeUs() > 0 {
+			return formatDuration(time.Duration(st.GetLagMs()) * time.Millisecond)
+		}
+	}
+	return "-"
+}
+
+// throttleText says whether a throttle holds the copy, and why.
+func throttleText(st *rowliftv1.WorkflowStatus) string {
+	if t := st.GetThrottled(); t != "" {
+		return "throttled: " + t
+	}
+	return "not throttled"
+}
+
+// renderStatus is the live view of a workflow: a header with phase, lag, ETA and
+// throttle, a progress bar per table and overall, the streams, and the last error.
+// It is what watch redraws and the second half of show.
+func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
+	st := w.GetStatus()
+	lines := []string{fmt.Sprintf("workflow %s   %s   lag %s   eta %s   %s",
+		w.GetSpec().GetName(), phaseName(st), lagText(st), formatSeconds(st.GetEtaSeconds()), throttleText(st))}
+	if msg := st.GetMessage(); msg != "" {
+		lines = append(lines, "  "+msg)
+	}
+	// Numbers read best right-aligned (AlignRight pads every cell on the left),
+	// so the name and the bar, which read best left-aligned, share one cell
+	// padded by hand.
+	nameWidth := len("total")
+	for _, t := range st.GetTables() {
+		nameWidth = max(nameWidth, len(t.GetName()))
+	}
+	lines = append(lines, "")
+	lines = append(lines, columns(tabwriter.AlignRight, func(w io.Writer) {
+		row := func(name, bar, percent, rows, rate, eta string) {
+			fmt.Fprintf(w, "%-*s %s\t%s\t%s\t%s\t%s\t\n", nameWidth, name, bar, percent, rows, rate, eta)
+		}
+		row("TABLE", fmt.Sprintf("%-*s", barWidth+2, "PROGRESS"), "", "ROWS", "RATE", "ETA")
+		for _, t := range st.GetTables() {
+			p := tablePercent(t)
+			row(t.GetName(), bar(p, barWidth), formatPercent(p), rowsOf(t.GetRowsCopied(), t.GetRowsEstimate(), t.GetDone()),
+				formatRate(t.GetRowsPerSecond()), tableETA(t))
+		}
+		total, eta := totalPercent(st), formatSeconds(st.GetEtaSeconds())
+		if total >= 100 {
+			eta = "done"
+		}
+		row("total", bar(total, barWidth), formatPercent(total), rowsOf(st.GetRowsCopied(), st.GetRowsEstimate(), total >= 100),
+			formatRate(st.GetRowsPerSecond()), eta)
+	})...)
+
+	if streams := st.GetStreams(); len(streams) > 0 {
+		lines = append(lines, "")
+		lines = append(lines, columns(0, func(w io.Writer) {
+			fmt.Fprintln(w, "  STREAM\tLAG\tLAST COMMIT\tPOSITION")
+			for _, s := range streams {
+				lag := "-"
+				if s.GetSourceTimeUs() > 0 {
+					lag = formatDuration(time.Duration(s.GetLagMs()) * time.Millisecond)
+				}
+				fmt.Fprintf(w, "  %s → %s\t%s\t%s\t%s\n", s.GetSource(), s.GetTarget(), lag, formatAgo(now, s.GetHeartbeatAtUs()), s.GetPosition().GetGtidSet())
+			}
+		})...)
+		for _, s := range streams {
+			if r := s.GetRetrying(); r != "" {
+				lines = append(lines, fmt.Sprintf("  stream %s → %s retrying (since %s): %s", s.GetSource(), s.GetTarget(), formatAgo(now, s.GetRetryingSinceUs()), r))
+			}
+		}
+	}
+	if e := st.GetLastError(); e != "" {
+		lines = append(lines, "", fmt.Sprintf("last error (%s): %s", formatAgo(now, st.GetLastErrorAtUs()), e))
+	}
+	return lines
+}
+
+// renderShow is `workflow show`: the definition, with the options as the create
+// flags that set them, then the status view.
+func renderShow(w *rowliftv1.Workflow, now time.Time) string {
+	spec, st := w.GetSpec(), w.GetStatus()
+	var def []string
+	def = append(def, fmt.Sprintf("name\t%s", spec.GetName()))
+	if us := st.GetCreatedAtUs(); us > 0 {
+		def = append(def, fmt.Sprintf("created\t%s (%s)", time.UnixMicro(us).UTC().Format("2006-01-02 15:04:05 MST"), formatAgo(now, us)))
+	}
+	var parts []string
+	for _, s := range spec.GetSources() {
+		parts = append(parts, s.GetName()+"="+s.GetStreamerAddress())
+	}
+	def = append(def, fmt.Sprintf("sources\t%s", strings.Join(parts, ", ")))
+	parts = parts[:0]
+	for _, t := range spec.GetTargets() {
+		p := t.GetName()
+		if a := t.GetApplierAddress(); a != "" {
+			p += "=" + a
+		}
+		if k := t.GetKeyRange(); k != "" {
+			p += " (" + k + ")"
+		}
+		parts = append(parts, p)
+	}
+	def = append(def, fmt.Sprintf("targets\t%s", strings.Join(parts, ", ")))
+	targetDB := spec.GetTargetDatabase()
+	if targetDB == "" {
+		targetDB = spec.GetSourceDatabase()
+	}
+	def = append(def, fmt.Sprintf("database\t%s → %s", spec.GetSourceDatabase(), targetDB))
+	parts = parts[:0]
+	for _, t := range spec.GetTables() {
+		p := t.GetName()
+		if cols := t.GetColumns(); len(cols) > 0 {
+			p += ":" + strings.Join(cols, ",")
+		}
+		parts = append(parts, p)
+	}
+	def = append(def, fmt.Sprintf("tables\t%s", strings.Join(parts, " ")))
+	if opts := optionFlags(spec.GetOptions()); len(opts) > 0 {
+		def = append(def, fmt.Sprintf("options\t%s", strings.Join(opts, " ")))
+	}
+	lines := columns(0, func(w io.Writer) { fmt.Fprintln(w, strings.Join(def, "\n")) })
+	lines = append(append(lines, ""), renderStatus(w, now)...)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// optionFlags are the create flags that set o's non-default options.
+func optionFlags(o *rowliftv1.WorkflowOptions) []string {
+	var f []string
+	num := func(name string, v int64) {
+		if v != 0 {
+			f = append(f, "--"+name+" "+strconv.FormatInt(v, 10))
+		}
+	}
+	flag := func(name string, on bool) {
+		if on {
+			f = append(f, "--"+name)
+		}
+	}
+	num("chunk-rows", o.GetChunkRows())
+	num("packet-bytes", o.GetPacketBytes())
+	num("parallel-tables", int64(o.GetParallelTables()))
+	num("apply-workers", int64(o.GetApplyWorkers()))
+	num("commit-batch-items", int64(o.GetCommitBatchItems()))
+	num("commit-batch-bytes", o.GetCommitBatchBytes())
+	num("commit-batch-ms", int64(o.GetCommitBatchMs()))
+	flag("out-of-order-commit", o.GetOutOfOrderCommit())
+	if d := o.GetOnDdl(); d != rowliftv1.OnDDL_ON_DDL_UNSPECIFIED && d != rowliftv1.OnDDL_ON_DDL_STOP {
+		f = append(f, "--on-ddl "+enumWords(d.String(), "ON_DDL_"))
+	}
+	if m := o.GetCopyMethod(); m != rowliftv1.CopyMethod_COPY_METHOD_UNSPECIFIED {
+		f = append(f, "--copy-method "+strings.ReplaceAll(enumWords(m.String(), "COPY_METHOD_"), " ", "-"))
+	}
+	flag("skip-create-tables", o.GetSkipCreateTables())
+	flag("allow-nonempty-target", o.GetAllowNonemptyTarget())
+	for _, side := range []struct {
+		name string
+		l    *rowliftv1.ThrottleLimits
+	}{{"source", o.GetThrottle().GetSource()}, {"target", o.GetThrottle().GetTarget()}} {
+		p := "throttle-" + side.name + "-"
+		num(p+"threads-running", side.l.GetThreadsRunning())
+		num(p+"history-length", side.l.GetHistoryLength())
+		if q := side.l.GetLagQuery(); q != "" {
+			f = append(f, "--"+p+"lag-query "+strconv.Quote(q))
+		}
+		if s := side.l.GetMaxLagSeconds(); s != 0 {
+			f = append(f, "--"+p+"max-lag-seconds "+strconv.FormatFloat(s, 'g', -1, 64))
+		}
+	}
+	num("throttle-check-ms", o.GetThrottle().GetCheckIntervalMs())
+	return f
+}
+
+// renderList is `workflow list`: one line per workflow.
+func renderList(ws []*rowliftv1.Workflow) string {
+	if len(ws) == 0 {
+		return "no workflows\n"
+	}
+	return strings.Join(columns(0, func(tw io.Writer) {
+		fmt.Fprintln(tw, "NAME\tPHASE\tCOPIED\tLAG\tETA\tMESSAGE")
+		for _, w := range ws {
+			st := w.GetStatus()
+			msg := st.GetMessage()
+			if msg == "" && st.GetThrottled() != "" {
+				msg = throttleText(st)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.GetSpec().GetName(), phaseName(st), formatPercent(totalPercent(st)),
+				lagText(st), formatSeconds(st.GetEtaSeconds()), msg)
+		}
+	}), "\n") + "\n"
+}
+
+// columns lays out the tab-separated cells fill writes as aligned columns two
+// spaces apart (tabwriter flags), as lines without trailing spaces.
+func columns(flags uint, fill func(w io.Writer)) []string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', flags)
+	fill(tw)
+	_ = tw.Flush() // a strings.Builder does not fail
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return lines
+}
+
+// totalPercent is the workflow's percent copied, negative when unknown.
+func totalPercent(st *rowliftv1.WorkflowStatus) float64 {
+	if st.GetRowsEstimate() <= 0 && st.GetPercent() < 100 {
+		return -1
+	}
+	return st.GetPercent()
+}
+
+// renderLine is one line of watch's plain output (not a terminal): a timestamped
+// summary an operator can follow in a log.
+func renderLine(w *rowliftv1.Workflow, now time.Time) string {
+	st := w.GetStatus()
+	line := fmt.Sprintf("%s %s %s %s rows %s rate %s lag %s eta %s",
+		now.Format(time.RFC3339), w.GetSpec().GetName(), phaseName(st), formatPercent(totalPercent(st)),
+		strings.ReplaceAll(rowsOf(st.GetRowsCopied(), st.GetRowsEstimate(), totalPercent(st) >= 100), " ", ""),
+		formatRate(st.GetRowsPerSecond()), lagText(st), formatSeconds(st.GetEtaSeconds()))
+	if t := st.GetThrottled(); t != "" {
+		line += " throttled: " + t
+	}
+	if msg := st.GetMessage(); msg != "" {
+		line += " — " + msg
+	}
+	return line
+}

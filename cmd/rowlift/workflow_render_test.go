@@ -1,0 +1,234 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+var renderNow = time.Date(2025, 11, 22, 15, 40, 0, 0, time.UTC)
+
+func us(d time.Duration) int64 { return renderNow.Add(-d).UnixMicro() }
+
+// copyingWorkflow is a move of three tables in the middle of its copy.
+func copyingWorkflow() *rowliftv1.Workflow {
+	return &rowliftv1.Workflow{
+		Spec: &rowliftv1.WorkflowSpec{
+			Name:           "shop-move",
+			Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: "10.0.0.5:7001"}},
+			Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
+			SourceDatabase: "shop",
+			Tables:         []*rowliftv1.TableSpec{{Name: "customers"}, {Name: "orders", Columns: []string{"id", "total"}}, {Name: "audit_log"}},
+			Options:        &rowliftv1.WorkflowOptions{ChunkRows: 5000, OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA},
+		},
+		Status: &rowliftv1.WorkflowStatus{
+			State: rowliftv1.WorkflowState_WORKFLOW_STATE_COPYING, Phase: rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING,
+			Message: "copying 3 tables", CreatedAtUs: us(9*time.Minute + 30*time.Second),
+			Tables: []*rowliftv1.TableStatus{
+				{Name: "customers", RowsCopied: 100000, RowsEstimate: 98000, Done: true, Percent: 100},
+				{Name: "orders", RowsCopied: 1234567, RowsEstimate: 2500000, RowsPerSecond: 41234.4, Percent: 49.38},
+				{Name: "audit_log", RowsCopied: 0, RowsEstimate: 0},
+			},
+			Streams: []*rowliftv1.StreamStatus{{Source: "main", Target: "main", Position: &rowliftv1.Position{GtidSet: "0-1-4711"},
+				SourceTimeUs: us(2 * time.Second), LagMs: 1200, HeartbeatAtUs: us(400 * time.Millisecond)}},
+			EtaSeconds: 30.7, LagMs: 1200, RowsCopied: 1334567, RowsEstimate: 2598000, Percent: 51.37, RowsPerSecond: 41234.4,
+			Throttled: "source Threads_running 57 > 50",
+			LastError: "target: Lock wait timeout exceeded", LastErrorAtUs: us(3 * time.Minute),
+		},
+	}
+}
+
+func TestRenderShow(t *testing.T) {
+	want := `name      shop-move
+created   2025-11-22 15:30:30 UTC (9m30s ago)
+sources   main=10.0.0.5:7001
+targets   main
+database  shop → shop
+tables    customers orders:id,total audit_log
+options   --chunk-rows 5000 --on-ddl ignore --copy-method load-data
+
+workflow shop-move   copying   lag 1.2s   eta 30s   throttled: source Threads_running 57 > 50
+  copying 3 tables
+
+  TABLE     PROGRESS                                                   ROWS      RATE   ETA
+  customers [##############################]  100.0%      100,000 / 100,000         -  done
+  orders    [##############----------------]   49.4%  1,234,567 / 2,500,000  41,234/s   30s
+  audit_log [??????????????????????????????]       ?                  0 / ?         -     -
+  total     [###############---------------]   51.4%  1,334,567 / 2,598,000  41,234/s   30s
+
+  STREAM       LAG   LAST COMMIT  POSITION
+  main → main  1.2s  400ms ago    0-1-4711
+
+last error (3m00s ago): target: Lock wait timeout exceeded
+`
+	require.Equal(t, want, renderShow(copyingWorkflow(), renderNow))
+}
+
+func TestRenderStatusOfARunningWorkflow(t *testing.T) {
+	w := copyingWorkflow()
+	st := w.Status
+	st.State, st.Phase, st.Message, st.Throttled, st.EtaSeconds = rowliftv1.WorkflowState_WORKFLOW_STATE_RUNNING, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP, "", "", -1
+	st.Tables = st.Tables[:1]
+	st.RowsCopied, st.RowsEstimate, st.Percent, st.RowsPerSecond = 100000, 98000, 100, 0
+	st.Streams[0].Retrying, st.Streams[0].RetryingSinceUs = "streamer 10.0.0.5:7001: connection refused", us(12*time.Second)
+	st.LastError = ""
+	require.Equal(t, []string{
+		"workflow shop-move   catching up   lag 1.2s   eta -   not throttled",
+		"",
+		"  TABLE     PROGRESS                                               ROWS  RATE   ETA",
+		"  customers [##############################]  100.0%  100,000 / 100,000     -  done",
+		"  total     [##############################]  100.0%  100,000 / 100,000     -  done",
+		"",
+		"  STREAM       LAG   LAST COMMIT  POSITION",
+		"  main → main  1.2s  400ms ago    0-1-4711",
+		"  stream main → main retrying (since 12s ago): streamer 10.0.0.5:7001: connection refused",
+	}, renderStatus(w, renderNow))
+}
+
+func TestRenderLineAndList(t *testing.T) {
+	require.Equal(t, "2025-11-22T15:40:00Z shop-move copying 51.4% rows 1,334,567/2,598,000 rate 41,234/s lag 1.2s eta 30s "+
+		"throttled: source Threads_running 57 > 50 — copying 3 tables", renderLine(copyingWorkflow(), renderNow))
+
+	fresh := workflowIn("other", rowliftv1.WorkflowState_WORKFLOW_STATE_INIT, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_UNSPECIFIED)
+	require.Equal(t, "NAME       PHASE    COPIED  LAG   ETA  MESSAGE\n"+
+		"shop-move  copying  51.4%   1.2s  30s  copying 3 tables\n"+
+		"other      init     ?       -     -\n", renderList([]*rowliftv1.Workflow{copyingWorkflow(), fresh}))
+	require.Equal(t, "no workflows\n", renderList(nil))
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second:                          "0s",
+		0:                                     "0s",
+		120 * time.Millisecond:                "120ms",
+		1249 * time.Millisecond:               "1.2s",
+		9960 * time.Millisecond:               "10.0s",
+		45*time.Second + 900*time.Millisecond: "45s",
+		3*time.Minute + 5*time.Second:         "3m05s",
+		59*time.Minute + 59*time.Second + 600*time.Millisecond: "60m00s",
+		2*time.Hour + 5*time.Minute + 20*time.Second:           "2h05m",
+		3*24*time.Hour + 4*time.Hour + 10*time.Minute:          "3d04h",
+	} {
+		require.Equal(t, want, formatDuration(d), "%s", d)
+	}
+	require.Equal(t, "-", formatSeconds(-1))
+	require.Equal(t, "1m40s", formatSeconds(100))
+	require.Equal(t, "-", formatAgo(renderNow, 0))
+	require.Equal(t, "2h00m ago", formatAgo(renderNow, us(2*time.Hour)))
+}
+
+func TestFormatNumbers(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234567: "-1,234,567"} {
+		require.Equal(t, want, formatCount(n))
+	}
+	require.Equal(t, "-", formatRate(0))
+	require.Equal(t, "12,346/s", formatRate(12345.6))
+	require.Equal(t, "49.4%", formatPercent(49.38))
+	require.Equal(t, "?", formatPercent(-1))
+}
+
+func TestBar(t *testing.T) {
+	require.Equal(t, "[----------]", bar(0, 10))
+	require.Equal(t, "[####------]", bar(49.9, 10), "a cell fills once wholly reached")
+	require.Equal(t, "[#########-]", bar(99.9, 10), "full only when done")
+	require.Equal(t, "[##########]", bar(100, 10))
+	require.Equal(t, "[##########]", bar(140, 10))
+	require.Equal(t, "[??????????]", bar(-1, 10))
+}
+
+func TestTableETA(t *testing.T) {
+	require.Equal(t, "done", tableETA(&rowliftv1.TableStatus{Done: true, RowsPerSecond: 5}))
+	require.Equal(t, "-", tableETA(&rowliftv1.TableStatus{RowsCopied: 10, RowsEstimate: 100}), "no rate yet")
+	require.Equal(t, "-", tableETA(&rowliftv1.TableStatus{RowsCopied: 120, RowsEstimate: 100, RowsPerSecond: 5}), "estimate passed")
+	require.Equal(t, "1m30s", tableETA(&rowliftv1.TableStatus{RowsCopied: 100, RowsEstimate: 1000, RowsPerSecond: 10}))
+}
+
+// TestShownOptionsRecreateTheWorkflow checks that the options `show` prints are
+// create flags that set the same options.
+func TestShownOptionsRecreateTheWorkflow(t *testing.T) {
+	opts := &rowliftv1.WorkflowOptions{
+		OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, ChunkRows: 1, PacketBytes: 2, ParallelTables: 3, ApplyWorkers: 4,
+		SkipCreateTables: true, AllowNonemptyTarget: true, OutOfOrderCommit: true, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_INSERT,
+		CommitBatchItems: 5, CommitBatchBytes: 6, CommitBatchMs: 7,
+		Throttle: &rowliftv1.Throttle{
+			Source:          &rowliftv1.ThrottleLimits{ThreadsRunning: 8, HistoryLength: 9, LagQuery: "SELECT 'a b'", MaxLagSeconds: 1.5},
+			Target:          &rowliftv1.ThrottleLimits{ThreadsRunning: 10},
+			CheckIntervalMs: 11,
+		},
+	}
+	shown := optionFlags(opts)
+	var args []string
+	for _, f := range shown {
+		name, value, hasValue := strings.Cut(f, " ")
+		if q, err := strconv.Unquote(value); err == nil {
+			value = q
+		}
+		args = append(args, name)
+		if hasValue {
+			args = append(args, value)
+		}
+	}
+	var c createFlags
+	fs := newTestFlagSet()
+	c.register(fs)
+	require.NoError(t, fs.Parse(append(args, "--name", "w", "--source", "m=h:1", "--target", "m", "--source-database", "d", "--table", "t")))
+	spec, err := c.spec()
+	require.NoError(t, err)
+	require.True(t, proto.Equal(opts, spec.GetOptions()), "shown %q, got %v", shown, spec.GetOptions())
+	require.Empty(t, optionFlags(&rowliftv1.WorkflowOptions{OnDdl: rowliftv1.OnDDL_ON_DDL_STOP}), "defaults are not shown")
+}
+
+func TestWatchEnd(t *testing.T) {
+	st := func(phase rowliftv1.WorkflowPhase, message string) *rowliftv1.WorkflowStatus {
+		return &rowliftv1.WorkflowStatus{Phase: phase, Message: message, LastError: "last"}
+	}
+	for _, tc := range []struct {
+		status *rowliftv1.WorkflowStatus
+		until  string
+		end    bool
+		err    string
+	}{
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING, ""), "", false, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING, ""), "", false, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING, ""), "running", false, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP, ""), "running", false, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP, ""), "catching up", true, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING, ""), "catching up", true, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_DONE, ""), "", true, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED, "by operator"), "", true, ""},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED, "by operator"), "running", true, "workflow stopped before reaching running: by operator"},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_ERROR, "table gone"), "", true, "workflow failed: table gone"},
+		{st(rowliftv1.WorkflowPhase_WORKFLOW_PHASE_ERROR, ""), "", true, "workflow failed: last"},
+		// A coordinator without phases: the state decides.
+		{&rowliftv1.WorkflowStatus{State: rowliftv1.WorkflowState_WORKFLOW_STATE_RUNNING}, "running", true, ""},
+	} {
+		end, err := watchEnd(tc.status, tc.until)
+		require.Equal(t, tc.end, end, "%v until %q", tc.status, tc.until)
+		if tc.err == "" {
+			require.NoError(t, err)
+		} else {
+			require.EqualError(t, err, tc.err)
+		}
+	}
+}
+
+func TestLiveViewRedrawsInPlace(t *testing.T) {
+	var out strings.Builder
+	v := &liveView{w: &out, width: func() int { return 12 }}
+	require.NoError(t, v.draw([]string{"one", "a line too long for the width", ""}))
+	require.Equal(t, "\r\x1b[2Kone\n\x1b[2Ka line too…\n\x1b[2K\n\x1b[J", out.String(),
+		"cut to one column less than the width, so the terminal never wraps")
+	out.Reset()
+	require.NoError(t, v.draw([]string{"two"}))
+	require.Equal(t, "\x1b[3A\r\x1b[2Ktwo\n\x1b[J", out.String(), "up over the 3 lines drawn, and the rest cleared")
+	out.Reset()
+	v.width = func() int { return 0 }
+	require.NoError(t, v.draw([]string{"a line too long for the width"}))
+	require.Equal(t, "\x1b[1A\r\x1b[2Ka line too long for the width\n\x1b[J", out.String(), "unknown width: no cut")
+}

@@ -1,0 +1,311 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/applier"
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/throttle"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// CreateWorkflow validates the whole request before it writes anything (the
+// spec, the sources through their streamers, the target tables, the name on
+// every target), then creates the workflow on every target or on none.
+func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkflowRequest) (*rowliftv1.Workflow, error) {
+	spec := req.GetSpec()
+	if err := checkSpec(spec); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	targets, err := s.specTargets(spec)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, status.Convert(err).Message())
+	}
+	log := s.log.With(zap.String("workflow", spec.GetName()))
+	for _, t := range targets {
+		st, err := t.open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		w, err := st.Workflow(ctx, spec.GetName())
+		if err == nil {
+			return nil, status.Errorf(codes.AlreadyExists, "workflow %q already exists on target %s (state %s): delete it first or pick another name",
+				spec.GetName(), t.name, w.State)
+		}
+		if !errors.Is(err, state.ErrNotFound) {
+			return nil, t.fail(err)
+		}
+	}
+	fields, err := s.validateSources(ctx, spec)
+	if err != nil {
+		log.Info("workflow refused", zap.Error(err))
+		return nil, err
+	}
+	first := fields[spec.GetSources()[0].GetName()]
+	for _, t := range targets {
+		if _, _, err := applier.CheckTargets(ctx, t.db, spec, first, nil); err != nil {
+			if applier.IsPermanent(err) {
+				return nil, status.Errorf(codes.FailedPrecondition, "target %s: %v", t.name, err)
+			}
+			return nil, t.fail(err)
+		}
+	}
+	if err := s.createOnAll(ctx, spec, targets, fields); err != nil {
+		log.Warn("workflow not created", zap.Error(err))
+		return nil, err
+	}
+	log.Info("workflow created", zap.Int("sources", len(spec.GetSources())), zap.Int("targets", len(targets)),
+		zap.Int("tables", len(spec.GetTables())))
+	return s.workflow(ctx, spec, targets)
+}
+
+// createOnAll writes the workflow to each target in turn; when one fails, it
+// deletes it again from those already written, so the result is all or nothing.
+func (s *Server) createOnAll(ctx context.Context, spec *rowliftv1.WorkflowSpec, targets []*target, fields map[string][]*rowliftv1.TableFields) error {
+	var written []*target
+	create := func(t *target) error {
+		st, err := t.open(ctx)
+		if err != nil {
+			return err
+		}
+		if err := st.CreateWorkflow(ctx, spec); err != nil {
+			return t.fail(err)
+		}
+		written = append(written, t)
+		for _, src := range spec.GetSources() {
+			estimates := map[string]int64{}
+			for _, f := range fields[src.GetName()] {
+				estimates[f.GetTable()] = f.GetRowsEstimate()
+			}
+			if err := st.RecordCopyStart(ctx, spec.GetName(), src.GetName(), estimates); err != nil {
+				return t.fail(err)
+			}
+		}
+		return nil
+	}
+	for _, t := range targets {
+		err := create(t)
+		if err == nil {
+			continue
+		}
+		// The request may be cancelled: undo regardless.
+		undo := context.WithoutCancel(ctx)
+		for _, w := range written {
+			st, uerr := w.open(undo)
+			if uerr == nil {
+				uerr = st.DeleteWorkflow(undo, spec.GetName())
+			}
+			if uerr != nil {
+				s.log.Error("cannot undo a partly created workflow", zap.String("workflow", spec.GetName()), zap.String("target", w.name), zap.Error(uerr))
+				return status.Errorf(status.Code(err), "%s; and undoing it on target %s failed (%v): delete workflow %q",
+					status.Convert(err).Message(), w.name, uerr, spec.GetName())
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// validateSources asks every source's streamer to validate the workflow as its
+// stream would open, and returns each source's table descriptions. Every source
+// must describe each table the same way: one target table takes them all.
+func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec) (map[string][]*rowliftv1.TableFields, error) {
+	req := applier.StreamRequest(spec, "", nil)
+	results := make([][]*rowliftv1.TableFields, len(spec.GetSources()))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, src := range spec.GetSources() {
+		g.Go(func() error {
+			tables, err := s.validate(gctx, src, req)
+			results[i] = tables
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := map[string][]*rowliftv1.TableFields{}
+	first := spec.GetSources()[0]
+	for i, src := range spec.GetSources() {
+		if len(results[i]) != len(spec.GetTables()) {
+			return nil, status.Errorf(codes.Internal, "source %s (streamer %s) described %d tables for %d",
+				src.GetName(), src.GetStreamerAddress(), len(results[i]), len(spec.GetTables()))
+		}
+		for j, f := range results[i] {
+			if diff := fieldsDiff(results[0][j], f); diff != "" {
+				return nil, status.Errorf(codes.FailedPrecondition, "table %s differs between source %s and source %s: %s; "+
+					"every source must have the same definition", f.GetTable(), first.GetName(), src.GetName(), diff)
+			}
+		}
+		out[src.GetName()] = results[i]
+	}
+	return out, nil
+}
+
+// validate calls one streamer's Validate and explains its failure.
+func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *rowliftv1.StreamRequest) ([]*rowliftv1.TableFields, error) {
+	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(), s.dial...)...)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, s.validateTimeout)
+	defer cancel()
+	resp, err := rowliftv1.NewStreamerClient(conn).Validate(ctx, req)
+	if err == nil {
+		return resp.GetTables(), nil
+	}
+	st := status.Convert(err)
+	code, msg := st.Code(), st.Message()
+	switch code {
+	case codes.NotFound:
+		// A table the source does not have: the request names it.
+		code = codes.InvalidArgument
+	case codes.PermissionDenied:
+		// The source refused the streamer's own user: fixed on the streamer.
+		code = codes.FailedPrecondition
+	case codes.Unimplemented:
+		code, msg = codes.FailedPrecondition, msg+": the streamer is older than this coordinator; upgrade it"
+	case codes.DeadlineExceeded:
+		code, msg = codes.Unavailable, fmt.Sprintf("no answer within %s: %s", s.validateTimeout, msg)
+	case codes.Unavailable:
+		msg += " (is the streamer running at that address?)"
+	}
+	return nil, status.Errorf(code, "source %s (streamer %s): %s", src.GetName(), src.GetStreamerAddress(), msg)
+}
+
+// fieldsDiff says how two descriptions of a table differ, or "" when they do not.
+func fieldsDiff(a, b *rowliftv1.TableFields) string {
+	if len(a.GetFields()) != len(b.GetFields()) {
+		return fmt.Sprintf("%d columns against %d", len(a.GetFields()), len(b.GetFields()))
+	}
+	for i, fa := range a.GetFields() {
+		fb := b.GetFields()[i]
+		if !strings.EqualFold(fa.GetName(), fb.GetName()) || !strings.EqualFold(fa.GetColumnType(), fb.GetColumnType()) ||
+			fa.GetCollation() != fb.GetCollation() || fa.GetNullable() != fb.GetNullable() {
+			return fmt.Sprintf("column %d is %s %s against %s %s", i+1, fa.GetName(), fa.GetColumnType(), fb.GetName(), fb.GetColumnType())
+		}
+	}
+	if fmt.Sprint(a.GetPkColumns()) != fmt.Sprint(b.GetPkColumns()) {
+		return "they are keyed by different columns"
+	}
+	return ""
+}
+
+// checkSpec refuses a spec that is wrong whatever the servers say.
+func checkSpec(spec *rowliftv1.WorkflowSpec) error {
+	if spec == nil {
+		return errors.New("the request has no workflow spec")
+	}
+	if err := state.CheckName(spec.GetName()); err != nil {
+		return err
+	}
+	if spec.GetSourceDatabase() == "" {
+		return fmt.Errorf("workflow %q names no source database", spec.GetName())
+	}
+	if len(spec.GetSources()) == 0 {
+		return fmt.Errorf("workflow %q has no source: give each source's name and streamer address", spec.GetName())
+	}
+	if err := unique("source", spec.GetSources(), func(s *rowliftv1.SourceShard) string { return s.GetName() }); err != nil {
+		return err
+	}
+	for _, src := range spec.GetSources() {
+		if src.GetStreamerAddress() == "" {
+			return fmt.Errorf("source %s has no streamer address (host:port)", src.GetName())
+		}
+	}
+	if len(spec.GetTargets()) == 0 {
+		return fmt.Errorf("workflow %q has no target", spec.GetName())
+	}
+	if err := unique("target", spec.GetTargets(), func(t *rowliftv1.TargetShard) string { return t.GetName() }); err != nil {
+		return err
+	}
+	for _, t := range spec.GetTargets() {
+		if t.GetKeyRange() == "" {
+			continue
+		}
+		if _, _, err := parseKeyRange(t.GetKeyRange()); err != nil {
+			return fmt.Errorf("target %s: %w", t.GetName(), err)
+		}
+		return fmt.Errorf("target %s has key range %q, but resharding is not supported yet: leave key_range empty to move whole tables",
+			t.GetName(), t.GetKeyRange())
+	}
+	if len(spec.GetTables()) == 0 {
+		return fmt.Errorf("workflow %q has no table", spec.GetName())
+	}
+	if err := unique("table", spec.GetTables(), func(t *rowliftv1.TableSpec) string { return strings.ToLower(t.GetName()) }); err != nil {
+		return err
+	}
+	for _, t := range spec.GetTables() {
+		if err := unique("column of table "+t.GetName(), t.GetColumns(), strings.ToLower); err != nil {
+			return err
+		}
+	}
+	o := spec.GetOptions()
+	for _, n := range []struct {
+		name  string
+		value int64
+	}{{"chunk_rows", o.GetChunkRows()}, {"packet_bytes", o.GetPacketBytes()}, {"parallel_tables", int64(o.GetParallelTables())},
+		{"apply_workers", int64(o.GetApplyWorkers())}, {"commit_batch_items", int64(o.GetCommitBatchItems())},
+		{"commit_batch_bytes", o.GetCommitBatchBytes()}, {"commit_batch_ms", int64(o.GetCommitBatchMs())}} {
+		if n.value < 0 {
+			return fmt.Errorf("option %s is %d: use a positive number, or 0 for the default", n.name, n.value)
+		}
+	}
+	if err := throttle.Check("source", o.GetThrottle().GetSource()); err != nil {
+		return err
+	}
+	return throttle.Check("target", o.GetThrottle().GetTarget())
+}
+
+// unique checks that every item has a non-empty name and no two share one.
+func unique[T any](what string, items []T, name func(T) string) error {
+	seen := map[string]bool{}
+	for _, it := range items {
+		n := name(it)
+		switch {
+		case n == "":
+			return fmt.Errorf("a %s has no name", what)
+		case seen[n]:
+			return fmt.Errorf("%s %q is named twice", what, n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// parseKeyRange parses a Vitess-style key range ("-80", "80-", "40-80", "-"):
+// hexadecimal keyspace ID prefixes, start before end.
+func parseKeyRange(kr string) (start, end []byte, err error) {
+	lo, hi, ok := strings.Cut(kr, "-")
+	if !ok || strings.Contains(hi, "-") {
+		return nil, nil, fmt.Errorf("key range %q: want START-END in hexadecimal, either side empty (\"-80\", \"80-\", \"40-80\")", kr)
+	}
+	if start, err = hex.DecodeString(lo); err != nil {
+		return nil, nil, fmt.Errorf("key range %q: start %q is not an even number of hexadecimal digits", kr, lo)
+	}
+	if end, err = hex.DecodeString(hi); err != nil {
+		return nil, nil, fmt.Errorf("key range %q: end %q is not an even number of hexadecimal digits", kr, hi)
+	}
+	if len(end) > 0 && string(padded(start)) >= string(padded(end)) {
+		return nil, nil, fmt.Errorf("key range %q: start is not below end", kr)
+	}
+	return start, end, nil
+}
+
+// padded extends a keyspace ID prefix to 8 bytes, the width it compares at.
+func padded(b []byte) []byte {
+	out := make([]byte, 8)
+	copy(out, b)
+	return out
+}

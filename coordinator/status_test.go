@@ -1,0 +1,144 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func us(d time.Duration) int64 { return t0.Add(d).UnixMicro() }
+
+func TestPhase(t *testing.T) {
+	for _, tc := range []struct {
+		st   state.State
+		done bool
+		lag  time.Duration
+		want rowliftv1.WorkflowPhase
+	}{
+		{state.Init, false, 0, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_INIT},
+		{state.Copying, false, time.Minute, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING},
+		{state.Copying, true, time.Second, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING}, // running a moment later
+		{state.Copying, true, time.Minute, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP},
+		{state.Running, true, CatchUpLag, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING},
+		{state.Running, true, CatchUpLag + time.Millisecond, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP},
+		{state.Stopped, true, time.Hour, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED},
+		{state.Error, false, 0, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_ERROR},
+	} {
+		require.Equal(t, tc.want, phaseOf(tc.st, tc.done, tc.lag), "%s done=%v lag=%s", tc.st, tc.done, tc.lag)
+	}
+}
+
+func TestPercent(t *testing.T) {
+	require.EqualValues(t, 25, percent(250, 1000, false))
+	require.EqualValues(t, 99.9, percent(1200, 1000, false), "an estimate passed is not done")
+	require.EqualValues(t, 100, percent(900, 1000, true))
+	require.EqualValues(t, 0, percent(10, 0, false), "unknown without an estimate")
+}
+
+// copying is a table of one stream, copy run started 10 s before t0 at 0 rows.
+func copying(table string, copied, estimate int64) state.TableCopy {
+	return state.TableCopy{Source: "main", Table: table, RowsCopied: copied, RowsEstimate: estimate, RunStartedAtUS: us(-10 * time.Second)}
+}
+
+func TestStreamETA(t *testing.T) {
+	copies := []state.TableCopy{copying("a", 2000, 10000)}
+	// No samples: the run's rate, 2000 rows in 10 s.
+	require.InDelta(t, 40, streamETA(copies, false, nil, 0, t0), 1e-9)
+	// Samples: the rate over the recent past, 500 rows in the last 5 s.
+	past := []sample{{at: t0.Add(-5 * time.Second), rows: map[string]int64{"a": 1500}}}
+	require.InDelta(t, 80, streamETA(copies, false, past, 0, t0), 1e-9)
+	// A sample younger than minSpan is not enough for a rate: the run's is used.
+	young := []sample{{at: t0.Add(-time.Second), rows: map[string]int64{"a": 1990}}}
+	require.InDelta(t, 40, streamETA(copies, false, young, 0, t0), 1e-9)
+	// Samples from before the run started (a restart) do not count.
+	old := []sample{{at: t0.Add(-20 * time.Second), rows: map[string]int64{"a": 0}}}
+	require.InDelta(t, 40, streamETA(copies, false, old, 0, t0), 1e-9)
+
+	// Two tables copy one after the other: the stream's throughput counts.
+	two := []state.TableCopy{
+		{Source: "main", Table: "a", RowsCopied: 1000, RowsEstimate: 1000, Done: true, RunStartedAtUS: us(-10 * time.Second)},
+		copying("b", 1000, 9000),
+	}
+	require.InDelta(t, 40, streamETA(two, false, nil, 0, t0), 1e-9, "8000 rows left at 200 rows/s")
+
+	// Lag above CatchUpLag adds the time to work it down at the observed speed:
+	// 25 s of lag 5 s ago, 15 s now, 2 s of lag per second: (15-5)/2 = 5 s more.
+	lagging := []sample{{at: t0.Add(-5 * time.Second), rows: map[string]int64{"a": 1500}, lag: 25 * time.Second}}
+	require.InDelta(t, 85, streamETA(copies, false, lagging, 15*time.Second, t0), 1e-9)
+	require.InDelta(t, 5, streamETA(nil, true, lagging, 15*time.Second, t0), 1e-9, "catching up after the copy")
+	require.Zero(t, streamETA(nil, true, nil, 4*time.Second, t0), "lag within CatchUpLag adds nothing")
+
+	// Unknown: a lag that does not shrink, a lag with no samples to measure its
+	// speed, a copy that has not moved, a stream that has not started.
+	growing := []sample{{at: t0.Add(-5 * time.Second), rows: map[string]int64{"a": 1500}, lag: 10 * time.Second}}
+	require.EqualValues(t, -1, streamETA(copies, false, growing, 15*time.Second, t0))
+	require.EqualValues(t, -1, streamETA(nil, true, nil, 15*time.Second, t0))
+	stalled := []sample{{at: t0.Add(-5 * time.Second), rows: map[string]int64{"a": 2000}}}
+	require.EqualValues(t, -1, streamETA(copies, false, stalled, 0, t0))
+	require.EqualValues(t, -1, streamETA([]state.TableCopy{{Table: "a"}}, false, nil, 0, t0))
+}
+
+func TestEffectiveLag(t *testing.T) {
+	fresh := state.Stream{SourceTimeUS: us(-3 * time.Second), AppliedAtUS: us(-time.Second)}
+	require.Equal(t, 2*time.Second, effectiveLag(fresh, t0), "the lag at the last commit")
+	stalled := state.Stream{SourceTimeUS: us(-time.Minute), AppliedAtUS: us(-time.Minute + time.Second)}
+	require.Equal(t, time.Minute, effectiveLag(stalled, t0), "a stream that commits nothing falls behind")
+	require.Zero(t, effectiveLag(state.Stream{}, t0))
+}
+
+func TestBuildStatusOverTargets(t *testing.T) {
+	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}}}
+	wf := func(st state.State, msg string) *state.Workflow {
+		return &state.Workflow{State: st, Message: msg, CreatedAt: t0.Add(-time.Hour), UpdatedAt: t0.Add(-time.Minute)}
+	}
+	stream := state.Stream{Source: "main", Position: "0-1-5", SourceTimeUS: us(-2 * time.Second), AppliedAtUS: us(-time.Second), Throttled: "source Threads_running 60 > 50"}
+	views := []view{
+		{target: "t1", wf: wf(state.Copying, ""), copies: []state.TableCopy{copying("a", 2000, 10000)}, streams: []state.Stream{stream}},
+		{target: "t2", wf: wf(state.Stopped, "stopped by an operator"), copies: []state.TableCopy{copying("a", 1000, 10000)},
+			streams: []state.Stream{stream}},
+	}
+	views[1].wf.LastError, views[1].wf.LastErrorAt = "boom", t0.Add(-30*time.Minute)
+	views[1].streams[0].Message, views[1].streams[0].MessageAtUS = "retrying (attempt 2): refused", us(-10*time.Second)
+	st := buildStatus(spec, views, nil, t0)
+	require.Equal(t, rowliftv1.WorkflowState_WORKFLOW_STATE_STOPPED, st.GetState(), "the state that needs the operator")
+	require.Equal(t, "target t1: copying, target t2: stopped; stopped by an operator", st.GetMessage())
+	require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED, st.GetPhase())
+	require.EqualValues(t, -1, st.GetEtaSeconds(), "nothing to estimate while stopped")
+	require.EqualValues(t, 3000, st.GetRowsCopied())
+	require.EqualValues(t, 20000, st.GetRowsEstimate())
+	require.EqualValues(t, 15, st.GetPercent())
+	require.InDelta(t, 300, st.GetRowsPerSecond(), 1e-9)
+	require.Len(t, st.GetStreams(), 2)
+	require.EqualValues(t, 1000, st.GetLagMs())
+	require.Equal(t, "retrying (attempt 2): refused", st.GetLastError(), "the newest error")
+	require.Equal(t, "source Threads_running 60 > 50 (target t1, source main)", st.GetThrottled(), "only the copying target is throttled")
+
+	views[1].wf.State = state.Copying
+	st = buildStatus(spec, views, nil, t0)
+	require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING, st.GetPhase())
+	require.InDelta(t, 90, st.GetEtaSeconds(), 1e-9, "the slower target: 9000 rows at 100 rows/s")
+}
+
+func TestParseKeyRange(t *testing.T) {
+	for _, ok := range []string{"-80", "80-", "40-80", "-", "4000-40ff"} {
+		_, _, err := parseKeyRange(ok)
+		require.NoError(t, err, ok)
+	}
+	for kr, want := range map[string]string{
+		"80":    "want START-END",
+		"8-":    `start "8" is not an even number`,
+		"-zz":   `end "zz" is not an even number`,
+		"80-40": "start is not below end",
+		"80-80": "start is not below end",
+		"1-2-3": "want START-END",
+	} {
+		_, _, err := parseKeyRange(kr)
+		require.ErrorContains(t, err, want, kr)
+	}
+}

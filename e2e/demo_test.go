@@ -1,0 +1,49 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDemo runs `rowlift demo` as the README tells a new user to, at a smaller
+// size: two servers, a copy under live writes, a comparison, and "identical: yes".
+func TestDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, rowliftBin, "demo", "--rows", "30000").CombinedOutput()
+	require.NoError(t, err, "demo output:\n%s", out)
+	for _, want := range []string{"creating workflow demo-move", "copy done", "identical:       yes"} {
+		require.Contains(t, string(out), want)
+	}
+}
+
+// TestDemoInterrupted: Ctrl-C during the demo stops it cleanly, with its
+// servers removed.
+func TestDemoInterrupted(t *testing.T) {
+	cmd := exec.Command(rowliftBin, "demo", "--rows", "200000")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	deadline := time.Now().Add(time.Minute)
+	dirs := regexp.MustCompile(`(?m)^  (?:source|target) \S+ in (\S+)$`)
+	for len(dirs.FindAllStringSubmatch(out.String(), -1)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, cmd.Wait(), "demo output:\n%s", out.String())
+	require.Contains(t, out.String(), "interrupted: stopping and removing the servers")
+	found := dirs.FindAllStringSubmatch(out.String(), -1)
+	require.Len(t, found, 2, "the demo did not say where its servers are:\n%s", out.String())
+	for _, m := range found {
+		_, err := os.Stat(m[1])
+		require.True(t, os.IsNotExist(err), "server directory %s is still there", m[1])
+	}
+}

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/verify"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// TestThrottlePausesTheCopyNotReplay: a copy pauses while a source metric is
+// over its limit, then while a target metric is, showing why in the stream's
+// state; binlog changes to a copied table and to a copied row of the paused
+// table are applied meanwhile; the copy resumes by itself once both metrics
+// are back under. Both metrics are lag queries reading a value the test sets.
+//
+// No timing decides the outcome: the source table being copied is locked
+// (LOCK TABLES ... WRITE) so that its first chunk waits inside its SELECT while
+// the source metric goes over its limit; the copy then pauses at its next
+// chunk, after exactly one chunk of that table.
+func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE DATABASE d",
+		"CREATE TABLE d.small (id INT PRIMARY KEY, v INT)", "INSERT INTO d.small VALUES (1, 1), (2, 2), (3, 3)",
+		"CREATE TABLE d.big (id INT PRIMARY KEY, v INT)",
+		"INSERT INTO d.big WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000) SELECT i, i FROM s",
+		"CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (0)")
+	sandboxtest.Exec(t, e.dstDB, "CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (0)")
+	ctx := context.Background()
+	lock, err := e.srcDB.Conn(ctx)
+	require.NoError(t, err)
+	defer lock.Close()
+	_, err = lock.ExecContext(ctx, "LOCK TABLES d.big WRITE")
+	require.NoError(t, err)
+
+	const chunk = 100
+	spec := e.workflow("throttle", "d", "small", "big")
+	// One table at a time, in this order: small is copied before big starts.
+	spec.Options.ChunkRows, spec.Options.ParallelTables = chunk, 1
+	lag := &rowliftv1.ThrottleLimits{LagQuery: "SELECT v FROM ctl.lag", MaxLagSeconds: 10}
+	const interval = 100 * time.Millisecond
+	spec.Options.Throttle = &rowliftv1.Throttle{Source: lag, Target: lag, CheckIntervalMs: interval.Milliseconds()}
+	e.startStreamer()
+	e.startApplier()
+	e.start(spec)
+
+	e.waitFor("big's first chunk to wait for the table lock", 30*time.Second, func() (bool, string) {
+		n := count(t, e.srcDB, "information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'SELECT%big%'")
+		return n == 1, fmt.Sprintf("%d queries waiting; copy state %s", n, e.copyState("throttle"))
+	})
+	e.sourceExec("UPDATE ctl.lag SET v = 100")
+	// The streamer's last reading is from before big's first chunk; one interval
+	// on, the next chunk's check reads the source again.
+	time.Sleep(2 * interval)
+	_, err = lock.ExecContext(ctx, "UNLOCK TABLES")
+	require.NoError(t, err)
+
+	e.waitThrottled("throttle", "source lag 100s > 10s")
+	// Replay goes on: a change of the copied table and of a copied row of the
+	// paused one are applied; a row not copied yet comes with its chunk later.
+	e.sourceExec("INSERT INTO d.small VALUES (4, 4)", "UPDATE d.big SET v = -1 WHERE id IN (50, 500)")
+	e.waitRow("d.small", 4, 4)
+	e.waitRow("d.big", 50, -1)
+	require.Equal(t, chunk, e.rowsCopied("throttle", "big"), "one chunk of big was copied before the pause")
+
+	// The target's limit too; then the source's metric drops: the copy waits
+	// for the target alone.
+	sandboxtest.Exec(t, e.dstDB, "UPDATE ctl.lag SET v = 100")
+	e.waitThrottled("throttle", "source lag 100s > 10s; target lag 100s > 10s")
+	e.sourceExec("UPDATE ctl.lag SET v = 0")
+	e.waitThrottled("throttle", "target lag 100s > 10s")
+	e.sourceExec("INSERT INTO d.small VALUES (5, 5)", "UPDATE d.big SET v = -2 WHERE id = 60")
+	e.waitRow("d.small", 5, 5)
+	e.waitRow("d.big", 60, -2)
+	require.Equal(t, chunk, e.rowsCopied("throttle", "big"), "no chunk while the target's metric is over its limit")
+	require.Equal(t, chunk, count(t, e.dstDB, "d.big"))
+
+	sandboxtest.Exec(t, e.dstDB, "UPDATE ctl.lag SET v = 0")
+	e.waitState("throttle", state.Running, 30*time.Second)
+	e.waitCaughtUp("throttle", 30*time.Second)
+	e.waitThrottled("throttle", "")
+	for _, table := range []string{"small", "big"} {
+		res, err := verify.Table(ctx, e.srcDB, e.dstDB, "d", "d", table, verify.Options{})
+		require.NoError(t, err)
+		require.True(t, res.Identical(), "%s", res)
+	}
+
+	streamerLog, applierLog := e.streamer.logText(), e.applier.logText()
+	for _, want := range []string{`"copy throttled: metric over its limit"`, `"side":"source"`, `"reason":"source lag 100s > 10s"`,
+		`"copy throttle lifted: metric back under its limit"`, `"copy throttled by the target"`, `"copy throttle by the target lifted"`} {
+		require.Contains(t, streamerLog, want)
+	}
+	for _, want := range []string{`"copy throttled: metric over its limit"`, `"side":"target"`, `"limit":10`,
+		`"copy throttle lifted: metric back under its limit"`} {
+		require.Contains(t, applierLog, want)
+	}
+}
+
+// waitThrottled waits until the workflow's stream shows reason as why its copy
+// waits ("" once it does not).
+func (e *env) waitThrottled(workflow, reason string) {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("stream throttled %q", reason), 30*time.Second, func() (bool, string) {
+		streams, err := e.store.Streams(context.Background(), workflow)
+		if err != nil {
+			return false, err.Error()
+		}
+		return streams[0].Throttled == reason, fmt.Sprintf("throttled %q; copy state %s", streams[0].Throttled, e.copyState(workflow))
+	})
+}
+
+// waitRow waits until the target's table has the row (id, v).
+func (e *env) waitRow(table string, id, v int) {
+	e.t.Helper()
+	e.waitFor(fmt.Sprintf("row (%d, %d) in %s on the target", id, v, table), 30*time.Second, func() (bool, string) {
+		var got int
+		err := e.dstDB.QueryRow("SELECT v FROM "+table+" WHERE id = ?", id).Scan(&got)
+		return err == nil && got == v, fmt.Sprintf("v %d, %v", got, err)
+	})
+}
+
+func (e *env) rowsCopied(workflow, table string) int {
+	e.t.Helper()
+	copies, err := e.store.CopyState(context.Background(), workflow, "")
+	require.NoError(e.t, err)
+	for _, c := range copies {
+		if c.Table == table {
+			return int(c.RowsCopied)
+		}
+	}
+	e.t.Fatalf("no copy state of %s", table)
+	return 0
+}
+
+func (e *env) copyState(workflow string) string {
+	copies, err := e.store.CopyState(context.Background(), workflow, "")
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, c := range copies {
+		parts = append(parts, fmt.Sprintf("%s: %d rows, done %v", c.Table, c.RowsCopied, c.Done))
+	}
+	return strings.Join(parts, "; ")
+}

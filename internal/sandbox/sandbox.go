@@ -127,6 +127,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("copy template datadir: %w", err)
 	}
+	if err := os.Mkdir(s.TmpDir(), 0o750); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("sandbox tmpdir: %w", err)
+	}
 	// A free port can be taken between our probe and the server's bind; try again
 	// with another one when that happens.
 	for attempt := 0; ; attempt++ {
@@ -152,6 +156,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 }
+
+// TmpDir is the server's own temporary directory. Servers must not share one: a
+// starting server deletes every "#sql" file it finds there as left over from a
+// crash, including the temporary tables of servers running next to it, whose
+// queries then fail or crash.
+func (s *Server) TmpDir() string { return filepath.Join(s.Dir, "tmp") }
 
 // DSN returns a go-sql-driver DSN for root over TCP to the given database (may be
 // empty). The sandbox's root has no password.
@@ -323,6 +333,7 @@ func serverArgs(flavor Flavor, s *Server) []string {
 		"--bind-address=127.0.0.1",
 		"--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"),
 		"--log-error=" + filepath.Join(s.Dir, "error.log"),
+		"--tmpdir=" + s.TmpDir(),
 		"--server-id=" + strconv.FormatUint(uint64(s.ServerID), 10),
 		"--log-bin=binlog",
 		"--binlog-format=ROW",

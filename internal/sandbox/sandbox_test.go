@@ -36,6 +36,36 @@ func TestTwoServersAtOnce(t *testing.T) {
 	require.NotEqual(t, idA, idB, "replication needs distinct server IDs")
 }
 
+// TestStartingServerKeepsOthersTempTables: each server has its own tmpdir, so a
+// server that starts (and clears "#sql" files it takes for leftovers) does not
+// delete the temporary tables of another server (an explicit one here; queries
+// of information_schema use them too, and crashed the server when they went).
+func TestStartingServerKeepsOthersTempTables(t *testing.T) {
+	a := sandboxtest.Start(t, sandbox.Options{})
+	db := sandboxtest.Open(t, a, "")
+	var tmpdir string
+	require.NoError(t, db.QueryRow("SELECT @@tmpdir").Scan(&tmpdir))
+	require.Equal(t, a.TmpDir(), tmpdir)
+	conn, err := db.Conn(context.Background())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(context.Background(), "CREATE DATABASE d")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), "CREATE TEMPORARY TABLE d.keep (i INT) ENGINE=Aria")
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(tmpdir, "#sql*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "the temporary table has a file in the server's tmpdir")
+
+	sandboxtest.Start(t, sandbox.Options{})
+	for _, f := range files {
+		_, err := os.Stat(f)
+		require.NoError(t, err, "a starting server deleted another server's temporary table")
+	}
+	_, err = conn.ExecContext(context.Background(), "INSERT INTO d.keep VALUES (2)")
+	require.NoError(t, err)
+}
+
 func TestBinlogSettings(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{})
 	db := sandboxtest.Open(t, s, "")

@@ -108,7 +108,11 @@ func setupTemplate(ctx context.Context, flavor Flavor, bin, build string) error 
 		"--skip-log-bin",
 		"--pid-file=" + filepath.Join(build, "mysqld.pid"),
 		"--log-error=" + filepath.Join(build, "error.log"),
+		"--tmpdir=" + s.TmpDir(),
 		"--innodb-log-file-size=48M",
+	}
+	if err := os.MkdirAll(s.TmpDir(), 0o750); err != nil {
+		return fmt.Errorf("template tmpdir: %w", err)
 	}
 	if os.Geteuid() == 0 {
 		s.args = append(s.args, "--user=root")

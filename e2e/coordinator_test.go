@@ -41,7 +41,8 @@ func (e *env) startCoordinator() (*proc, rowliftv1.ControlClient, *grpc.ClientCo
 	return p, rowliftv1.NewControlClient(conn), conn
 }
 
-// call retries an RPC while the coordinator process is still starting.
+// call retries an RPC while the coordinator process is (re)starting: the
+// connection is refused, or one made before a restart breaks (EOF).
 func call[T any](t *testing.T, fn func(ctx context.Context) (T, error)) T {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -49,7 +50,7 @@ func call[T any](t *testing.T, fn func(ctx context.Context) (T, error)) T {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := fn(ctx)
 		cancel()
-		if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "connection refused") && time.Now().Before(deadline) {
+		if status.Code(err) == codes.Unavailable && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}

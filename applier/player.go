@@ -227,19 +227,17 @@ func (p *player) commit(ctx context.Context, tx *sql.Tx, position string, source
 	return nil
 }
 
-func (p *player) contains(gtid string) bool {
+// seen reports whether the target has committed gtid (skip it: a resumed
+// streamer sends it again) and whether a dead out-of-order run may have
+// (write it idempotently), parsing it once.
+func (p *player) seen(gtid string) (applied, maybeApplied bool, err error) {
 	g, err := gomysql.ParseMariadbGTIDSet(gtid)
+	if err != nil {
+		return false, false, fmt.Errorf("transaction GTID %q: %w", gtid, err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return err == nil && p.applied.Contain(g)
-}
-
-// mayBeApplied reports whether a dead out-of-order run may have committed gtid.
-func (p *player) mayBeApplied(gtid string) bool {
-	g, err := gomysql.ParseMariadbGTIDSet(gtid)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return err == nil && p.maybeApplied.Contain(g)
+	return p.applied.Contain(g), p.maybeApplied.Contain(g), nil
 }
 
 // position returns the committed position.
@@ -262,7 +260,7 @@ func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string, fenceT
 		return nil, fmt.Errorf("fence %q: %w", fence, err)
 	}
 	merged := p.position()
-	mergeInto(merged, f.(*gomysql.MariadbGTIDSet))
+	state.Advance(merged, f.(*gomysql.MariadbGTIDSet))
 	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, merged.String(), fenceTimeUS); err != nil {
 		return nil, err
 	}

@@ -87,7 +87,6 @@ type group struct {
 // records progress in its own slot row, in the group's transaction.
 type replayer struct {
 	play       *player
-	workers    int
 	outOfOrder bool
 	limits     batchLimits
 	keys       map[string]*writeset.Table
@@ -104,14 +103,15 @@ type replayer struct {
 	// open is the group being filled; timer closes it after limits.wait.
 	open  *group
 	timer *time.Timer
-	// watermark is the position of the low watermark.
-	watermark *gomysql.MariadbGTIDSet
 	// maybeApplied covers every group handed to a commit, and whatever the
 	// previous run may have committed: each slot write records it, so a slot
 	// overwritten by a commit of an earlier group (out of order) still covers
 	// the later ones.
 	maybeApplied *gomysql.MariadbGTIDSet
 	err          error
+	// scratch holds the writeset of the transaction being submitted; only the
+	// stream's goroutine submits.
+	scratch []uint64
 
 	cancel context.CancelFunc
 	g      *errgroup.Group
@@ -124,9 +124,9 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g, ctx := errgroup.WithContext(ctx)
-	r := &replayer{play: play, workers: workers, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, maxPacket: min(maxPacket, maxQuery), log: log,
+	r := &replayer{play: play, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, maxPacket: min(maxPacket, maxQuery), log: log,
 		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]*gomysql.MariadbGTIDSet{},
-		watermark: play.position(), maybeApplied: play.maybeApplied.Clone().(*gomysql.MariadbGTIDSet), cancel: cancel, g: g}
+		maybeApplied: play.maybeApplied.Clone().(*gomysql.MariadbGTIDSet), cancel: cancel, g: g}
 	r.cond = sync.NewCond(&r.mu)
 	context.AfterFunc(ctx, func() { r.fail(ctx.Err()) })
 	for slot := range workers {
@@ -201,14 +201,19 @@ func (r *replayer) fail(err error) {
 
 // submit queues one transaction; it blocks while too many groups wait.
 func (r *replayer) submit(trx *rowliftv1.Transaction) error {
-	if r.play.contains(trx.GetGtid()) {
+	applied, maybe, err := r.play.seen(trx.GetGtid())
+	if err != nil {
+		return err
+	}
+	if applied {
 		return nil // sent again after a reconnect: already committed
 	}
 	position, err := gomysql.ParseMariadbGTIDSet(trx.GetPosition().GetGtidSet())
 	if err != nil {
 		return fmt.Errorf("position of %s: %w", trx.GetGtid(), err)
 	}
-	keys, barrier := writeset.Transaction(nil, trx, r.keys)
+	var barrier bool
+	r.scratch, barrier = writeset.Transaction(r.scratch, trx, r.keys)
 	size := proto.Size(trx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -230,8 +235,8 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 		}
 	}
 	g.txs = append(g.txs, trx)
-	g.idempotent = append(g.idempotent, r.play.mayBeApplied(trx.GetGtid()))
-	g.keys = append(g.keys, keys...)
+	g.idempotent = append(g.idempotent, maybe)
+	g.keys = append(g.keys, r.scratch...)
 	g.barrier = g.barrier || barrier
 	g.bytes += size
 	g.position = position.(*gomysql.MariadbGTIDSet)
@@ -367,9 +372,9 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	g.running = false
 	watermark := g.position
 	if r.outOfOrder {
-		watermark = r.watermark
+		watermark = r.play.position() // the low watermark's
 	}
-	mergeInto(r.maybeApplied, g.position)
+	state.Advance(r.maybeApplied, g.position)
 	applied := r.maybeApplied.String()
 	r.mu.Unlock()
 	if err := state.SaveSlot(ctx, conn, r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS); err != nil {
@@ -427,12 +432,13 @@ func (r *replayer) committed(seq schedule.Seq, g *group) {
 	r.sched.Committed(seq)
 	delete(r.groups, seq)
 	r.done[seq] = g.position
+	var watermark *gomysql.MariadbGTIDSet
 	for s := before + 1; s <= r.sched.LowWatermark(); s++ {
-		r.watermark = r.done[s]
+		watermark = r.done[s]
 		delete(r.done, s)
 	}
-	if r.sched.LowWatermark() != before {
-		r.play.committed(r.watermark.Clone().(*gomysql.MariadbGTIDSet))
+	if watermark != nil {
+		r.play.committed(watermark)
 	}
 	r.cond.Broadcast()
 }
@@ -461,15 +467,6 @@ func (r *replayer) breakDeadlocks(ctx context.Context) error {
 			}
 		}
 		r.mu.Unlock()
-	}
-}
-
-// mergeInto moves dst, per replication domain, to the later of dst and src.
-func mergeInto(dst, src *gomysql.MariadbGTIDSet) {
-	for domain, g := range src.Sets {
-		if cur, ok := dst.Sets[domain]; !ok || cur.SequenceNumber < g.SequenceNumber {
-			dst.Sets[domain] = g.Clone()
-		}
 	}
 }
 

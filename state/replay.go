@@ -85,10 +85,16 @@ func MergePositions(a, b string) (string, error) {
 		return "", fmt.Errorf("position %q: %w", b, err)
 	}
 	merged := sa.(*mysql.MariadbGTIDSet)
-	for domain, g := range sb.(*mysql.MariadbGTIDSet).Sets {
-		if cur, ok := merged.Sets[domain]; !ok || cur.SequenceNumber < g.SequenceNumber {
-			merged.Sets[domain] = g.Clone()
+	Advance(merged, sb.(*mysql.MariadbGTIDSet))
+	return merged.String(), nil
+}
+
+// Advance moves dst, per replication domain, to the later of dst and src (see
+// MergePositions).
+func Advance(dst, src *mysql.MariadbGTIDSet) {
+	for domain, g := range src.Sets {
+		if cur, ok := dst.Sets[domain]; !ok || cur.SequenceNumber < g.SequenceNumber {
+			dst.Sets[domain] = g.Clone()
 		}
 	}
-	return merged.String(), nil
 }

@@ -154,6 +154,12 @@ func TestCreateRefusesBadWorkflows(t *testing.T) {
 			edit: func(s *rowliftv1.WorkflowSpec) { s.Tables[0].Columns = []string{"total"} }, want: []string{"must include key column id"}},
 		{name: "bad name", tables: []string{"orders"}, code: codes.InvalidArgument, want: []string{"workflow name", "letters, digits"}},
 		{name: "table-twice", tables: []string{"orders", "ORDERS"}, code: codes.InvalidArgument, want: []string{`table "orders" is named twice`}},
+		{name: "bad-lag-query", tables: []string{"orders"}, code: codes.InvalidArgument,
+			edit: func(s *rowliftv1.WorkflowSpec) {
+				s.Options = &rowliftv1.WorkflowOptions{Throttle: &rowliftv1.Throttle{
+					Source: &rowliftv1.ThrottleLimits{LagQuery: "SELECT lag FROM nowhere.replicas", MaxLagSeconds: 10}}}
+			},
+			want: []string{"source lag unreadable", "nowhere.replicas", "fix the source throttle's lag setting"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

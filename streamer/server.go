@@ -87,7 +87,10 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 // Validate runs the checks a stream starts with and describes the tables, so a
 // workflow is refused at creation rather than when its stream first opens.
 func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
-	_, plans, err := s.prepare(ctx, req)
+	opts, plans, err := s.prepare(ctx, req)
+	if err == nil {
+		err = checkThrottleReads(ctx, s.db, opts)
+	}
 	if err != nil {
 		s.log.Info("workflow refused", zap.String("workflow", req.GetWorkflow()), zap.Error(err))
 		return nil, err
@@ -97,6 +100,21 @@ func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*r
 		resp.Tables = append(resp.Tables, p.fields)
 	}
 	return resp, nil
+}
+
+// checkThrottleReads reads the source's throttle metrics once, so a lag query
+// that fails or a metric the user may not read is refused at creation instead
+// of pausing the copy for good.
+func checkThrottleReads(ctx context.Context, db *sql.DB, opts *rowliftv1.StreamOptions) error {
+	if !throttle.Enabled(opts.GetThrottle()) {
+		return nil
+	}
+	for _, r := range throttle.NewReader(db, "source", opts.GetThrottle()).Read(ctx) {
+		if r.Err != nil {
+			return status.Error(codes.InvalidArgument, r.String())
+		}
+	}
+	return nil
 }
 
 // prepare is what every stream starts with: it checks the request, the source

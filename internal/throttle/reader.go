@@ -166,6 +166,7 @@ type Checker struct {
 	mu       sync.Mutex
 	readAt   time.Time
 	readings []Reading
+	reason   string // Reason(readings)
 	tracker  Tracker
 }
 
@@ -179,13 +180,15 @@ func NewChecker(reader *Reader, interval time.Duration, log *zap.Logger) *Checke
 func (c *Checker) Reason(ctx context.Context) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.readAt.IsZero() || c.now().Sub(c.readAt) >= c.interval {
+	if start := c.now(); c.readAt.IsZero() || start.Sub(c.readAt) >= c.interval {
 		readings := c.reader.Read(ctx)
 		if ctx.Err() != nil {
 			// A stream that is ending: its cancelled queries say nothing of the server.
-			return Reason(c.readings)
+			return c.reason
 		}
-		c.readings, c.readAt = readings, c.now()
+		// Stamped when the read started: a caller ticking every interval must
+		// find the reading due again, however long the queries took.
+		c.readings, c.readAt, c.reason = readings, start, Reason(readings)
 		started, ended := c.tracker.Update(readings, c.readAt)
 		for _, t := range started {
 			fields := []zap.Field{zap.String("side", t.Side), zap.String("metric", t.Metric)}
@@ -201,5 +204,5 @@ func (c *Checker) Reason(ctx context.Context) string {
 				zap.Float64("value", t.Value), zap.Float64("limit", t.Limit), zap.Duration("throttled_for", t.For))
 		}
 	}
-	return Reason(c.readings)
+	return c.reason
 }

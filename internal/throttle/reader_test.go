@@ -84,3 +84,28 @@ func TestCheckerReadsOncePerInterval(t *testing.T) {
 	require.Equal(t, "copy throttle lifted: metric back under its limit", entries[1].Message)
 	require.Equal(t, time.Hour, entries[1].ContextMap()["throttled_for"])
 }
+
+// TestCheckerDueAgainAfterAnIntervalFromItsRead: a caller asking every interval
+// gets a fresh reading each time, however long the reading took (the applier
+// ticks at the interval, and a slow query must not make it skip every other).
+func TestCheckerDueAgainAfterAnIntervalFromItsRead(t *testing.T) {
+	srv := sandboxtest.Start(t, sandbox.Options{})
+	db := sandboxtest.Open(t, srv, "")
+	sandboxtest.Exec(t, db, "CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (30)")
+	const interval = 300 * time.Millisecond
+	c := NewChecker(NewReader(db, "source", &rowliftv1.ThrottleLimits{LagQuery: "SELECT SLEEP(0.2) + v FROM ctl.lag", MaxLagSeconds: 10}),
+		interval, zap.NewNop())
+	var first time.Time
+	c.now = func() time.Time {
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		return now
+	}
+	ctx := context.Background()
+	require.Equal(t, "source lag 30s > 10s", c.Reason(ctx))
+	sandboxtest.Exec(t, db, "UPDATE ctl.lag SET v = 1")
+	time.Sleep(time.Until(first.Add(interval)))
+	require.Equal(t, "", c.Reason(ctx), "an interval after the last read began, the metric is read again")
+}

@@ -74,16 +74,17 @@ func (r Reading) key() string { return r.Side + " " + r.Metric }
 
 func (r Reading) String() string {
 	if r.Err != nil {
-		return fmt.Sprintf("%s %s unreadable: %v", r.Side, r.Metric, r.Err)
+		return fmt.Sprintf("%s %s unreadable (%v): the copy waits until it reads; fix the %s throttle's %s setting, "+
+			"or set it to 0 (empty for the lag query) to turn the check off", r.Side, r.Metric, r.Err, r.Side, r.Metric)
 	}
-	unit := ""
+	unit, op := "", "<="
 	if r.Metric == Lag {
 		unit = "s"
 	}
 	if r.Over() {
-		return fmt.Sprintf("%s %s %s%s > %s%s", r.Side, r.Metric, number(r.Value), unit, number(r.Limit), unit)
+		op = ">"
 	}
-	return fmt.Sprintf("%s %s %s%s <= %s%s", r.Side, r.Metric, number(r.Value), unit, number(r.Limit), unit)
+	return fmt.Sprintf("%s %s %s%s %s %s%s", r.Side, r.Metric, number(r.Value), unit, op, number(r.Limit), unit)
 }
 
 func number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -23,7 +23,7 @@ func TestReadingDecision(t *testing.T) {
 		{Reading{Side: "source", Metric: Lag, Value: 0.25, Limit: 0.5}, false, "source lag 0.25s <= 0.5s"},
 		// A metric that cannot be read pauses the copy: it must not run blind.
 		{Reading{Side: "target", Metric: Lag, Limit: 10, Err: errors.New("lag query returned NULL")}, true,
-			"target lag unreadable: lag query returned NULL"},
+			"target lag unreadable (lag query returned NULL): the copy waits until it reads; fix the target throttle's lag setting, or set it to 0 (empty for the lag query) to turn the check off"},
 	} {
 		require.Equal(t, tc.over, tc.r.Over(), tc.text)
 		require.Equal(t, tc.text, tc.r.String())

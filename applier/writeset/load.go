@@ -192,6 +192,13 @@ func build(fields *rowliftv1.TableFields, m *metadata) *Table {
 		reasons = append(reasons, "it has no primary key and no unique key on NOT NULL columns to tell its rows apart")
 	}
 	t.barrier = strings.Join(reasons, "; ")
+	for _, k := range t.keys {
+		var parts []KeyPart
+		for _, p := range k.parts {
+			parts = append(parts, KeyPart{Pos: p.pos, Prefix: p.prefix})
+		}
+		t.uniqueKeys = append(t.uniqueKeys, parts)
+	}
 	return t
 }
 

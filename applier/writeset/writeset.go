@@ -85,11 +85,13 @@ type key struct {
 // so that changes to it get their writesets without a query. It does not change
 // once loaded and is safe for concurrent use.
 type Table struct {
-	name    string
-	width   int // number of streamed fields: values per row image
-	keys    []key
-	barrier string
-	coarse  []string
+	name  string
+	width int // number of streamed fields: values per row image
+	keys  []key
+	// uniqueKeys is keys by their parts, for UniqueKeys.
+	uniqueKeys [][]KeyPart
+	barrier    string
+	coarse     []string
 }
 
 // Barrier reports that changes to this table must not run in parallel with
@@ -119,15 +121,8 @@ type KeyPart struct{ Pos, Prefix int }
 // UniqueKeys lists the table's unique keys, primary first, by their parts, for
 // statements that must find the row holding a key's value: an idempotent rewrite
 // clears a value a later transaction had already moved to another row.
-func (t *Table) UniqueKeys() [][]KeyPart {
-	out := make([][]KeyPart, len(t.keys))
-	for i, k := range t.keys {
-		for _, p := range k.parts {
-			out[i] = append(out[i], KeyPart{Pos: p.pos, Prefix: p.prefix})
-		}
-	}
-	return out
-}
+// It is built once at Load and must not be changed.
+func (t *Table) UniqueKeys() [][]KeyPart { return t.uniqueKeys }
 
 // Append appends the hashes of one row image to dst and returns it: one for
 // each unique key none of whose values is NULL, because the server enforces no

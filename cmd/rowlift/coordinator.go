@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -23,19 +24,28 @@ import (
 
 func coordinatorCommand() *command {
 	var listen, debug string
-	targets := targetFlag{}
+	var raw stringList // parsed in exec: the flag package would print a bad value, password and all
 	return &command{
 		name:    "coordinator",
 		summary: "serve the Control API: create, start, stop, resume, delete and watch workflows on the targets",
 		usage:   "--target NAME=DSN [--target NAME=DSN ...] [--listen ADDR]",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&listen, "listen", "127.0.0.1:7000", "address to serve the Control gRPC service (and gRPC health and reflection) on")
-			fs.Var(targets, "target", "target server as NAME=DSN, e.g. main=user:pass@tcp(target:3306)/; repeatable, one per target. "+
+			fs.Var(&raw, "target", "target server as NAME=DSN, e.g. main=user:pass@tcp(target:3306)/; repeatable, one per target. "+
 				"A workflow's target NAME picks the server whose _rowlift schema holds its state. "+
 				"$ROWLIFT_TARGET takes a comma-separated list: a=DSN,b=DSN")
 			debugFlag(fs, &debug)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+			targets := targetFlag{}
+			for _, v := range raw {
+				if err := targets.add(v); err != nil {
+					if v == os.Getenv("ROWLIFT_TARGET") {
+						err = fmt.Errorf("$ROWLIFT_TARGET: %w", err)
+					}
+					return usageError{err}
+				}
+			}
 			if len(targets) == 0 {
 				return errors.New("--target NAME=DSN (or $ROWLIFT_TARGET) is required, once per target server")
 			}
@@ -62,17 +72,15 @@ func coordinatorCommand() *command {
 	}
 }
 
-// targetFlag collects --target NAME=DSN flags, by name.
+// targetFlag holds the --target NAME=DSN flags, by name.
 type targetFlag map[string]string
 
 // startsTarget matches the start of a NAME=DSN item, which tells a comma that
 // separates items from one inside a DSN (a password, a parameter list).
 var startsTarget = regexp.MustCompile(`^[A-Za-z0-9_-]+=`)
 
-func (f targetFlag) String() string { return strings.Join(f.names(), ",") }
-
-// Set takes one NAME=DSN, or several separated by commas (as $ROWLIFT_TARGET has them).
-func (f targetFlag) Set(v string) error {
+// add takes one NAME=DSN, or several separated by commas (as $ROWLIFT_TARGET has them).
+func (f targetFlag) add(v string) error {
 	var items []string
 	for _, part := range strings.Split(v, ",") {
 		if len(items) > 0 && !startsTarget.MatchString(part) {

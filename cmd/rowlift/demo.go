@@ -20,6 +20,7 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/coordinator"
@@ -135,12 +136,13 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, d.cancel = context.WithCancel(ctx)
+	writing, stopWriting := context.WithCancel(ctx)
+	d.cancel = stopWriting
 	var writes atomic.Int64
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.write(ctx, &writes)
+		d.write(writing, &writes)
 	}()
 
 	spec := &rowliftv1.WorkflowSpec{
@@ -153,11 +155,11 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.say("creating workflow demo-move while a writer keeps changing the source\n")
 	if _, err := control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec}); err != nil {
-		return fmt.Errorf("create workflow: %w", err)
+		return fmt.Errorf("create workflow: %s", status.Convert(err).Message())
 	}
 	copyStart := time.Now()
 	if _, err := control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: spec.GetName()}); err != nil {
-		return fmt.Errorf("start workflow: %w", err)
+		return fmt.Errorf("start workflow: %s", status.Convert(err).Message())
 	}
 	last, err := d.watch(ctx, control, spec.GetName())
 	if err != nil {
@@ -168,15 +170,15 @@ func (d *demo) run(ctx context.Context) error {
 	d.cancel() // stop the writer
 	d.wg.Wait()
 	var pos string
-	if err := d.srcDB.QueryRowContext(context.WithoutCancel(ctx), "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	if err := d.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		return err
 	}
 	d.say("\nwriter stopped after %s transactions; waiting for the target to apply up to %s", formatCount(writes.Load()), pos)
-	final, err := d.waitApplied(context.WithoutCancel(ctx), control, spec.GetName(), pos)
+	final, err := d.waitApplied(ctx, control, spec.GetName(), pos)
 	if err != nil {
 		return err
 	}
-	identical, err := d.compare(context.WithoutCancel(ctx))
+	identical, err := d.compare(ctx)
 	if err != nil {
 		return err
 	}
@@ -271,13 +273,13 @@ func (d *demo) serve(register func(*grpc.Server)) (string, error) {
 func (d *demo) watch(ctx context.Context, control rowliftv1.ControlClient, name string) (*rowliftv1.Workflow, error) {
 	stream, err := control.WatchWorkflow(ctx, &rowliftv1.WatchWorkflowRequest{Workflow: &rowliftv1.WorkflowRef{Name: name}, IntervalMs: 500})
 	if err != nil {
-		return nil, fmt.Errorf("watch workflow: %w", err)
+		return nil, fmt.Errorf("watch workflow: %s", status.Convert(err).Message())
 	}
 	show := watchOutput(d.out, "text")
 	for {
 		w, err := stream.Recv()
 		if err != nil {
-			return nil, fmt.Errorf("watch workflow: %w", err)
+			return nil, fmt.Errorf("watch workflow: %s", status.Convert(err).Message())
 		}
 		if err := show(w, time.Now()); err != nil {
 			return nil, err
@@ -301,7 +303,7 @@ func (d *demo) waitApplied(ctx context.Context, control rowliftv1.ControlClient,
 	for {
 		w, err := control.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: name})
 		if err != nil {
-			return nil, fmt.Errorf("workflow status: %w", err)
+			return nil, fmt.Errorf("workflow status: %s", status.Convert(err).Message())
 		}
 		streams := w.GetStatus().GetStreams()
 		applied := len(streams) > 0
@@ -315,7 +317,11 @@ func (d *demo) waitApplied(ctx context.Context, control rowliftv1.ControlClient,
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("the target did not apply up to %s within 2 minutes (status: %s)", pos, w.GetStatus().GetMessage())
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

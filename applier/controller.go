@@ -163,7 +163,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err := store.RecordCopyStart(ctx, name, c.source.GetName(), estimates); err != nil {
 		return false, err
 	}
-	play, err := newPlayer(e.db, name, c.source.GetName(), owner, targetDatabase(c.spec), tables, resume)
+	play, err := newPlayer(e.db, name, c.source.GetName(), owner, TargetDatabase(c.spec), tables, resume)
 	if err != nil {
 		return false, err
 	}
@@ -426,7 +426,7 @@ func sourceByName(spec *rowliftv1.WorkflowSpec, name string) *rowliftv1.SourceSh
 
 // targetDatabase is the target database of a workflow: the source's name unless
 // the spec says otherwise.
-func targetDatabase(spec *rowliftv1.WorkflowSpec) string {
+func TargetDatabase(spec *rowliftv1.WorkflowSpec) string {
 	if spec.GetTargetDatabase() != "" {
 		return spec.GetTargetDatabase()
 	}

@@ -46,7 +46,7 @@ type targetTable struct {
 // anything is written, then creates the missing ones.
 func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, fields []*rowliftv1.TableFields,
 	progress map[string]state.TableCopy, maxStmt int) (map[string]*targetTable, error) {
-	targetDB := targetDatabase(spec)
+	targetDB := TargetDatabase(spec)
 	missing, useLoad, err := CheckTargets(ctx, db, spec, fields, progress)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpe
 // each stream again before it writes.
 func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, fields []*rowliftv1.TableFields,
 	progress map[string]state.TableCopy) (missing []*rowliftv1.TableFields, useLoad bool, err error) {
-	targetDB := targetDatabase(spec)
+	targetDB := TargetDatabase(spec)
 	for _, f := range fields {
 		tbl, err := schema.Load(ctx, db, targetDB, f.GetTable())
 		switch {
@@ -88,12 +88,12 @@ func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec,
 			missing = append(missing, f)
 			continue
 		case errors.Is(err, schema.ErrNoKey):
-			return nil, false, permanent("target %v", err)
+			return nil, false, permanent("target %w", err)
 		case err != nil:
 			return nil, false, err
 		}
 		if err := schema.CheckShape(tbl, f); err != nil {
-			return nil, false, permanent("%v", err)
+			return nil, false, permanent("%w", err)
 		}
 		p := progress[f.GetTable()]
 		fresh := p.LastPK == nil && p.RowsCopied == 0 && !p.Done
@@ -105,7 +105,7 @@ func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec,
 					"or create the workflow with allow_nonempty_target", targetDB, f.GetTable())
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
-				return nil, false, fmt.Errorf("check target table %s is empty: %w", f.GetTable(), err)
+				return nil, false, fmt.Errorf("check target table %s.%s is empty: %w", targetDB, f.GetTable(), err)
 			}
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/dbconn"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -86,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 	if s.validateTimeout <= 0 {
 		s.validateTimeout = DefaultValidateTimeout
 	}
-	for _, name := range sortedNames(cfg.Targets) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Targets)) {
 		if name == "" || strings.ContainsAny(name, "=, ") {
 			s.Close()
 			return nil, fmt.Errorf("target name %q: use a non-empty name without '=', ',' or spaces", name)
@@ -158,14 +161,14 @@ func (t *target) fail(err error) error {
 // pick returns the named targets, or every target when names is empty.
 func (s *Server) pick(names []string) ([]*target, error) {
 	if len(names) == 0 {
-		names = sortedNames(s.targets)
+		names = slices.Sorted(maps.Keys(s.targets))
 	}
 	var out []*target
 	for _, n := range names {
 		t := s.targets[n]
 		if t == nil {
 			return nil, status.Errorf(codes.InvalidArgument, "target %q is not configured on this coordinator (it has %s)",
-				n, strings.Join(sortedNames(s.targets), ", "))
+				n, strings.Join(slices.Sorted(maps.Keys(s.targets)), ", "))
 		}
 		out = append(out, t)
 	}
@@ -179,7 +182,7 @@ func (s *Server) specTargets(spec *rowliftv1.WorkflowSpec) ([]*target, error) {
 		t := s.targets[ts.GetName()]
 		if t == nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q has target %q, which is not configured on this coordinator "+
-				"(it has %s): add --target %s=DSN to the coordinator", spec.GetName(), ts.GetName(), strings.Join(sortedNames(s.targets), ", "), ts.GetName())
+				"(it has %s): add --target %s=DSN to the coordinator", spec.GetName(), ts.GetName(), strings.Join(slices.Sorted(maps.Keys(s.targets)), ", "), ts.GetName())
 		}
 		out = append(out, t)
 	}
@@ -363,10 +366,7 @@ func (s *Server) DeleteWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef)
 		}
 	}
 	resp := &rowliftv1.DeleteWorkflowResponse{}
-	db := spec.GetTargetDatabase()
-	if db == "" {
-		db = spec.GetSourceDatabase()
-	}
+	db := applier.TargetDatabase(spec)
 	for i, t := range targets {
 		if err := stores[i].DeleteWorkflow(ctx, spec.GetName()); err != nil {
 			return nil, t.fail(err)
@@ -411,7 +411,7 @@ func (s *Server) ListWorkflows(ctx context.Context, req *rowliftv1.ListWorkflows
 		}
 	}
 	resp := &rowliftv1.ListWorkflowsResponse{}
-	for _, name := range sortedNames(specs) {
+	for _, name := range slices.Sorted(maps.Keys(specs)) {
 		targets, err := s.specTargets(specs[name])
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -196,7 +197,7 @@ func fieldsDiff(a, b *rowliftv1.TableFields) string {
 			return fmt.Sprintf("column %d is %s %s against %s %s", i+1, fa.GetName(), fa.GetColumnType(), fb.GetName(), fb.GetColumnType())
 		}
 	}
-	if fmt.Sprint(a.GetPkColumns()) != fmt.Sprint(b.GetPkColumns()) {
+	if !slices.Equal(a.GetPkColumns(), b.GetPkColumns()) {
 		return "they are keyed by different columns"
 	}
 	return ""

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -409,14 +408,4 @@ func streamETA(copies []state.TableCopy, done bool, past []sample, lag time.Dura
 		eta += (lag - CatchUpLag).Seconds() / speed
 	}
 	return eta
-}
-
-// sortedNames returns a map's keys in order.
-func sortedNames[V any](m map[string]V) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }

@@ -6,9 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -105,14 +106,7 @@ func (f targetFlag) add(v string) error {
 	return nil
 }
 
-func (f targetFlag) names() []string {
-	var out []string
-	for n := range f {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func (f targetFlag) names() []string { return slices.Sorted(maps.Keys(f)) }
 
 // redactTarget cuts a malformed target item at its first ':' after the name,
 // where a DSN's password would start.

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rowlift/rowlift/applier"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -260,11 +261,7 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 		parts = append(parts, p)
 	}
 	def = append(def, fmt.Sprintf("targets\t%s", strings.Join(parts, ", ")))
-	targetDB := spec.GetTargetDatabase()
-	if targetDB == "" {
-		targetDB = spec.GetSourceDatabase()
-	}
-	def = append(def, fmt.Sprintf("database\t%s → %s", spec.GetSourceDatabase(), targetDB))
+	def = append(def, fmt.Sprintf("database\t%s → %s", spec.GetSourceDatabase(), applier.TargetDatabase(spec)))
 	parts = parts[:0]
 	for _, t := range spec.GetTables() {
 		p := t.GetName()

@@ -26,7 +26,7 @@ func throttleTTL(interval time.Duration) time.Duration {
 // ctx ends; a reason it leaves behind lapses after its TTL.
 func (c *controller) throttleTarget(ctx context.Context, client rowliftv1.StreamerClient, copying *atomic.Bool) {
 	opts := c.spec.GetOptions().GetThrottle()
-	interval := throttle.Interval(opts)
+	interval := throttle.Interval(opts.GetCheckIntervalMs())
 	ttl := throttleTTL(interval)
 	checker := throttle.NewChecker(throttle.NewReader(c.engine.db, "target", opts.GetTarget()), interval, c.log)
 	tick := time.NewTicker(interval)

@@ -316,9 +316,6 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	if o.HeartbeatMs <= 0 {
 		o.HeartbeatMs = DefaultHeartbeatMs
 	}
-	if o.ThrottleCheckMs <= 0 {
-		o.ThrottleCheckMs = throttle.DefaultInterval.Milliseconds()
-	}
 	return o, nil
 }
 

@@ -176,7 +176,7 @@ func (g *copyGate) throttled() string {
 
 // newGate builds a stream's copy gate from its options.
 func (s *Server) newGate(workflow string, opts *rowliftv1.StreamOptions, log *zap.Logger) *copyGate {
-	interval := time.Duration(opts.GetThrottleCheckMs()) * time.Millisecond
+	interval := throttle.Interval(opts.GetThrottleCheckMs())
 	g := &copyGate{targets: s.targets, workflow: workflow, interval: interval, log: log}
 	if throttle.Enabled(opts.GetThrottle()) {
 		g.source = throttle.NewChecker(throttle.NewReader(s.db, "source", opts.GetThrottle()), interval, log)

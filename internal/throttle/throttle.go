@@ -27,9 +27,10 @@ const (
 	Lag            = "lag"
 )
 
-// Interval is the check interval of a workflow's throttle options.
-func Interval(t *rowliftv1.Throttle) time.Duration {
-	if ms := t.GetCheckIntervalMs(); ms > 0 {
+// Interval is the check interval given in milliseconds, DefaultInterval for
+// zero: the applier and the streamer read it from different messages.
+func Interval(ms int64) time.Duration {
+	if ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
 	return DefaultInterval

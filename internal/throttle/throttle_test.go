@@ -147,6 +147,6 @@ func TestCheckLimits(t *testing.T) {
 	require.False(t, Enabled(nil))
 	require.False(t, Enabled(&rowliftv1.ThrottleLimits{}))
 	require.True(t, Enabled(&rowliftv1.ThrottleLimits{HistoryLength: 1}))
-	require.Equal(t, time.Second, Interval(nil))
-	require.Equal(t, 250*time.Millisecond, Interval(&rowliftv1.Throttle{CheckIntervalMs: 250}))
+	require.Equal(t, time.Second, Interval(0))
+	require.Equal(t, 250*time.Millisecond, Interval(250))
 }

@@ -143,6 +143,8 @@ const (
 	WorkflowState_WORKFLOW_STATE_ERROR       WorkflowState = 5
 	WorkflowState_WORKFLOW_STATE_CUTOVER     WorkflowState = 6
 	WorkflowState_WORKFLOW_STATE_DONE        WorkflowState = 7
+	// Writes were switched to the targets; the reverse workflow copies them back.
+	WorkflowState_WORKFLOW_STATE_SWITCHED WorkflowState = 8
 )
 
 // Enum value maps for WorkflowState.
@@ -156,6 +158,7 @@ var (
 		5: "WORKFLOW_STATE_ERROR",
 		6: "WORKFLOW_STATE_CUTOVER",
 		7: "WORKFLOW_STATE_DONE",
+		8: "WORKFLOW_STATE_SWITCHED",
 	}
 	WorkflowState_value = map[string]int32{
 		"WORKFLOW_STATE_UNSPECIFIED": 0,
@@ -166,6 +169,7 @@ var (
 		"WORKFLOW_STATE_ERROR":       5,
 		"WORKFLOW_STATE_CUTOVER":     6,
 		"WORKFLOW_STATE_DONE":        7,
+		"WORKFLOW_STATE_SWITCHED":    8,
 	}
 )
 
@@ -209,11 +213,12 @@ const (
 	// Copy done, but the lag is above 5 s: working off the binlog backlog.
 	WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP WorkflowPhase = 3
 	// Copy done and the lag at or under 5 s: the target follows the source.
-	WorkflowPhase_WORKFLOW_PHASE_RUNNING WorkflowPhase = 4
-	WorkflowPhase_WORKFLOW_PHASE_STOPPED WorkflowPhase = 5
-	WorkflowPhase_WORKFLOW_PHASE_ERROR   WorkflowPhase = 6
-	WorkflowPhase_WORKFLOW_PHASE_CUTOVER WorkflowPhase = 7
-	WorkflowPhase_WORKFLOW_PHASE_DONE    WorkflowPhase = 8
+	WorkflowPhase_WORKFLOW_PHASE_RUNNING  WorkflowPhase = 4
+	WorkflowPhase_WORKFLOW_PHASE_STOPPED  WorkflowPhase = 5
+	WorkflowPhase_WORKFLOW_PHASE_ERROR    WorkflowPhase = 6
+	WorkflowPhase_WORKFLOW_PHASE_CUTOVER  WorkflowPhase = 7
+	WorkflowPhase_WORKFLOW_PHASE_DONE     WorkflowPhase = 8
+	WorkflowPhase_WORKFLOW_PHASE_SWITCHED WorkflowPhase = 9
 )
 
 // Enum value maps for WorkflowPhase.
@@ -228,6 +233,7 @@ var (
 		6: "WORKFLOW_PHASE_ERROR",
 		7: "WORKFLOW_PHASE_CUTOVER",
 		8: "WORKFLOW_PHASE_DONE",
+		9: "WORKFLOW_PHASE_SWITCHED",
 	}
 	WorkflowPhase_value = map[string]int32{
 		"WORKFLOW_PHASE_UNSPECIFIED": 0,
@@ -239,6 +245,7 @@ var (
 		"WORKFLOW_PHASE_ERROR":       6,
 		"WORKFLOW_PHASE_CUTOVER":     7,
 		"WORKFLOW_PHASE_DONE":        8,
+		"WORKFLOW_PHASE_SWITCHED":    9,
 	}
 )
 
@@ -269,6 +276,491 @@ func (WorkflowPhase) EnumDescriptor() ([]byte, []int) {
 	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
+// VerifyState is where a workflow's verify is.
+type VerifyState int32
+
+const (
+	VerifyState_VERIFY_STATE_UNSPECIFIED VerifyState = 0
+	VerifyState_VERIFY_STATE_RUNNING     VerifyState = 1
+	VerifyState_VERIFY_STATE_DONE        VerifyState = 2
+)
+
+// Enum value maps for VerifyState.
+var (
+	VerifyState_name = map[int32]string{
+		0: "VERIFY_STATE_UNSPECIFIED",
+		1: "VERIFY_STATE_RUNNING",
+		2: "VERIFY_STATE_DONE",
+	}
+	VerifyState_value = map[string]int32{
+		"VERIFY_STATE_UNSPECIFIED": 0,
+		"VERIFY_STATE_RUNNING":     1,
+		"VERIFY_STATE_DONE":        2,
+	}
+)
+
+func (x VerifyState) Enum() *VerifyState {
+	p := new(VerifyState)
+	*p = x
+	return p
+}
+
+func (x VerifyState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (VerifyState) Descriptor() protoreflect.EnumDescriptor {
+	return file_rowlift_v1_control_proto_enumTypes[4].Descriptor()
+}
+
+func (VerifyState) Type() protoreflect.EnumType {
+	return &file_rowlift_v1_control_proto_enumTypes[4]
+}
+
+func (x VerifyState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use VerifyState.Descriptor instead.
+func (VerifyState) EnumDescriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+type VerifyRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow *WorkflowRef           `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// Rewrite rows that differ from the source at the same point, and report
+	// every repaired key. For cleaning up after a change made to the target by
+	// hand; it never hides a rowlift bug, since each repair is reported.
+	Repair bool `protobuf:"varint,2,opt,name=repair,proto3" json:"repair,omitempty"`
+	// Start over even if a verify is running or finished.
+	Restart       bool `protobuf:"varint,3,opt,name=restart,proto3" json:"restart,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyRequest) Reset() {
+	*x = VerifyRequest{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyRequest) ProtoMessage() {}
+
+func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
+func (*VerifyRequest) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *VerifyRequest) GetWorkflow() *WorkflowRef {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *VerifyRequest) GetRepair() bool {
+	if x != nil {
+		return x.Repair
+	}
+	return false
+}
+
+func (x *VerifyRequest) GetRestart() bool {
+	if x != nil {
+		return x.Restart
+	}
+	return false
+}
+
+type SwitchRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow *WorkflowRef           `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// Refuse unless every stream's lag is at or under this (zero: 5 s).
+	MaxLagSeconds float64    `protobuf:"fixed64,2,opt,name=max_lag_seconds,json=maxLagSeconds,proto3" json:"max_lag_seconds,omitempty"`
+	Freeze        FreezeMode `protobuf:"varint,3,opt,name=freeze,proto3,enum=rowlift.v1.FreezeMode" json:"freeze,omitempty"`
+	// How long to wait for the streams to apply the freeze position before the
+	// switch is rolled back and the sources unfrozen (zero: 30 s).
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Command run (through sh -c) by the coordinator once writes may go to the
+	// new side; its environment has ROWLIFT_WORKFLOW, ROWLIFT_DIRECTION
+	// (switch|reverse) and ROWLIFT_WRITE_PAUSE_MS. A failing hook is reported,
+	// not rolled back: the data is already switched.
+	HookCmd       string `protobuf:"bytes,5,opt,name=hook_cmd,json=hookCmd,proto3" json:"hook_cmd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchRequest) Reset() {
+	*x = SwitchRequest{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchRequest) ProtoMessage() {}
+
+func (x *SwitchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchRequest.ProtoReflect.Descriptor instead.
+func (*SwitchRequest) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SwitchRequest) GetWorkflow() *WorkflowRef {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *SwitchRequest) GetMaxLagSeconds() float64 {
+	if x != nil {
+		return x.MaxLagSeconds
+	}
+	return 0
+}
+
+func (x *SwitchRequest) GetFreeze() FreezeMode {
+	if x != nil {
+		return x.Freeze
+	}
+	return FreezeMode_FREEZE_MODE_UNSPECIFIED
+}
+
+func (x *SwitchRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *SwitchRequest) GetHookCmd() string {
+	if x != nil {
+		return x.HookCmd
+	}
+	return ""
+}
+
+type SwitchResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow *Workflow              `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// Per frozen side: the position at the freeze, "shard: gtid set".
+	FreezePositions []string `protobuf:"bytes,2,rep,name=freeze_positions,json=freezePositions,proto3" json:"freeze_positions,omitempty"`
+	// Freeze to writes possible on the other side, in milliseconds.
+	WritePauseMs    int64  `protobuf:"varint,3,opt,name=write_pause_ms,json=writePauseMs,proto3" json:"write_pause_ms,omitempty"`
+	ReverseWorkflow string `protobuf:"bytes,4,opt,name=reverse_workflow,json=reverseWorkflow,proto3" json:"reverse_workflow,omitempty"`
+	// The hook's combined output, or why it failed.
+	HookOutput    string `protobuf:"bytes,5,opt,name=hook_output,json=hookOutput,proto3" json:"hook_output,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchResponse) Reset() {
+	*x = SwitchResponse{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchResponse) ProtoMessage() {}
+
+func (x *SwitchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchResponse.ProtoReflect.Descriptor instead.
+func (*SwitchResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SwitchResponse) GetWorkflow() *Workflow {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *SwitchResponse) GetFreezePositions() []string {
+	if x != nil {
+		return x.FreezePositions
+	}
+	return nil
+}
+
+func (x *SwitchResponse) GetWritePauseMs() int64 {
+	if x != nil {
+		return x.WritePauseMs
+	}
+	return 0
+}
+
+func (x *SwitchResponse) GetReverseWorkflow() string {
+	if x != nil {
+		return x.ReverseWorkflow
+	}
+	return ""
+}
+
+func (x *SwitchResponse) GetHookOutput() string {
+	if x != nil {
+		return x.HookOutput
+	}
+	return ""
+}
+
+type CompleteRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Workflow         *WorkflowRef           `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	DropSourceTables bool                   `protobuf:"varint,2,opt,name=drop_source_tables,json=dropSourceTables,proto3" json:"drop_source_tables,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CompleteRequest) Reset() {
+	*x = CompleteRequest{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRequest) ProtoMessage() {}
+
+func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRequest) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CompleteRequest) GetWorkflow() *WorkflowRef {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetDropSourceTables() bool {
+	if x != nil {
+		return x.DropSourceTables
+	}
+	return false
+}
+
+type CompleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server:database.table of the source tables kept (renamed) or dropped.
+	KeptTables    []string `protobuf:"bytes,1,rep,name=kept_tables,json=keptTables,proto3" json:"kept_tables,omitempty"`
+	DroppedTables []string `protobuf:"bytes,2,rep,name=dropped_tables,json=droppedTables,proto3" json:"dropped_tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteResponse) Reset() {
+	*x = CompleteResponse{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteResponse) ProtoMessage() {}
+
+func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
+func (*CompleteResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CompleteResponse) GetKeptTables() []string {
+	if x != nil {
+		return x.KeptTables
+	}
+	return nil
+}
+
+func (x *CompleteResponse) GetDroppedTables() []string {
+	if x != nil {
+		return x.DroppedTables
+	}
+	return nil
+}
+
+type CancelRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Workflow         *WorkflowRef           `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	DropTargetTables bool                   `protobuf:"varint,2,opt,name=drop_target_tables,json=dropTargetTables,proto3" json:"drop_target_tables,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CancelRequest) GetWorkflow() *WorkflowRef {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *CancelRequest) GetDropTargetTables() bool {
+	if x != nil {
+		return x.DropTargetTables
+	}
+	return false
+}
+
+type CancelResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeptTables    []string               `protobuf:"bytes,1,rep,name=kept_tables,json=keptTables,proto3" json:"kept_tables,omitempty"`
+	DroppedTables []string               `protobuf:"bytes,2,rep,name=dropped_tables,json=droppedTables,proto3" json:"dropped_tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CancelResponse) GetKeptTables() []string {
+	if x != nil {
+		return x.KeptTables
+	}
+	return nil
+}
+
+func (x *CancelResponse) GetDroppedTables() []string {
+	if x != nil {
+		return x.DroppedTables
+	}
+	return nil
+}
+
 // WorkflowRef names a workflow and the targets that hold its state.
 type WorkflowRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -283,7 +775,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[0]
+	mi := &file_rowlift_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +787,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[0]
+	mi := &file_rowlift_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +800,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WorkflowRef) GetName() string {
@@ -334,7 +826,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	mi := &file_rowlift_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +838,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	mi := &file_rowlift_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +851,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateWorkflowRequest) GetSpec() *WorkflowSpec {
@@ -388,7 +880,7 @@ type WorkflowSpec struct {
 
 func (x *WorkflowSpec) Reset() {
 	*x = WorkflowSpec{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[2]
+	mi := &file_rowlift_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +892,7 @@ func (x *WorkflowSpec) String() string {
 func (*WorkflowSpec) ProtoMessage() {}
 
 func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[2]
+	mi := &file_rowlift_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +905,7 @@ func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSpec.ProtoReflect.Descriptor instead.
 func (*WorkflowSpec) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkflowSpec) GetName() string {
@@ -472,13 +964,17 @@ type SourceShard struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// host:port of the streamer next to this source.
 	StreamerAddress string `protobuf:"bytes,2,opt,name=streamer_address,json=streamerAddress,proto3" json:"streamer_address,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// For switching: this source server's name among the coordinator's targets
+	// (--target NAME=DSN), where the reverse workflow's state lives and whose
+	// applier writes the reverse stream into the frozen source tables.
+	ReverseTarget string `protobuf:"bytes,3,opt,name=reverse_target,json=reverseTarget,proto3" json:"reverse_target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SourceShard) Reset() {
 	*x = SourceShard{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[3]
+	mi := &file_rowlift_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +986,7 @@ func (x *SourceShard) String() string {
 func (*SourceShard) ProtoMessage() {}
 
 func (x *SourceShard) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[3]
+	mi := &file_rowlift_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +999,7 @@ func (x *SourceShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceShard.ProtoReflect.Descriptor instead.
 func (*SourceShard) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SourceShard) GetName() string {
@@ -520,6 +1016,13 @@ func (x *SourceShard) GetStreamerAddress() string {
 	return ""
 }
 
+func (x *SourceShard) GetReverseTarget() string {
+	if x != nil {
+		return x.ReverseTarget
+	}
+	return ""
+}
+
 // TargetShard is one target server, reached through its applier.
 type TargetShard struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -531,14 +1034,17 @@ type TargetShard struct {
 	ApplierAddress string `protobuf:"bytes,2,opt,name=applier_address,json=applierAddress,proto3" json:"applier_address,omitempty"`
 	// Keyrange this target owns, Vitess style ("-80", "80-", "40-80"). Empty means
 	// the whole keyspace (a table move).
-	KeyRange      string `protobuf:"bytes,3,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KeyRange string `protobuf:"bytes,3,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
+	// For switching: host:port of a streamer next to this target, which the
+	// reverse workflow reads from.
+	ReverseStreamerAddress string `protobuf:"bytes,4,opt,name=reverse_streamer_address,json=reverseStreamerAddress,proto3" json:"reverse_streamer_address,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *TargetShard) Reset() {
 	*x = TargetShard{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[4]
+	mi := &file_rowlift_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +1056,7 @@ func (x *TargetShard) String() string {
 func (*TargetShard) ProtoMessage() {}
 
 func (x *TargetShard) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[4]
+	mi := &file_rowlift_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +1069,7 @@ func (x *TargetShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetShard.ProtoReflect.Descriptor instead.
 func (*TargetShard) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TargetShard) GetName() string {
@@ -587,6 +1093,13 @@ func (x *TargetShard) GetKeyRange() string {
 	return ""
 }
 
+func (x *TargetShard) GetReverseStreamerAddress() string {
+	if x != nil {
+		return x.ReverseStreamerAddress
+	}
+	return ""
+}
+
 // TableSpec is one table to move.
 type TableSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -596,13 +1109,16 @@ type TableSpec struct {
 	Columns []string `protobuf:"bytes,2,rep,name=columns,proto3" json:"columns,omitempty"`
 	// Column hashed to a keyspace ID; required when targets have key ranges.
 	ShardingColumn string `protobuf:"bytes,3,opt,name=sharding_column,json=shardingColumn,proto3" json:"sharding_column,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Name of the table on the target when it differs from name: a cutover sets
+	// it to the frozen name while the target side's tables are frozen.
+	TargetTable   string `protobuf:"bytes,4,opt,name=target_table,json=targetTable,proto3" json:"target_table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TableSpec) Reset() {
 	*x = TableSpec{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[5]
+	mi := &file_rowlift_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +1130,7 @@ func (x *TableSpec) String() string {
 func (*TableSpec) ProtoMessage() {}
 
 func (x *TableSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[5]
+	mi := &file_rowlift_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +1143,7 @@ func (x *TableSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableSpec.ProtoReflect.Descriptor instead.
 func (*TableSpec) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TableSpec) GetName() string {
@@ -647,6 +1163,13 @@ func (x *TableSpec) GetColumns() []string {
 func (x *TableSpec) GetShardingColumn() string {
 	if x != nil {
 		return x.ShardingColumn
+	}
+	return ""
+}
+
+func (x *TableSpec) GetTargetTable() string {
+	if x != nil {
+		return x.TargetTable
 	}
 	return ""
 }
@@ -687,7 +1210,7 @@ type WorkflowOptions struct {
 
 func (x *WorkflowOptions) Reset() {
 	*x = WorkflowOptions{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[6]
+	mi := &file_rowlift_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +1222,7 @@ func (x *WorkflowOptions) String() string {
 func (*WorkflowOptions) ProtoMessage() {}
 
 func (x *WorkflowOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[6]
+	mi := &file_rowlift_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +1235,7 @@ func (x *WorkflowOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowOptions.ProtoReflect.Descriptor instead.
 func (*WorkflowOptions) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkflowOptions) GetOnDdl() OnDDL {
@@ -824,7 +1347,7 @@ type Throttle struct {
 
 func (x *Throttle) Reset() {
 	*x = Throttle{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	mi := &file_rowlift_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +1359,7 @@ func (x *Throttle) String() string {
 func (*Throttle) ProtoMessage() {}
 
 func (x *Throttle) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	mi := &file_rowlift_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1372,7 @@ func (x *Throttle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Throttle.ProtoReflect.Descriptor instead.
 func (*Throttle) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Throttle) GetSource() *ThrottleLimits {
@@ -884,7 +1407,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[8]
+	mi := &file_rowlift_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1419,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[8]
+	mi := &file_rowlift_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1432,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Workflow) GetSpec() *WorkflowSpec {
@@ -962,13 +1485,17 @@ type WorkflowStatus struct {
 	RowsEstimate  int64   `protobuf:"varint,14,opt,name=rows_estimate,json=rowsEstimate,proto3" json:"rows_estimate,omitempty"`
 	Percent       float64 `protobuf:"fixed64,15,opt,name=percent,proto3" json:"percent,omitempty"`
 	RowsPerSecond float64 `protobuf:"fixed64,16,opt,name=rows_per_second,json=rowsPerSecond,proto3" json:"rows_per_second,omitempty"`
+	// The workflow's verify, if one was ever started.
+	Verify *VerifyStatus `protobuf:"bytes,17,opt,name=verify,proto3" json:"verify,omitempty"`
+	// The last switch or reverse, if any.
+	Cutover       *CutoverStatus `protobuf:"bytes,18,opt,name=cutover,proto3" json:"cutover,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowStatus) Reset() {
 	*x = WorkflowStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[9]
+	mi := &file_rowlift_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1507,7 @@ func (x *WorkflowStatus) String() string {
 func (*WorkflowStatus) ProtoMessage() {}
 
 func (x *WorkflowStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[9]
+	mi := &file_rowlift_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1520,7 @@ func (x *WorkflowStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStatus.ProtoReflect.Descriptor instead.
 func (*WorkflowStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkflowStatus) GetState() WorkflowState {
@@ -1108,6 +1635,353 @@ func (x *WorkflowStatus) GetRowsPerSecond() float64 {
 	return 0
 }
 
+func (x *WorkflowStatus) GetVerify() *VerifyStatus {
+	if x != nil {
+		return x.Verify
+	}
+	return nil
+}
+
+func (x *WorkflowStatus) GetCutover() *CutoverStatus {
+	if x != nil {
+		return x.Cutover
+	}
+	return nil
+}
+
+// VerifyStatus is a verify's progress and findings, summed over streams.
+type VerifyStatus struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	State       VerifyState            `protobuf:"varint,1,opt,name=state,proto3,enum=rowlift.v1.VerifyState" json:"state,omitempty"`
+	Repair      bool                   `protobuf:"varint,2,opt,name=repair,proto3" json:"repair,omitempty"`
+	StartedAtUs int64                  `protobuf:"varint,3,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`
+	// When the last table finished; zero while running.
+	FinishedAtUs int64          `protobuf:"varint,4,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`
+	Tables       []*VerifyTable `protobuf:"bytes,5,rep,name=tables,proto3" json:"tables,omitempty"`
+	// Totals over tables.
+	RowsCompared  int64   `protobuf:"varint,6,opt,name=rows_compared,json=rowsCompared,proto3" json:"rows_compared,omitempty"`
+	Missing       int64   `protobuf:"varint,7,opt,name=missing,proto3" json:"missing,omitempty"`
+	Extra         int64   `protobuf:"varint,8,opt,name=extra,proto3" json:"extra,omitempty"`
+	Different     int64   `protobuf:"varint,9,opt,name=different,proto3" json:"different,omitempty"`
+	Repaired      int64   `protobuf:"varint,10,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	Percent       float64 `protobuf:"fixed64,11,opt,name=percent,proto3" json:"percent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyStatus) Reset() {
+	*x = VerifyStatus{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyStatus) ProtoMessage() {}
+
+func (x *VerifyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyStatus.ProtoReflect.Descriptor instead.
+func (*VerifyStatus) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *VerifyStatus) GetState() VerifyState {
+	if x != nil {
+		return x.State
+	}
+	return VerifyState_VERIFY_STATE_UNSPECIFIED
+}
+
+func (x *VerifyStatus) GetRepair() bool {
+	if x != nil {
+		return x.Repair
+	}
+	return false
+}
+
+func (x *VerifyStatus) GetStartedAtUs() int64 {
+	if x != nil {
+		return x.StartedAtUs
+	}
+	return 0
+}
+
+func (x *VerifyStatus) GetFinishedAtUs() int64 {
+	if x != nil {
+		return x.FinishedAtUs
+	}
+	return 0
+}
+
+func (x *VerifyStatus) GetTables() []*VerifyTable {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+func (x *VerifyStatus) GetRowsCompared() int64 {
+	if x != nil {
+		return x.RowsCompared
+	}
+	return 0
+}
+
+func (x *VerifyStatus) GetMissing() int64 {
+	if x != nil {
+		return x.Missing
+	}
+	return 0
+}
+
+func (x *VerifyStatus) GetExtra() int64 {
+	if x != nil {
+		return x.Extra
+	}
+	return 0
+}
+
+func (x *VerifyStatus) GetDifferent() int64 {
+	if x != nil {
+		return x.Different
+	}
+	return 0
+}
+
+func (x *VerifyStatus) GetRepaired() int64 {
+	if x != nil {
+		return x.Repaired
+	}
+	return 0
+}
+
+func (x *VerifyStatus) GetPercent() float64 {
+	if x != nil {
+		return x.Percent
+	}
+	return 0
+}
+
+// VerifyTable is one table's verify.
+type VerifyTable struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RowsCompared int64                  `protobuf:"varint,2,opt,name=rows_compared,json=rowsCompared,proto3" json:"rows_compared,omitempty"`
+	// Keys on the source only, on the target only, and on both with other values.
+	Missing   int64 `protobuf:"varint,3,opt,name=missing,proto3" json:"missing,omitempty"`
+	Extra     int64 `protobuf:"varint,4,opt,name=extra,proto3" json:"extra,omitempty"`
+	Different int64 `protobuf:"varint,5,opt,name=different,proto3" json:"different,omitempty"`
+	Repaired  int64 `protobuf:"varint,6,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	Done      bool  `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`
+	// The first differing (or repaired) keys, like "missing on target: (id=5)".
+	Examples      []string `protobuf:"bytes,8,rep,name=examples,proto3" json:"examples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyTable) Reset() {
+	*x = VerifyTable{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyTable) ProtoMessage() {}
+
+func (x *VerifyTable) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyTable.ProtoReflect.Descriptor instead.
+func (*VerifyTable) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *VerifyTable) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VerifyTable) GetRowsCompared() int64 {
+	if x != nil {
+		return x.RowsCompared
+	}
+	return 0
+}
+
+func (x *VerifyTable) GetMissing() int64 {
+	if x != nil {
+		return x.Missing
+	}
+	return 0
+}
+
+func (x *VerifyTable) GetExtra() int64 {
+	if x != nil {
+		return x.Extra
+	}
+	return 0
+}
+
+func (x *VerifyTable) GetDifferent() int64 {
+	if x != nil {
+		return x.Different
+	}
+	return 0
+}
+
+func (x *VerifyTable) GetRepaired() int64 {
+	if x != nil {
+		return x.Repaired
+	}
+	return 0
+}
+
+func (x *VerifyTable) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *VerifyTable) GetExamples() []string {
+	if x != nil {
+		return x.Examples
+	}
+	return nil
+}
+
+// CutoverStatus is a workflow's last switch or reverse.
+type CutoverStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "switch" or "reverse".
+	Direction string `protobuf:"bytes,1,opt,name=direction,proto3" json:"direction,omitempty"`
+	// The journal's step: checking, frozen, applied, reversed, done, rolled_back.
+	Step            string   `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	ReverseWorkflow string   `protobuf:"bytes,3,opt,name=reverse_workflow,json=reverseWorkflow,proto3" json:"reverse_workflow,omitempty"`
+	FreezePositions []string `protobuf:"bytes,4,rep,name=freeze_positions,json=freezePositions,proto3" json:"freeze_positions,omitempty"`
+	WritePauseMs    int64    `protobuf:"varint,5,opt,name=write_pause_ms,json=writePauseMs,proto3" json:"write_pause_ms,omitempty"`
+	StartedAtUs     int64    `protobuf:"varint,6,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`
+	FinishedAtUs    int64    `protobuf:"varint,7,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`
+	Message         string   `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CutoverStatus) Reset() {
+	*x = CutoverStatus{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutoverStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutoverStatus) ProtoMessage() {}
+
+func (x *CutoverStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutoverStatus.ProtoReflect.Descriptor instead.
+func (*CutoverStatus) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CutoverStatus) GetDirection() string {
+	if x != nil {
+		return x.Direction
+	}
+	return ""
+}
+
+func (x *CutoverStatus) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *CutoverStatus) GetReverseWorkflow() string {
+	if x != nil {
+		return x.ReverseWorkflow
+	}
+	return ""
+}
+
+func (x *CutoverStatus) GetFreezePositions() []string {
+	if x != nil {
+		return x.FreezePositions
+	}
+	return nil
+}
+
+func (x *CutoverStatus) GetWritePauseMs() int64 {
+	if x != nil {
+		return x.WritePauseMs
+	}
+	return 0
+}
+
+func (x *CutoverStatus) GetStartedAtUs() int64 {
+	if x != nil {
+		return x.StartedAtUs
+	}
+	return 0
+}
+
+func (x *CutoverStatus) GetFinishedAtUs() int64 {
+	if x != nil {
+		return x.FinishedAtUs
+	}
+	return 0
+}
+
+func (x *CutoverStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // TableStatus is the copy progress of one table, summed over the workflow's streams.
 type TableStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1129,7 +2003,7 @@ type TableStatus struct {
 
 func (x *TableStatus) Reset() {
 	*x = TableStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[10]
+	mi := &file_rowlift_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +2015,7 @@ func (x *TableStatus) String() string {
 func (*TableStatus) ProtoMessage() {}
 
 func (x *TableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[10]
+	mi := &file_rowlift_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +2028,7 @@ func (x *TableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatus.ProtoReflect.Descriptor instead.
 func (*TableStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TableStatus) GetName() string {
@@ -1234,7 +2108,7 @@ type StreamStatus struct {
 
 func (x *StreamStatus) Reset() {
 	*x = StreamStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[11]
+	mi := &file_rowlift_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +2120,7 @@ func (x *StreamStatus) String() string {
 func (*StreamStatus) ProtoMessage() {}
 
 func (x *StreamStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[11]
+	mi := &file_rowlift_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +2133,7 @@ func (x *StreamStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStatus.ProtoReflect.Descriptor instead.
 func (*StreamStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StreamStatus) GetSource() string {
@@ -1336,7 +2210,7 @@ type DeleteWorkflowResponse struct {
 
 func (x *DeleteWorkflowResponse) Reset() {
 	*x = DeleteWorkflowResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[12]
+	mi := &file_rowlift_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +2222,7 @@ func (x *DeleteWorkflowResponse) String() string {
 func (*DeleteWorkflowResponse) ProtoMessage() {}
 
 func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[12]
+	mi := &file_rowlift_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +2235,7 @@ func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteWorkflowResponse) GetKeptTables() []string {
@@ -1382,7 +2256,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[13]
+	mi := &file_rowlift_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +2268,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[13]
+	mi := &file_rowlift_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +2281,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListWorkflowsRequest) GetTargets() []string {
@@ -1426,7 +2300,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[14]
+	mi := &file_rowlift_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +2312,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[14]
+	mi := &file_rowlift_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +2325,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -1472,7 +2346,7 @@ type WatchWorkflowRequest struct {
 
 func (x *WatchWorkflowRequest) Reset() {
 	*x = WatchWorkflowRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[15]
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +2358,7 @@ func (x *WatchWorkflowRequest) String() string {
 func (*WatchWorkflowRequest) ProtoMessage() {}
 
 func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[15]
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +2371,7 @@ func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchWorkflowRequest) GetWorkflow() *WorkflowRef {
@@ -1519,7 +2393,39 @@ var File_rowlift_v1_control_proto protoreflect.FileDescriptor
 const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18rowlift/v1/control.proto\x12\n" +
-	"rowlift.v1\x1a\x17rowlift/v1/stream.proto\";\n" +
+	"rowlift.v1\x1a\x17rowlift/v1/stream.proto\"v\n" +
+	"\rVerifyRequest\x123\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12\x16\n" +
+	"\x06repair\x18\x02 \x01(\bR\x06repair\x12\x18\n" +
+	"\arestart\x18\x03 \x01(\bR\arestart\"\xd6\x01\n" +
+	"\rSwitchRequest\x123\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12&\n" +
+	"\x0fmax_lag_seconds\x18\x02 \x01(\x01R\rmaxLagSeconds\x12.\n" +
+	"\x06freeze\x18\x03 \x01(\x0e2\x16.rowlift.v1.FreezeModeR\x06freeze\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x19\n" +
+	"\bhook_cmd\x18\x05 \x01(\tR\ahookCmd\"\xdf\x01\n" +
+	"\x0eSwitchResponse\x120\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x14.rowlift.v1.WorkflowR\bworkflow\x12)\n" +
+	"\x10freeze_positions\x18\x02 \x03(\tR\x0ffreezePositions\x12$\n" +
+	"\x0ewrite_pause_ms\x18\x03 \x01(\x03R\fwritePauseMs\x12)\n" +
+	"\x10reverse_workflow\x18\x04 \x01(\tR\x0freverseWorkflow\x12\x1f\n" +
+	"\vhook_output\x18\x05 \x01(\tR\n" +
+	"hookOutput\"t\n" +
+	"\x0fCompleteRequest\x123\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12,\n" +
+	"\x12drop_source_tables\x18\x02 \x01(\bR\x10dropSourceTables\"Z\n" +
+	"\x10CompleteResponse\x12\x1f\n" +
+	"\vkept_tables\x18\x01 \x03(\tR\n" +
+	"keptTables\x12%\n" +
+	"\x0edropped_tables\x18\x02 \x03(\tR\rdroppedTables\"r\n" +
+	"\rCancelRequest\x123\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12,\n" +
+	"\x12drop_target_tables\x18\x02 \x01(\bR\x10dropTargetTables\"X\n" +
+	"\x0eCancelResponse\x12\x1f\n" +
+	"\vkept_tables\x18\x01 \x03(\tR\n" +
+	"keptTables\x12%\n" +
+	"\x0edropped_tables\x18\x02 \x03(\tR\rdroppedTables\";\n" +
 	"\vWorkflowRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\atargets\x18\x02 \x03(\tR\atargets\"E\n" +
@@ -1532,18 +2438,21 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x06tables\x18\x04 \x03(\v2\x15.rowlift.v1.TableSpecR\x06tables\x125\n" +
 	"\aoptions\x18\x05 \x01(\v2\x1b.rowlift.v1.WorkflowOptionsR\aoptions\x12'\n" +
 	"\x0fsource_database\x18\x06 \x01(\tR\x0esourceDatabase\x12'\n" +
-	"\x0ftarget_database\x18\a \x01(\tR\x0etargetDatabase\"L\n" +
+	"\x0ftarget_database\x18\a \x01(\tR\x0etargetDatabase\"s\n" +
 	"\vSourceShard\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
-	"\x10streamer_address\x18\x02 \x01(\tR\x0fstreamerAddress\"g\n" +
+	"\x10streamer_address\x18\x02 \x01(\tR\x0fstreamerAddress\x12%\n" +
+	"\x0ereverse_target\x18\x03 \x01(\tR\rreverseTarget\"\xa1\x01\n" +
 	"\vTargetShard\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fapplier_address\x18\x02 \x01(\tR\x0eapplierAddress\x12\x1b\n" +
-	"\tkey_range\x18\x03 \x01(\tR\bkeyRange\"b\n" +
+	"\tkey_range\x18\x03 \x01(\tR\bkeyRange\x128\n" +
+	"\x18reverse_streamer_address\x18\x04 \x01(\tR\x16reverseStreamerAddress\"\x85\x01\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
-	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\"\xcb\x04\n" +
+	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12!\n" +
+	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\"\xcb\x04\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -1567,7 +2476,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x11check_interval_ms\x18\x03 \x01(\x03R\x0fcheckIntervalMs\"l\n" +
 	"\bWorkflow\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\x122\n" +
-	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\"\xdf\x04\n" +
+	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\"\xc6\x05\n" +
 	"\x0eWorkflowStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.rowlift.v1.WorkflowStateR\x05state\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
@@ -1588,7 +2497,40 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"rowsCopied\x12#\n" +
 	"\rrows_estimate\x18\x0e \x01(\x03R\frowsEstimate\x12\x18\n" +
 	"\apercent\x18\x0f \x01(\x01R\apercent\x12&\n" +
-	"\x0frows_per_second\x18\x10 \x01(\x01R\rrowsPerSecond\"\xe1\x01\n" +
+	"\x0frows_per_second\x18\x10 \x01(\x01R\rrowsPerSecond\x120\n" +
+	"\x06verify\x18\x11 \x01(\v2\x18.rowlift.v1.VerifyStatusR\x06verify\x123\n" +
+	"\acutover\x18\x12 \x01(\v2\x19.rowlift.v1.CutoverStatusR\acutover\"\xf9\x02\n" +
+	"\fVerifyStatus\x12-\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x17.rowlift.v1.VerifyStateR\x05state\x12\x16\n" +
+	"\x06repair\x18\x02 \x01(\bR\x06repair\x12\"\n" +
+	"\rstarted_at_us\x18\x03 \x01(\x03R\vstartedAtUs\x12$\n" +
+	"\x0efinished_at_us\x18\x04 \x01(\x03R\ffinishedAtUs\x12/\n" +
+	"\x06tables\x18\x05 \x03(\v2\x17.rowlift.v1.VerifyTableR\x06tables\x12#\n" +
+	"\rrows_compared\x18\x06 \x01(\x03R\frowsCompared\x12\x18\n" +
+	"\amissing\x18\a \x01(\x03R\amissing\x12\x14\n" +
+	"\x05extra\x18\b \x01(\x03R\x05extra\x12\x1c\n" +
+	"\tdifferent\x18\t \x01(\x03R\tdifferent\x12\x1a\n" +
+	"\brepaired\x18\n" +
+	" \x01(\x03R\brepaired\x12\x18\n" +
+	"\apercent\x18\v \x01(\x01R\apercent\"\xe0\x01\n" +
+	"\vVerifyTable\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rrows_compared\x18\x02 \x01(\x03R\frowsCompared\x12\x18\n" +
+	"\amissing\x18\x03 \x01(\x03R\amissing\x12\x14\n" +
+	"\x05extra\x18\x04 \x01(\x03R\x05extra\x12\x1c\n" +
+	"\tdifferent\x18\x05 \x01(\x03R\tdifferent\x12\x1a\n" +
+	"\brepaired\x18\x06 \x01(\x03R\brepaired\x12\x12\n" +
+	"\x04done\x18\a \x01(\bR\x04done\x12\x1a\n" +
+	"\bexamples\x18\b \x03(\tR\bexamples\"\xa1\x02\n" +
+	"\rCutoverStatus\x12\x1c\n" +
+	"\tdirection\x18\x01 \x01(\tR\tdirection\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12)\n" +
+	"\x10reverse_workflow\x18\x03 \x01(\tR\x0freverseWorkflow\x12)\n" +
+	"\x10freeze_positions\x18\x04 \x03(\tR\x0ffreezePositions\x12$\n" +
+	"\x0ewrite_pause_ms\x18\x05 \x01(\x03R\fwritePauseMs\x12\"\n" +
+	"\rstarted_at_us\x18\x06 \x01(\x03R\vstartedAtUs\x12$\n" +
+	"\x0efinished_at_us\x18\a \x01(\x03R\ffinishedAtUs\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage\"\xe1\x01\n" +
 	"\vTableStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vrows_copied\x18\x02 \x01(\x03R\n" +
@@ -1628,7 +2570,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"CopyMethod\x12\x1b\n" +
 	"\x17COPY_METHOD_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15COPY_METHOD_LOAD_DATA\x10\x01\x12\x16\n" +
-	"\x12COPY_METHOD_INSERT\x10\x02*\xeb\x01\n" +
+	"\x12COPY_METHOD_INSERT\x10\x02*\x88\x02\n" +
 	"\rWorkflowState\x12\x1e\n" +
 	"\x1aWORKFLOW_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13WORKFLOW_STATE_INIT\x10\x01\x12\x1a\n" +
@@ -1637,7 +2579,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x16WORKFLOW_STATE_STOPPED\x10\x04\x12\x18\n" +
 	"\x14WORKFLOW_STATE_ERROR\x10\x05\x12\x1a\n" +
 	"\x16WORKFLOW_STATE_CUTOVER\x10\x06\x12\x17\n" +
-	"\x13WORKFLOW_STATE_DONE\x10\a*\x8b\x02\n" +
+	"\x13WORKFLOW_STATE_DONE\x10\a\x12\x1b\n" +
+	"\x17WORKFLOW_STATE_SWITCHED\x10\b*\xa8\x02\n" +
 	"\rWorkflowPhase\x12\x1e\n" +
 	"\x1aWORKFLOW_PHASE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13WORKFLOW_PHASE_INIT\x10\x01\x12\x1a\n" +
@@ -1647,7 +2590,12 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x16WORKFLOW_PHASE_STOPPED\x10\x05\x12\x18\n" +
 	"\x14WORKFLOW_PHASE_ERROR\x10\x06\x12\x1a\n" +
 	"\x16WORKFLOW_PHASE_CUTOVER\x10\a\x12\x17\n" +
-	"\x13WORKFLOW_PHASE_DONE\x10\b2\xc2\x04\n" +
+	"\x13WORKFLOW_PHASE_DONE\x10\b\x12\x1b\n" +
+	"\x17WORKFLOW_PHASE_SWITCHED\x10\t*\\\n" +
+	"\vVerifyState\x12\x1c\n" +
+	"\x18VERIFY_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14VERIFY_STATE_RUNNING\x10\x01\x12\x15\n" +
+	"\x11VERIFY_STATE_DONE\x10\x022\xb0\a\n" +
 	"\aControl\x12I\n" +
 	"\x0eCreateWorkflow\x12!.rowlift.v1.CreateWorkflowRequest\x1a\x14.rowlift.v1.Workflow\x12>\n" +
 	"\rStartWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12=\n" +
@@ -1656,7 +2604,12 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0eDeleteWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\".rowlift.v1.DeleteWorkflowResponse\x12<\n" +
 	"\vGetWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12T\n" +
 	"\rListWorkflows\x12 .rowlift.v1.ListWorkflowsRequest\x1a!.rowlift.v1.ListWorkflowsResponse\x12I\n" +
-	"\rWatchWorkflow\x12 .rowlift.v1.WatchWorkflowRequest\x1a\x14.rowlift.v1.Workflow0\x01B7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
+	"\rWatchWorkflow\x12 .rowlift.v1.WatchWorkflowRequest\x1a\x14.rowlift.v1.Workflow0\x01\x12A\n" +
+	"\x0eVerifyWorkflow\x12\x19.rowlift.v1.VerifyRequest\x1a\x14.rowlift.v1.Workflow\x12G\n" +
+	"\x0eSwitchWorkflow\x12\x19.rowlift.v1.SwitchRequest\x1a\x1a.rowlift.v1.SwitchResponse\x12H\n" +
+	"\x0fReverseWorkflow\x12\x19.rowlift.v1.SwitchRequest\x1a\x1a.rowlift.v1.SwitchResponse\x12M\n" +
+	"\x10CompleteWorkflow\x12\x1b.rowlift.v1.CompleteRequest\x1a\x1c.rowlift.v1.CompleteResponse\x12G\n" +
+	"\x0eCancelWorkflow\x12\x19.rowlift.v1.CancelRequest\x1a\x1a.rowlift.v1.CancelResponseB7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
 
 var (
 	file_rowlift_v1_control_proto_rawDescOnce sync.Once
@@ -1670,73 +2623,105 @@ func file_rowlift_v1_control_proto_rawDescGZIP() []byte {
 	return file_rowlift_v1_control_proto_rawDescData
 }
 
-var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_rowlift_v1_control_proto_goTypes = []any{
 	(OnDDL)(0),                     // 0: rowlift.v1.OnDDL
 	(CopyMethod)(0),                // 1: rowlift.v1.CopyMethod
 	(WorkflowState)(0),             // 2: rowlift.v1.WorkflowState
 	(WorkflowPhase)(0),             // 3: rowlift.v1.WorkflowPhase
-	(*WorkflowRef)(nil),            // 4: rowlift.v1.WorkflowRef
-	(*CreateWorkflowRequest)(nil),  // 5: rowlift.v1.CreateWorkflowRequest
-	(*WorkflowSpec)(nil),           // 6: rowlift.v1.WorkflowSpec
-	(*SourceShard)(nil),            // 7: rowlift.v1.SourceShard
-	(*TargetShard)(nil),            // 8: rowlift.v1.TargetShard
-	(*TableSpec)(nil),              // 9: rowlift.v1.TableSpec
-	(*WorkflowOptions)(nil),        // 10: rowlift.v1.WorkflowOptions
-	(*Throttle)(nil),               // 11: rowlift.v1.Throttle
-	(*Workflow)(nil),               // 12: rowlift.v1.Workflow
-	(*WorkflowStatus)(nil),         // 13: rowlift.v1.WorkflowStatus
-	(*TableStatus)(nil),            // 14: rowlift.v1.TableStatus
-	(*StreamStatus)(nil),           // 15: rowlift.v1.StreamStatus
-	(*DeleteWorkflowResponse)(nil), // 16: rowlift.v1.DeleteWorkflowResponse
-	(*ListWorkflowsRequest)(nil),   // 17: rowlift.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),  // 18: rowlift.v1.ListWorkflowsResponse
-	(*WatchWorkflowRequest)(nil),   // 19: rowlift.v1.WatchWorkflowRequest
-	(*ThrottleLimits)(nil),         // 20: rowlift.v1.ThrottleLimits
-	(*Position)(nil),               // 21: rowlift.v1.Position
+	(VerifyState)(0),               // 4: rowlift.v1.VerifyState
+	(*VerifyRequest)(nil),          // 5: rowlift.v1.VerifyRequest
+	(*SwitchRequest)(nil),          // 6: rowlift.v1.SwitchRequest
+	(*SwitchResponse)(nil),         // 7: rowlift.v1.SwitchResponse
+	(*CompleteRequest)(nil),        // 8: rowlift.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 9: rowlift.v1.CompleteResponse
+	(*CancelRequest)(nil),          // 10: rowlift.v1.CancelRequest
+	(*CancelResponse)(nil),         // 11: rowlift.v1.CancelResponse
+	(*WorkflowRef)(nil),            // 12: rowlift.v1.WorkflowRef
+	(*CreateWorkflowRequest)(nil),  // 13: rowlift.v1.CreateWorkflowRequest
+	(*WorkflowSpec)(nil),           // 14: rowlift.v1.WorkflowSpec
+	(*SourceShard)(nil),            // 15: rowlift.v1.SourceShard
+	(*TargetShard)(nil),            // 16: rowlift.v1.TargetShard
+	(*TableSpec)(nil),              // 17: rowlift.v1.TableSpec
+	(*WorkflowOptions)(nil),        // 18: rowlift.v1.WorkflowOptions
+	(*Throttle)(nil),               // 19: rowlift.v1.Throttle
+	(*Workflow)(nil),               // 20: rowlift.v1.Workflow
+	(*WorkflowStatus)(nil),         // 21: rowlift.v1.WorkflowStatus
+	(*VerifyStatus)(nil),           // 22: rowlift.v1.VerifyStatus
+	(*VerifyTable)(nil),            // 23: rowlift.v1.VerifyTable
+	(*CutoverStatus)(nil),          // 24: rowlift.v1.CutoverStatus
+	(*TableStatus)(nil),            // 25: rowlift.v1.TableStatus
+	(*StreamStatus)(nil),           // 26: rowlift.v1.StreamStatus
+	(*DeleteWorkflowResponse)(nil), // 27: rowlift.v1.DeleteWorkflowResponse
+	(*ListWorkflowsRequest)(nil),   // 28: rowlift.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),  // 29: rowlift.v1.ListWorkflowsResponse
+	(*WatchWorkflowRequest)(nil),   // 30: rowlift.v1.WatchWorkflowRequest
+	(FreezeMode)(0),                // 31: rowlift.v1.FreezeMode
+	(*ThrottleLimits)(nil),         // 32: rowlift.v1.ThrottleLimits
+	(*Position)(nil),               // 33: rowlift.v1.Position
 }
 var file_rowlift_v1_control_proto_depIdxs = []int32{
-	6,  // 0: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
-	7,  // 1: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
-	8,  // 2: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
-	9,  // 3: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
-	10, // 4: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
-	0,  // 5: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
-	1,  // 6: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
-	11, // 7: rowlift.v1.WorkflowOptions.throttle:type_name -> rowlift.v1.Throttle
-	20, // 8: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
-	20, // 9: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
-	6,  // 10: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
-	13, // 11: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
-	2,  // 12: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
-	14, // 13: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
-	15, // 14: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
-	3,  // 15: rowlift.v1.WorkflowStatus.phase:type_name -> rowlift.v1.WorkflowPhase
-	21, // 16: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
-	12, // 17: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
-	4,  // 18: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	5,  // 19: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
-	4,  // 20: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
-	4,  // 21: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
-	4,  // 22: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
-	4,  // 23: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
-	4,  // 24: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
-	17, // 25: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
-	19, // 26: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
-	12, // 27: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
-	12, // 28: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
-	12, // 29: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
-	12, // 30: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
-	16, // 31: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
-	12, // 32: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
-	18, // 33: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
-	12, // 34: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	12, // 0: rowlift.v1.VerifyRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	12, // 1: rowlift.v1.SwitchRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	31, // 2: rowlift.v1.SwitchRequest.freeze:type_name -> rowlift.v1.FreezeMode
+	20, // 3: rowlift.v1.SwitchResponse.workflow:type_name -> rowlift.v1.Workflow
+	12, // 4: rowlift.v1.CompleteRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	12, // 5: rowlift.v1.CancelRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	14, // 6: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
+	15, // 7: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
+	16, // 8: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
+	17, // 9: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
+	18, // 10: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
+	0,  // 11: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
+	1,  // 12: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
+	19, // 13: rowlift.v1.WorkflowOptions.throttle:type_name -> rowlift.v1.Throttle
+	32, // 14: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
+	32, // 15: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
+	14, // 16: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
+	21, // 17: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
+	2,  // 18: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
+	25, // 19: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
+	26, // 20: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
+	3,  // 21: rowlift.v1.WorkflowStatus.phase:type_name -> rowlift.v1.WorkflowPhase
+	22, // 22: rowlift.v1.WorkflowStatus.verify:type_name -> rowlift.v1.VerifyStatus
+	24, // 23: rowlift.v1.WorkflowStatus.cutover:type_name -> rowlift.v1.CutoverStatus
+	4,  // 24: rowlift.v1.VerifyStatus.state:type_name -> rowlift.v1.VerifyState
+	23, // 25: rowlift.v1.VerifyStatus.tables:type_name -> rowlift.v1.VerifyTable
+	33, // 26: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
+	20, // 27: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
+	12, // 28: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	13, // 29: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
+	12, // 30: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 31: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 32: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 33: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 34: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
+	28, // 35: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
+	30, // 36: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
+	5,  // 37: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
+	6,  // 38: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
+	6,  // 39: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
+	8,  // 40: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
+	10, // 41: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
+	20, // 42: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 43: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 44: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 45: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
+	27, // 46: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
+	20, // 47: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
+	29, // 48: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
+	20, // 49: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 50: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
+	7,  // 51: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
+	7,  // 52: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
+	9,  // 53: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
+	11, // 54: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_control_proto_init() }
@@ -1750,8 +2735,8 @@ func file_rowlift_v1_control_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_control_proto_rawDesc), len(file_rowlift_v1_control_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   16,
+			NumEnums:      5,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

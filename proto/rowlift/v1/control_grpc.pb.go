@@ -19,14 +19,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Control_CreateWorkflow_FullMethodName = "/rowlift.v1.Control/CreateWorkflow"
-	Control_StartWorkflow_FullMethodName  = "/rowlift.v1.Control/StartWorkflow"
-	Control_StopWorkflow_FullMethodName   = "/rowlift.v1.Control/StopWorkflow"
-	Control_ResumeWorkflow_FullMethodName = "/rowlift.v1.Control/ResumeWorkflow"
-	Control_DeleteWorkflow_FullMethodName = "/rowlift.v1.Control/DeleteWorkflow"
-	Control_GetWorkflow_FullMethodName    = "/rowlift.v1.Control/GetWorkflow"
-	Control_ListWorkflows_FullMethodName  = "/rowlift.v1.Control/ListWorkflows"
-	Control_WatchWorkflow_FullMethodName  = "/rowlift.v1.Control/WatchWorkflow"
+	Control_CreateWorkflow_FullMethodName   = "/rowlift.v1.Control/CreateWorkflow"
+	Control_StartWorkflow_FullMethodName    = "/rowlift.v1.Control/StartWorkflow"
+	Control_StopWorkflow_FullMethodName     = "/rowlift.v1.Control/StopWorkflow"
+	Control_ResumeWorkflow_FullMethodName   = "/rowlift.v1.Control/ResumeWorkflow"
+	Control_DeleteWorkflow_FullMethodName   = "/rowlift.v1.Control/DeleteWorkflow"
+	Control_GetWorkflow_FullMethodName      = "/rowlift.v1.Control/GetWorkflow"
+	Control_ListWorkflows_FullMethodName    = "/rowlift.v1.Control/ListWorkflows"
+	Control_WatchWorkflow_FullMethodName    = "/rowlift.v1.Control/WatchWorkflow"
+	Control_VerifyWorkflow_FullMethodName   = "/rowlift.v1.Control/VerifyWorkflow"
+	Control_SwitchWorkflow_FullMethodName   = "/rowlift.v1.Control/SwitchWorkflow"
+	Control_ReverseWorkflow_FullMethodName  = "/rowlift.v1.Control/ReverseWorkflow"
+	Control_CompleteWorkflow_FullMethodName = "/rowlift.v1.Control/CompleteWorkflow"
+	Control_CancelWorkflow_FullMethodName   = "/rowlift.v1.Control/CancelWorkflow"
 )
 
 // ControlClient is the client API for Control service.
@@ -67,6 +72,30 @@ type ControlClient interface {
 	// WatchWorkflow sends the workflow's status now and then at every interval until
 	// the caller cancels or the workflow is deleted.
 	WatchWorkflow(ctx context.Context, in *WatchWorkflowRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Workflow], error)
+	// VerifyWorkflow compares every table of a copied workflow, source against
+	// target, chunk by chunk at exact points while traffic runs (each chunk's
+	// source snapshot at a fence, the target at exactly that fence). It returns at
+	// once; status.verify shows progress and results, which survive restarts of
+	// every process. Calling it again while a verify runs changes nothing;
+	// restart=true starts over. FailedPrecondition before the copy is done.
+	VerifyWorkflow(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*Workflow, error)
+	// SwitchWorkflow moves writes from the sources to the targets: it checks lag,
+	// freezes the moved tables on every source, waits until every stream has
+	// applied the freeze position, starts the reverse workflow (targets ->
+	// sources) and calls the routing hook. Every step is journaled on the targets;
+	// a crash resumes or rolls back, and a timeout always unfreezes the sources.
+	SwitchWorkflow(ctx context.Context, in *SwitchRequest, opts ...grpc.CallOption) (*SwitchResponse, error)
+	// ReverseWorkflow switches a switched workflow back: writes return to the
+	// sources through the same steps with the roles swapped, and the workflow
+	// resumes following the sources from where they left off.
+	ReverseWorkflow(ctx context.Context, in *SwitchRequest, opts ...grpc.CallOption) (*SwitchResponse, error)
+	// CompleteWorkflow ends a switched workflow: stops and removes its reverse
+	// workflow and its state; the frozen source tables are kept (renamed) unless
+	// drop_source_tables.
+	CompleteWorkflow(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
+	// CancelWorkflow ends a workflow that was never switched: stops it and removes
+	// its state; the target tables are kept unless drop_target_tables.
+	CancelWorkflow(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 }
 
 type controlClient struct {
@@ -166,6 +195,56 @@ func (c *controlClient) WatchWorkflow(ctx context.Context, in *WatchWorkflowRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_WatchWorkflowClient = grpc.ServerStreamingClient[Workflow]
 
+func (c *controlClient) VerifyWorkflow(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*Workflow, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Workflow)
+	err := c.cc.Invoke(ctx, Control_VerifyWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) SwitchWorkflow(ctx context.Context, in *SwitchRequest, opts ...grpc.CallOption) (*SwitchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SwitchResponse)
+	err := c.cc.Invoke(ctx, Control_SwitchWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ReverseWorkflow(ctx context.Context, in *SwitchRequest, opts ...grpc.CallOption) (*SwitchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SwitchResponse)
+	err := c.cc.Invoke(ctx, Control_ReverseWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CompleteWorkflow(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteResponse)
+	err := c.cc.Invoke(ctx, Control_CompleteWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) CancelWorkflow(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, Control_CancelWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -204,6 +283,30 @@ type ControlServer interface {
 	// WatchWorkflow sends the workflow's status now and then at every interval until
 	// the caller cancels or the workflow is deleted.
 	WatchWorkflow(*WatchWorkflowRequest, grpc.ServerStreamingServer[Workflow]) error
+	// VerifyWorkflow compares every table of a copied workflow, source against
+	// target, chunk by chunk at exact points while traffic runs (each chunk's
+	// source snapshot at a fence, the target at exactly that fence). It returns at
+	// once; status.verify shows progress and results, which survive restarts of
+	// every process. Calling it again while a verify runs changes nothing;
+	// restart=true starts over. FailedPrecondition before the copy is done.
+	VerifyWorkflow(context.Context, *VerifyRequest) (*Workflow, error)
+	// SwitchWorkflow moves writes from the sources to the targets: it checks lag,
+	// freezes the moved tables on every source, waits until every stream has
+	// applied the freeze position, starts the reverse workflow (targets ->
+	// sources) and calls the routing hook. Every step is journaled on the targets;
+	// a crash resumes or rolls back, and a timeout always unfreezes the sources.
+	SwitchWorkflow(context.Context, *SwitchRequest) (*SwitchResponse, error)
+	// ReverseWorkflow switches a switched workflow back: writes return to the
+	// sources through the same steps with the roles swapped, and the workflow
+	// resumes following the sources from where they left off.
+	ReverseWorkflow(context.Context, *SwitchRequest) (*SwitchResponse, error)
+	// CompleteWorkflow ends a switched workflow: stops and removes its reverse
+	// workflow and its state; the frozen source tables are kept (renamed) unless
+	// drop_source_tables.
+	CompleteWorkflow(context.Context, *CompleteRequest) (*CompleteResponse, error)
+	// CancelWorkflow ends a workflow that was never switched: stops it and removes
+	// its state; the target tables are kept unless drop_target_tables.
+	CancelWorkflow(context.Context, *CancelRequest) (*CancelResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -237,6 +340,21 @@ func (UnimplementedControlServer) ListWorkflows(context.Context, *ListWorkflowsR
 }
 func (UnimplementedControlServer) WatchWorkflow(*WatchWorkflowRequest, grpc.ServerStreamingServer[Workflow]) error {
 	return status.Error(codes.Unimplemented, "method WatchWorkflow not implemented")
+}
+func (UnimplementedControlServer) VerifyWorkflow(context.Context, *VerifyRequest) (*Workflow, error) {
+	return nil, status.Error(codes.Unimplemented, "method VerifyWorkflow not implemented")
+}
+func (UnimplementedControlServer) SwitchWorkflow(context.Context, *SwitchRequest) (*SwitchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SwitchWorkflow not implemented")
+}
+func (UnimplementedControlServer) ReverseWorkflow(context.Context, *SwitchRequest) (*SwitchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReverseWorkflow not implemented")
+}
+func (UnimplementedControlServer) CompleteWorkflow(context.Context, *CompleteRequest) (*CompleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteWorkflow not implemented")
+}
+func (UnimplementedControlServer) CancelWorkflow(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelWorkflow not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -396,6 +514,96 @@ func _Control_WatchWorkflow_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_WatchWorkflowServer = grpc.ServerStreamingServer[Workflow]
 
+func _Control_VerifyWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VerifyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).VerifyWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_VerifyWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).VerifyWorkflow(ctx, req.(*VerifyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_SwitchWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SwitchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SwitchWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SwitchWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SwitchWorkflow(ctx, req.(*SwitchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ReverseWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SwitchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ReverseWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ReverseWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ReverseWorkflow(ctx, req.(*SwitchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CompleteWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CompleteWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CompleteWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CompleteWorkflow(ctx, req.(*CompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_CancelWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CancelWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CancelWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CancelWorkflow(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -430,6 +638,26 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWorkflows",
 			Handler:    _Control_ListWorkflows_Handler,
+		},
+		{
+			MethodName: "VerifyWorkflow",
+			Handler:    _Control_VerifyWorkflow_Handler,
+		},
+		{
+			MethodName: "SwitchWorkflow",
+			Handler:    _Control_SwitchWorkflow_Handler,
+		},
+		{
+			MethodName: "ReverseWorkflow",
+			Handler:    _Control_ReverseWorkflow_Handler,
+		},
+		{
+			MethodName: "CompleteWorkflow",
+			Handler:    _Control_CompleteWorkflow_Handler,
+		},
+		{
+			MethodName: "CancelWorkflow",
+			Handler:    _Control_CancelWorkflow_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

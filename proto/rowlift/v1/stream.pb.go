@@ -25,6 +25,197 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// FreezeMode is how a cutover stops writes to the moved tables.
+type FreezeMode int32
+
+const (
+	// RENAME.
+	FreezeMode_FREEZE_MODE_UNSPECIFIED FreezeMode = 0
+	// Rename the tables out of the way in one atomic RENAME TABLE.
+	FreezeMode_FREEZE_MODE_RENAME FreezeMode = 1
+	// LOCK TABLES ... READ, held by the streamer for the write pause.
+	FreezeMode_FREEZE_MODE_LOCK FreezeMode = 2
+	// Nothing: the orchestration tool has stopped writes itself.
+	FreezeMode_FREEZE_MODE_NONE FreezeMode = 3
+)
+
+// Enum value maps for FreezeMode.
+var (
+	FreezeMode_name = map[int32]string{
+		0: "FREEZE_MODE_UNSPECIFIED",
+		1: "FREEZE_MODE_RENAME",
+		2: "FREEZE_MODE_LOCK",
+		3: "FREEZE_MODE_NONE",
+	}
+	FreezeMode_value = map[string]int32{
+		"FREEZE_MODE_UNSPECIFIED": 0,
+		"FREEZE_MODE_RENAME":      1,
+		"FREEZE_MODE_LOCK":        2,
+		"FREEZE_MODE_NONE":        3,
+	}
+)
+
+func (x FreezeMode) Enum() *FreezeMode {
+	p := new(FreezeMode)
+	*p = x
+	return p
+}
+
+func (x FreezeMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FreezeMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_rowlift_v1_stream_proto_enumTypes[0].Descriptor()
+}
+
+func (FreezeMode) Type() protoreflect.EnumType {
+	return &file_rowlift_v1_stream_proto_enumTypes[0]
+}
+
+func (x FreezeMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FreezeMode.Descriptor instead.
+func (FreezeMode) EnumDescriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
+}
+
+// FreezeRequest names the tables of one workflow on this source.
+type FreezeRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Database string                 `protobuf:"bytes,2,opt,name=database,proto3" json:"database,omitempty"`
+	// Table names as the application uses them (not the frozen names).
+	Tables []string   `protobuf:"bytes,3,rep,name=tables,proto3" json:"tables,omitempty"`
+	Mode   FreezeMode `protobuf:"varint,4,opt,name=mode,proto3,enum=rowlift.v1.FreezeMode" json:"mode,omitempty"`
+	// LOCK only: the streamer releases the lock by itself after this many
+	// milliseconds (zero: 30000), so a lost coordinator never leaves the source frozen.
+	LeaseMs       int64 `protobuf:"varint,5,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezeRequest) Reset() {
+	*x = FreezeRequest{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezeRequest) ProtoMessage() {}
+
+func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezeRequest.ProtoReflect.Descriptor instead.
+func (*FreezeRequest) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FreezeRequest) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *FreezeRequest) GetDatabase() string {
+	if x != nil {
+		return x.Database
+	}
+	return ""
+}
+
+func (x *FreezeRequest) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+func (x *FreezeRequest) GetMode() FreezeMode {
+	if x != nil {
+		return x.Mode
+	}
+	return FreezeMode_FREEZE_MODE_UNSPECIFIED
+}
+
+func (x *FreezeRequest) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+type FreezeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source's position (gtid_binlog_pos) right after the freeze or unfreeze.
+	Position *Position `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
+	// False when the tables already were in the requested state.
+	Changed       bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezeResponse) Reset() {
+	*x = FreezeResponse{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezeResponse) ProtoMessage() {}
+
+func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezeResponse.ProtoReflect.Descriptor instead.
+func (*FreezeResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FreezeResponse) GetPosition() *Position {
+	if x != nil {
+		return x.Position
+	}
+	return nil
+}
+
+func (x *FreezeResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 // ThrottleRequest is the target side's throttle state of one workflow.
 type ThrottleRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -40,7 +231,7 @@ type ThrottleRequest struct {
 
 func (x *ThrottleRequest) Reset() {
 	*x = ThrottleRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +243,7 @@ func (x *ThrottleRequest) String() string {
 func (*ThrottleRequest) ProtoMessage() {}
 
 func (x *ThrottleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +256,7 @@ func (x *ThrottleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleRequest.ProtoReflect.Descriptor instead.
 func (*ThrottleRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ThrottleRequest) GetWorkflow() string {
@@ -97,7 +288,7 @@ type ThrottleResponse struct {
 
 func (x *ThrottleResponse) Reset() {
 	*x = ThrottleResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -109,7 +300,7 @@ func (x *ThrottleResponse) String() string {
 func (*ThrottleResponse) ProtoMessage() {}
 
 func (x *ThrottleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -122,7 +313,7 @@ func (x *ThrottleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleResponse.ProtoReflect.Descriptor instead.
 func (*ThrottleResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{1}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{3}
 }
 
 // StreamRequest says where to resume and what the target needs. Everything in it
@@ -148,7 +339,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -160,7 +351,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -173,7 +364,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{2}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StreamRequest) GetWorkflow() string {
@@ -228,14 +419,17 @@ type TableRequest struct {
 	// Required when the request has a key_range.
 	ShardingColumn string `protobuf:"bytes,3,opt,name=sharding_column,json=shardingColumn,proto3" json:"sharding_column,omitempty"`
 	// Copy progress as committed on the target.
-	Copy          *CopyProgress `protobuf:"bytes,4,opt,name=copy,proto3" json:"copy,omitempty"`
+	Copy *CopyProgress `protobuf:"bytes,4,opt,name=copy,proto3" json:"copy,omitempty"`
+	// Set while the workflow verifies this table: the streamer sends verify chunks
+	// (Chunk.verify) from after last_pk until the table's end. Unset: no verify.
+	Verify        *VerifyProgress `protobuf:"bytes,5,opt,name=verify,proto3" json:"verify,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TableRequest) Reset() {
 	*x = TableRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +441,7 @@ func (x *TableRequest) String() string {
 func (*TableRequest) ProtoMessage() {}
 
 func (x *TableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +454,7 @@ func (x *TableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableRequest.ProtoReflect.Descriptor instead.
 func (*TableRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{3}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TableRequest) GetName() string {
@@ -291,6 +485,78 @@ func (x *TableRequest) GetCopy() *CopyProgress {
 	return nil
 }
 
+func (x *TableRequest) GetVerify() *VerifyProgress {
+	if x != nil {
+		return x.Verify
+	}
+	return nil
+}
+
+// VerifyProgress is a table's verify state as the target last committed it.
+type VerifyProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Key of the last verified row, packed like a row; unset: from the start.
+	LastPk *Row `protobuf:"bytes,1,opt,name=last_pk,json=lastPk,proto3" json:"last_pk,omitempty"`
+	// True once the whole table is verified: no verify chunks are sent.
+	Done bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	// Verify chunks carry the full source rows too, so the applier can rewrite
+	// rows that differ (VerifyRequest.repair).
+	Repair        bool `protobuf:"varint,3,opt,name=repair,proto3" json:"repair,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyProgress) Reset() {
+	*x = VerifyProgress{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyProgress) ProtoMessage() {}
+
+func (x *VerifyProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyProgress.ProtoReflect.Descriptor instead.
+func (*VerifyProgress) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VerifyProgress) GetLastPk() *Row {
+	if x != nil {
+		return x.LastPk
+	}
+	return nil
+}
+
+func (x *VerifyProgress) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *VerifyProgress) GetRepair() bool {
+	if x != nil {
+		return x.Repair
+	}
+	return false
+}
+
 // CopyProgress is a table's copy state as the target last committed it.
 type CopyProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -305,7 +571,7 @@ type CopyProgress struct {
 
 func (x *CopyProgress) Reset() {
 	*x = CopyProgress{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +583,7 @@ func (x *CopyProgress) String() string {
 func (*CopyProgress) ProtoMessage() {}
 
 func (x *CopyProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +596,7 @@ func (x *CopyProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyProgress.ProtoReflect.Descriptor instead.
 func (*CopyProgress) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{4}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CopyProgress) GetDone() bool {
@@ -370,7 +636,7 @@ type StreamOptions struct {
 
 func (x *StreamOptions) Reset() {
 	*x = StreamOptions{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +648,7 @@ func (x *StreamOptions) String() string {
 func (*StreamOptions) ProtoMessage() {}
 
 func (x *StreamOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +661,7 @@ func (x *StreamOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOptions.ProtoReflect.Descriptor instead.
 func (*StreamOptions) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{5}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamOptions) GetChunkRows() int64 {
@@ -466,7 +732,7 @@ type ThrottleLimits struct {
 
 func (x *ThrottleLimits) Reset() {
 	*x = ThrottleLimits{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +744,7 @@ func (x *ThrottleLimits) String() string {
 func (*ThrottleLimits) ProtoMessage() {}
 
 func (x *ThrottleLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +757,7 @@ func (x *ThrottleLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleLimits.ProtoReflect.Descriptor instead.
 func (*ThrottleLimits) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{6}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ThrottleLimits) GetThreadsRunning() int64 {
@@ -537,7 +803,7 @@ type Position struct {
 
 func (x *Position) Reset() {
 	*x = Position{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +815,7 @@ func (x *Position) String() string {
 func (*Position) ProtoMessage() {}
 
 func (x *Position) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +828,7 @@ func (x *Position) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Position.ProtoReflect.Descriptor instead.
 func (*Position) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{7}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Position) GetGtidSet() string {
@@ -599,7 +865,7 @@ type KeyRange struct {
 
 func (x *KeyRange) Reset() {
 	*x = KeyRange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +877,7 @@ func (x *KeyRange) String() string {
 func (*KeyRange) ProtoMessage() {}
 
 func (x *KeyRange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +890,7 @@ func (x *KeyRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRange.ProtoReflect.Descriptor instead.
 func (*KeyRange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeyRange) GetStart() []byte {
@@ -652,7 +918,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +930,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +943,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ValidateResponse) GetTables() []*TableFields {
@@ -698,7 +964,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +976,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +989,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamResponse) GetItems() []*StreamItem {
@@ -750,7 +1016,7 @@ type StreamItem struct {
 
 func (x *StreamItem) Reset() {
 	*x = StreamItem{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +1028,7 @@ func (x *StreamItem) String() string {
 func (*StreamItem) ProtoMessage() {}
 
 func (x *StreamItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +1041,7 @@ func (x *StreamItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamItem.ProtoReflect.Descriptor instead.
 func (*StreamItem) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamItem) GetItem() isStreamItem_Item {
@@ -882,7 +1148,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1160,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1173,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Row) GetLengths() []int64 {
@@ -943,7 +1209,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1221,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1234,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Field) GetName() string {
@@ -1033,7 +1299,7 @@ type TableFields struct {
 
 func (x *TableFields) Reset() {
 	*x = TableFields{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1311,7 @@ func (x *TableFields) String() string {
 func (*TableFields) ProtoMessage() {}
 
 func (x *TableFields) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1324,7 @@ func (x *TableFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableFields.ProtoReflect.Descriptor instead.
 func (*TableFields) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TableFields) GetTable() string {
@@ -1115,14 +1381,20 @@ type Chunk struct {
 	// since the epoch (the streamer's clock, as for heartbeats): once the chunk is
 	// applied the target is current to at least then, which is what lag means
 	// while a copy keeps the stream too busy for heartbeats.
-	FenceTimeUs   int64 `protobuf:"varint,6,opt,name=fence_time_us,json=fenceTimeUs,proto3" json:"fence_time_us,omitempty"`
+	FenceTimeUs int64 `protobuf:"varint,6,opt,name=fence_time_us,json=fenceTimeUs,proto3" json:"fence_time_us,omitempty"`
+	// A verify chunk: its rows are not data to write but the source's row hashes
+	// at the fence, one row per source row in key order: the key columns, then
+	// the row hash of internal/verify, then (VerifyProgress.repair) every
+	// streamed column. The applier compares them with the target at exactly the
+	// fence. last_pk and table_done are the verify's, not the copy's.
+	Verify        bool `protobuf:"varint,7,opt,name=verify,proto3" json:"verify,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1406,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1419,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Chunk) GetTable() string {
@@ -1192,6 +1464,13 @@ func (x *Chunk) GetFenceTimeUs() int64 {
 	return 0
 }
 
+func (x *Chunk) GetVerify() bool {
+	if x != nil {
+		return x.Verify
+	}
+	return false
+}
+
 // RowChange is one row of a binlog row event. Inserts have only after, deletes only
 // before, updates both.
 type RowChange struct {
@@ -1204,7 +1483,7 @@ type RowChange struct {
 
 func (x *RowChange) Reset() {
 	*x = RowChange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1495,7 @@ func (x *RowChange) String() string {
 func (*RowChange) ProtoMessage() {}
 
 func (x *RowChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1508,7 @@ func (x *RowChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowChange.ProtoReflect.Descriptor instead.
 func (*RowChange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RowChange) GetBefore() *Row {
@@ -1257,7 +1536,7 @@ type RowEvent struct {
 
 func (x *RowEvent) Reset() {
 	*x = RowEvent{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1548,7 @@ func (x *RowEvent) String() string {
 func (*RowEvent) ProtoMessage() {}
 
 func (x *RowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1561,7 @@ func (x *RowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowEvent.ProtoReflect.Descriptor instead.
 func (*RowEvent) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RowEvent) GetTable() string {
@@ -1315,7 +1594,7 @@ type Transaction struct {
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1606,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1619,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Transaction) GetGtid() string {
@@ -1391,7 +1670,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1682,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1695,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Heartbeat) GetPosition() *Position {
@@ -1451,14 +1730,18 @@ type DDL struct {
 	Database  string `protobuf:"bytes,4,opt,name=database,proto3" json:"database,omitempty"`
 	Statement string `protobuf:"bytes,5,opt,name=statement,proto3" json:"statement,omitempty"`
 	// The streamed tables the statement touches.
-	Tables        []string `protobuf:"bytes,6,rep,name=tables,proto3" json:"tables,omitempty"`
+	Tables []string `protobuf:"bytes,6,rep,name=tables,proto3" json:"tables,omitempty"`
+	// A RENAME TABLE by rowlift's cutover (Streamer.Freeze or Unfreeze) between
+	// the streamed tables' names and their frozen names: not a schema change. The
+	// applier moves its position past it and goes on.
+	Freeze        bool `protobuf:"varint,7,opt,name=freeze,proto3" json:"freeze,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DDL) Reset() {
 	*x = DDL{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1753,7 @@ func (x *DDL) String() string {
 func (*DDL) ProtoMessage() {}
 
 func (x *DDL) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1766,7 @@ func (x *DDL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DDL.ProtoReflect.Descriptor instead.
 func (*DDL) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DDL) GetGtid() string {
@@ -1528,12 +1811,28 @@ func (x *DDL) GetTables() []string {
 	return nil
 }
 
+func (x *DDL) GetFreeze() bool {
+	if x != nil {
+		return x.Freeze
+	}
+	return false
+}
+
 var File_rowlift_v1_stream_proto protoreflect.FileDescriptor
 
 const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"\x17rowlift/v1/stream.proto\x12\n" +
-	"rowlift.v1\"\\\n" +
+	"rowlift.v1\"\xa6\x01\n" +
+	"\rFreezeRequest\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1a\n" +
+	"\bdatabase\x18\x02 \x01(\tR\bdatabase\x12\x16\n" +
+	"\x06tables\x18\x03 \x03(\tR\x06tables\x12*\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x16.rowlift.v1.FreezeModeR\x04mode\x12\x19\n" +
+	"\blease_ms\x18\x05 \x01(\x03R\aleaseMs\"\\\n" +
+	"\x0eFreezeResponse\x120\n" +
+	"\bposition\x18\x01 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\\\n" +
 	"\x0fThrottleRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x15\n" +
@@ -1545,12 +1844,17 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x06tables\x18\x03 \x03(\v2\x18.rowlift.v1.TableRequestR\x06tables\x121\n" +
 	"\tkey_range\x18\x04 \x01(\v2\x14.rowlift.v1.KeyRangeR\bkeyRange\x123\n" +
 	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\x12\x1a\n" +
-	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\x93\x01\n" +
+	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\xc7\x01\n" +
 	"\fTableRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12,\n" +
-	"\x04copy\x18\x04 \x01(\v2\x18.rowlift.v1.CopyProgressR\x04copy\"L\n" +
+	"\x04copy\x18\x04 \x01(\v2\x18.rowlift.v1.CopyProgressR\x04copy\x122\n" +
+	"\x06verify\x18\x05 \x01(\v2\x1a.rowlift.v1.VerifyProgressR\x06verify\"f\n" +
+	"\x0eVerifyProgress\x12(\n" +
+	"\alast_pk\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12\x16\n" +
+	"\x06repair\x18\x03 \x01(\bR\x06repair\"L\n" +
 	"\fCopyProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12(\n" +
 	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\x81\x02\n" +
@@ -1604,7 +1908,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
 	"\fcreate_table\x18\x04 \x01(\fR\vcreateTable\x12#\n" +
-	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xdb\x01\n" +
+	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xf3\x01\n" +
 	"\x05Chunk\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12#\n" +
 	"\x04rows\x18\x02 \x03(\v2\x0f.rowlift.v1.RowR\x04rows\x12*\n" +
@@ -1612,7 +1916,8 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\alast_pk\x18\x04 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x1d\n" +
 	"\n" +
 	"table_done\x18\x05 \x01(\bR\ttableDone\x12\"\n" +
-	"\rfence_time_us\x18\x06 \x01(\x03R\vfenceTimeUs\"[\n" +
+	"\rfence_time_us\x18\x06 \x01(\x03R\vfenceTimeUs\x12\x16\n" +
+	"\x06verify\x18\a \x01(\bR\x06verify\"[\n" +
 	"\tRowChange\x12'\n" +
 	"\x06before\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06before\x12%\n" +
 	"\x05after\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x05after\"Q\n" +
@@ -1627,18 +1932,27 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\tHeartbeat\x120\n" +
 	"\bposition\x18\x01 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0esource_time_us\x18\x02 \x01(\x03R\fsourceTimeUs\x12\x1c\n" +
-	"\tthrottled\x18\x03 \x01(\tR\tthrottled\"\xc3\x01\n" +
+	"\tthrottled\x18\x03 \x01(\tR\tthrottled\"\xdb\x01\n" +
 	"\x03DDL\x12\x12\n" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0ecommit_time_us\x18\x03 \x01(\x03R\fcommitTimeUs\x12\x1a\n" +
 	"\bdatabase\x18\x04 \x01(\tR\bdatabase\x12\x1c\n" +
 	"\tstatement\x18\x05 \x01(\tR\tstatement\x12\x16\n" +
-	"\x06tables\x18\x06 \x03(\tR\x06tables2\xd9\x01\n" +
+	"\x06tables\x18\x06 \x03(\tR\x06tables\x12\x16\n" +
+	"\x06freeze\x18\a \x01(\bR\x06freeze*m\n" +
+	"\n" +
+	"FreezeMode\x12\x1b\n" +
+	"\x17FREEZE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12FREEZE_MODE_RENAME\x10\x01\x12\x14\n" +
+	"\x10FREEZE_MODE_LOCK\x10\x02\x12\x14\n" +
+	"\x10FREEZE_MODE_NONE\x10\x032\xdd\x02\n" +
 	"\bStreamer\x12A\n" +
 	"\x06Stream\x12\x19.rowlift.v1.StreamRequest\x1a\x1a.rowlift.v1.StreamResponse0\x01\x12C\n" +
 	"\bValidate\x12\x19.rowlift.v1.StreamRequest\x1a\x1c.rowlift.v1.ValidateResponse\x12E\n" +
-	"\bThrottle\x12\x1b.rowlift.v1.ThrottleRequest\x1a\x1c.rowlift.v1.ThrottleResponseB7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
+	"\bThrottle\x12\x1b.rowlift.v1.ThrottleRequest\x1a\x1c.rowlift.v1.ThrottleResponse\x12?\n" +
+	"\x06Freeze\x12\x19.rowlift.v1.FreezeRequest\x1a\x1a.rowlift.v1.FreezeResponse\x12A\n" +
+	"\bUnfreeze\x12\x19.rowlift.v1.FreezeRequest\x1a\x1a.rowlift.v1.FreezeResponseB7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
 
 var (
 	file_rowlift_v1_stream_proto_rawDescOnce sync.Once
@@ -1652,67 +1966,80 @@ func file_rowlift_v1_stream_proto_rawDescGZIP() []byte {
 	return file_rowlift_v1_stream_proto_rawDescData
 }
 
-var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_rowlift_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_rowlift_v1_stream_proto_goTypes = []any{
-	(*ThrottleRequest)(nil),  // 0: rowlift.v1.ThrottleRequest
-	(*ThrottleResponse)(nil), // 1: rowlift.v1.ThrottleResponse
-	(*StreamRequest)(nil),    // 2: rowlift.v1.StreamRequest
-	(*TableRequest)(nil),     // 3: rowlift.v1.TableRequest
-	(*CopyProgress)(nil),     // 4: rowlift.v1.CopyProgress
-	(*StreamOptions)(nil),    // 5: rowlift.v1.StreamOptions
-	(*ThrottleLimits)(nil),   // 6: rowlift.v1.ThrottleLimits
-	(*Position)(nil),         // 7: rowlift.v1.Position
-	(*KeyRange)(nil),         // 8: rowlift.v1.KeyRange
-	(*ValidateResponse)(nil), // 9: rowlift.v1.ValidateResponse
-	(*StreamResponse)(nil),   // 10: rowlift.v1.StreamResponse
-	(*StreamItem)(nil),       // 11: rowlift.v1.StreamItem
-	(*Row)(nil),              // 12: rowlift.v1.Row
-	(*Field)(nil),            // 13: rowlift.v1.Field
-	(*TableFields)(nil),      // 14: rowlift.v1.TableFields
-	(*Chunk)(nil),            // 15: rowlift.v1.Chunk
-	(*RowChange)(nil),        // 16: rowlift.v1.RowChange
-	(*RowEvent)(nil),         // 17: rowlift.v1.RowEvent
-	(*Transaction)(nil),      // 18: rowlift.v1.Transaction
-	(*Heartbeat)(nil),        // 19: rowlift.v1.Heartbeat
-	(*DDL)(nil),              // 20: rowlift.v1.DDL
+	(FreezeMode)(0),          // 0: rowlift.v1.FreezeMode
+	(*FreezeRequest)(nil),    // 1: rowlift.v1.FreezeRequest
+	(*FreezeResponse)(nil),   // 2: rowlift.v1.FreezeResponse
+	(*ThrottleRequest)(nil),  // 3: rowlift.v1.ThrottleRequest
+	(*ThrottleResponse)(nil), // 4: rowlift.v1.ThrottleResponse
+	(*StreamRequest)(nil),    // 5: rowlift.v1.StreamRequest
+	(*TableRequest)(nil),     // 6: rowlift.v1.TableRequest
+	(*VerifyProgress)(nil),   // 7: rowlift.v1.VerifyProgress
+	(*CopyProgress)(nil),     // 8: rowlift.v1.CopyProgress
+	(*StreamOptions)(nil),    // 9: rowlift.v1.StreamOptions
+	(*ThrottleLimits)(nil),   // 10: rowlift.v1.ThrottleLimits
+	(*Position)(nil),         // 11: rowlift.v1.Position
+	(*KeyRange)(nil),         // 12: rowlift.v1.KeyRange
+	(*ValidateResponse)(nil), // 13: rowlift.v1.ValidateResponse
+	(*StreamResponse)(nil),   // 14: rowlift.v1.StreamResponse
+	(*StreamItem)(nil),       // 15: rowlift.v1.StreamItem
+	(*Row)(nil),              // 16: rowlift.v1.Row
+	(*Field)(nil),            // 17: rowlift.v1.Field
+	(*TableFields)(nil),      // 18: rowlift.v1.TableFields
+	(*Chunk)(nil),            // 19: rowlift.v1.Chunk
+	(*RowChange)(nil),        // 20: rowlift.v1.RowChange
+	(*RowEvent)(nil),         // 21: rowlift.v1.RowEvent
+	(*Transaction)(nil),      // 22: rowlift.v1.Transaction
+	(*Heartbeat)(nil),        // 23: rowlift.v1.Heartbeat
+	(*DDL)(nil),              // 24: rowlift.v1.DDL
 }
 var file_rowlift_v1_stream_proto_depIdxs = []int32{
-	7,  // 0: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
-	3,  // 1: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
-	8,  // 2: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
-	5,  // 3: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
-	4,  // 4: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
-	12, // 5: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
-	6,  // 6: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
-	14, // 7: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
-	11, // 8: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
-	14, // 9: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
-	15, // 10: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
-	18, // 11: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
-	19, // 12: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
-	20, // 13: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
-	13, // 14: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
-	12, // 15: rowlift.v1.Chunk.rows:type_name -> rowlift.v1.Row
-	7,  // 16: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	12, // 17: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	12, // 18: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	12, // 19: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	16, // 20: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	7,  // 21: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	17, // 22: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	7,  // 23: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	7,  // 24: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
-	2,  // 25: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
-	2,  // 26: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
-	0,  // 27: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
-	10, // 28: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	9,  // 29: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
-	1,  // 30: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
-	28, // [28:31] is the sub-list for method output_type
-	25, // [25:28] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	0,  // 0: rowlift.v1.FreezeRequest.mode:type_name -> rowlift.v1.FreezeMode
+	11, // 1: rowlift.v1.FreezeResponse.position:type_name -> rowlift.v1.Position
+	11, // 2: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
+	6,  // 3: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
+	12, // 4: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
+	9,  // 5: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
+	8,  // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
+	7,  // 7: rowlift.v1.TableRequest.verify:type_name -> rowlift.v1.VerifyProgress
+	16, // 8: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
+	16, // 9: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
+	10, // 10: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
+	18, // 11: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
+	15, // 12: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
+	18, // 13: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
+	19, // 14: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
+	22, // 15: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
+	23, // 16: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
+	24, // 17: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
+	17, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
+	16, // 19: rowlift.v1.Chunk.rows:type_name -> rowlift.v1.Row
+	11, // 20: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
+	16, // 21: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	16, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	16, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	20, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	11, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	21, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	11, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	11, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	5,  // 29: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
+	5,  // 30: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
+	3,  // 31: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
+	1,  // 32: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
+	1,  // 33: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
+	14, // 34: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	13, // 35: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	4,  // 36: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
+	2,  // 37: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
+	2,  // 38: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
+	34, // [34:39] is the sub-list for method output_type
+	29, // [29:34] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_stream_proto_init() }
@@ -1720,7 +2047,7 @@ func file_rowlift_v1_stream_proto_init() {
 	if File_rowlift_v1_stream_proto != nil {
 		return
 	}
-	file_rowlift_v1_stream_proto_msgTypes[11].OneofWrappers = []any{
+	file_rowlift_v1_stream_proto_msgTypes[14].OneofWrappers = []any{
 		(*StreamItem_Fields)(nil),
 		(*StreamItem_Chunk)(nil),
 		(*StreamItem_Transaction)(nil),
@@ -1732,13 +2059,14 @@ func file_rowlift_v1_stream_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_stream_proto_rawDesc), len(file_rowlift_v1_stream_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   21,
+			NumEnums:      1,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_rowlift_v1_stream_proto_goTypes,
 		DependencyIndexes: file_rowlift_v1_stream_proto_depIdxs,
+		EnumInfos:         file_rowlift_v1_stream_proto_enumTypes,
 		MessageInfos:      file_rowlift_v1_stream_proto_msgTypes,
 	}.Build()
 	File_rowlift_v1_stream_proto = out.File

@@ -26,6 +26,8 @@ const (
 	Streamer_Stream_FullMethodName   = "/rowlift.v1.Streamer/Stream"
 	Streamer_Validate_FullMethodName = "/rowlift.v1.Streamer/Validate"
 	Streamer_Throttle_FullMethodName = "/rowlift.v1.Streamer/Throttle"
+	Streamer_Freeze_FullMethodName   = "/rowlift.v1.Streamer/Freeze"
+	Streamer_Unfreeze_FullMethodName = "/rowlift.v1.Streamer/Unfreeze"
 )
 
 // StreamerClient is the client API for Streamer service.
@@ -55,6 +57,20 @@ type StreamerClient interface {
 	// restart cannot leave the copy paused. It may arrive before the workflow's
 	// stream opens: the stream takes it when it starts.
 	Throttle(ctx context.Context, in *ThrottleRequest, opts ...grpc.CallOption) (*ThrottleResponse, error)
+	// Freeze stops writes to a workflow's tables on this source for a cutover and
+	// returns the source position after the freeze: every write the tables will
+	// ever have is at or before it. RENAME (the default) renames every table to its
+	// frozen name (FrozenName) in one atomic RENAME TABLE, so writers get "table
+	// doesn't exist" instead of being lost; LOCK holds LOCK TABLES ... READ on a
+	// connection of the streamer until Unfreeze or until lease_ms passes; NONE
+	// changes nothing (the caller has stopped writes). Freezing frozen tables
+	// changes nothing and returns the current position, so a retried or resumed
+	// cutover can call it again.
+	Freeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*FreezeResponse, error)
+	// Unfreeze undoes Freeze: renames the frozen tables back (or releases the
+	// lock) and returns the source position after it. Unfreezing tables that are
+	// not frozen changes nothing and returns the current position.
+	Unfreeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*FreezeResponse, error)
 }
 
 type streamerClient struct {
@@ -104,6 +120,26 @@ func (c *streamerClient) Throttle(ctx context.Context, in *ThrottleRequest, opts
 	return out, nil
 }
 
+func (c *streamerClient) Freeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*FreezeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FreezeResponse)
+	err := c.cc.Invoke(ctx, Streamer_Freeze_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamerClient) Unfreeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*FreezeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FreezeResponse)
+	err := c.cc.Invoke(ctx, Streamer_Unfreeze_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StreamerServer is the server API for Streamer service.
 // All implementations must embed UnimplementedStreamerServer
 // for forward compatibility.
@@ -131,6 +167,20 @@ type StreamerServer interface {
 	// restart cannot leave the copy paused. It may arrive before the workflow's
 	// stream opens: the stream takes it when it starts.
 	Throttle(context.Context, *ThrottleRequest) (*ThrottleResponse, error)
+	// Freeze stops writes to a workflow's tables on this source for a cutover and
+	// returns the source position after the freeze: every write the tables will
+	// ever have is at or before it. RENAME (the default) renames every table to its
+	// frozen name (FrozenName) in one atomic RENAME TABLE, so writers get "table
+	// doesn't exist" instead of being lost; LOCK holds LOCK TABLES ... READ on a
+	// connection of the streamer until Unfreeze or until lease_ms passes; NONE
+	// changes nothing (the caller has stopped writes). Freezing frozen tables
+	// changes nothing and returns the current position, so a retried or resumed
+	// cutover can call it again.
+	Freeze(context.Context, *FreezeRequest) (*FreezeResponse, error)
+	// Unfreeze undoes Freeze: renames the frozen tables back (or releases the
+	// lock) and returns the source position after it. Unfreezing tables that are
+	// not frozen changes nothing and returns the current position.
+	Unfreeze(context.Context, *FreezeRequest) (*FreezeResponse, error)
 	mustEmbedUnimplementedStreamerServer()
 }
 
@@ -149,6 +199,12 @@ func (UnimplementedStreamerServer) Validate(context.Context, *StreamRequest) (*V
 }
 func (UnimplementedStreamerServer) Throttle(context.Context, *ThrottleRequest) (*ThrottleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Throttle not implemented")
+}
+func (UnimplementedStreamerServer) Freeze(context.Context, *FreezeRequest) (*FreezeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Freeze not implemented")
+}
+func (UnimplementedStreamerServer) Unfreeze(context.Context, *FreezeRequest) (*FreezeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Unfreeze not implemented")
 }
 func (UnimplementedStreamerServer) mustEmbedUnimplementedStreamerServer() {}
 func (UnimplementedStreamerServer) testEmbeddedByValue()                  {}
@@ -218,6 +274,42 @@ func _Streamer_Throttle_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Streamer_Freeze_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FreezeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamerServer).Freeze(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Streamer_Freeze_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamerServer).Freeze(ctx, req.(*FreezeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Streamer_Unfreeze_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FreezeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamerServer).Unfreeze(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Streamer_Unfreeze_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamerServer).Unfreeze(ctx, req.(*FreezeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Streamer_ServiceDesc is the grpc.ServiceDesc for Streamer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -232,6 +324,14 @@ var Streamer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Throttle",
 			Handler:    _Streamer_Throttle_Handler,
+		},
+		{
+			MethodName: "Freeze",
+			Handler:    _Streamer_Freeze_Handler,
+		},
+		{
+			MethodName: "Unfreeze",
+			Handler:    _Streamer_Unfreeze_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -140,6 +141,12 @@ func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSy
 func binlogError(err error, start fmt.Stringer) error {
 	var me *mysql.MyError
 	if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		if strings.Contains(me.Message, "truncated") {
+			return status.Errorf(codes.FailedPrecondition, "the source cannot send its binlog after position %s (%s): a binlog file "+
+				"ends in a torn event, which a crash of the source server leaves; no replica of this source can read past it either. "+
+				"Repair the source's replication first (see the server's error log); the workflow resumes once the source serves "+
+				"its binlog from this position again, else its copy must start over", start, me.Message)
+		}
 		return status.Errorf(codes.FailedPrecondition, "the source no longer has the binlog at position %s (%s): it was purged "+
 			"before the workflow caught up; the workflow cannot resume and its copy must start over "+
 			"(delete the workflow, empty the target tables, create it again), and keep binlogs longer on the source", start, me.Message)

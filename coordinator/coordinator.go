@@ -272,7 +272,13 @@ func (s *Server) workflow(ctx context.Context, spec *rowliftv1.WorkflowSpec, tar
 	}
 	now := time.Now()
 	samples := s.hist.record(spec.GetName(), views, now)
-	return &rowliftv1.Workflow{Spec: spec, Status: buildStatus(spec, views, samples, now)}, nil
+	w := &rowliftv1.Workflow{Spec: spec, Status: buildStatus(spec, views, samples, now)}
+	if st, err := targets[0].open(ctx); err == nil {
+		if j, err := st.Journal(ctx, spec.GetName()); err == nil {
+			w.Status.Cutover = cutoverStatus(j)
+		}
+	}
+	return w, nil
 }
 
 // StartWorkflow begins the copy of a new workflow: the appliers start its streams.

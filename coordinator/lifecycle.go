@@ -53,12 +53,16 @@ func next(o op, cur state.State, copyDone bool) (to state.State, move bool, err 
 			return "", false, fmt.Errorf("it has not been started: start it")
 		}
 	}
+	if cur == state.Switched {
+		return "", false, fmt.Errorf("its writes were switched to its targets, and its reverse workflow copies them back: " +
+			"reverse it to switch back, or complete it")
+	}
 	return "", false, fmt.Errorf("it is in state %s, which %s does not apply to", cur, o)
 }
 
 // statePriority orders states for a workflow whose targets disagree: the
 // summary shows the state that most needs the operator.
-var statePriority = []state.State{state.Error, state.Stopped, state.Init, state.Copying, state.Cutover, state.Running, state.Done}
+var statePriority = []state.State{state.Error, state.Stopped, state.Init, state.Copying, state.Cutover, state.Running, state.Switched, state.Done}
 
 // summaryState is the state shown for a workflow that is in states on its
 // targets: the first of statePriority that any target is in.

@@ -276,6 +276,8 @@ func phaseOf(st state.State, copyDone bool, lag time.Duration) rowliftv1.Workflo
 		return rowliftv1.WorkflowPhase_WORKFLOW_PHASE_CUTOVER
 	case state.Done:
 		return rowliftv1.WorkflowPhase_WORKFLOW_PHASE_DONE
+	case state.Switched:
+		return rowliftv1.WorkflowPhase_WORKFLOW_PHASE_SWITCHED
 	}
 	return rowliftv1.WorkflowPhase_WORKFLOW_PHASE_UNSPECIFIED
 }
@@ -296,6 +298,8 @@ func protoState(st state.State) rowliftv1.WorkflowState {
 		return rowliftv1.WorkflowState_WORKFLOW_STATE_CUTOVER
 	case state.Done:
 		return rowliftv1.WorkflowState_WORKFLOW_STATE_DONE
+	case state.Switched:
+		return rowliftv1.WorkflowState_WORKFLOW_STATE_SWITCHED
 	}
 	return rowliftv1.WorkflowState_WORKFLOW_STATE_UNSPECIFIED
 }

@@ -38,6 +38,10 @@ const (
 	Error   State = "error"
 	Cutover State = "cutover"
 	Done    State = "done"
+	// Switched: writes went to this workflow's targets in a cutover; its
+	// partner (the reverse workflow, or the forward one after a reverse)
+	// replicates them back, and this one waits for the next switch.
+	Switched State = "switched"
 )
 
 // Errors callers branch on.
@@ -96,6 +100,13 @@ var schemaDDL = []string{
 		source_time_us BIGINT NOT NULL DEFAULT 0,
 		applied_at_us BIGINT NOT NULL DEFAULT 0,
 		PRIMARY KEY (workflow, source, slot)
+	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.cutover (
+		workflow VARCHAR(64) NOT NULL COMMENT 'the forward workflow of the pair',
+		step VARCHAR(16) NOT NULL,
+		journal LONGTEXT NOT NULL COMMENT 'state.Cutover as JSON',
+		updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
+		PRIMARY KEY (workflow)
 	) ENGINE=InnoDB`,
 }
 
@@ -356,7 +367,7 @@ func (s *Store) setState(ctx context.Context, name string, st State, message, co
 // DeleteWorkflow removes a workflow and all its progress. Copied rows stay.
 func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, table := range []string{"replay_slot", "copy_state", "stream", "workflow"} {
+		for _, table := range []string{"replay_slot", "copy_state", "stream", "cutover", "workflow"} {
 			col := "workflow"
 			if table == "workflow" {
 				col = "name"

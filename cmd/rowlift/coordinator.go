@@ -60,6 +60,7 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer srv.Close()
+			go srv.Run(ctx) // finishes cutovers a dead coordinator left
 			return serveRole(ctx, log, listen, debug, func(gs *grpc.Server) {
 				rowliftv1.RegisterControlServer(gs, srv)
 				// Serving as soon as it listens: the coordinator needs no target to

@@ -27,6 +27,7 @@ type createFlags struct {
 	throttleSource, throttleTarget        throttleFlags
 	throttleCheckMS                       int64
 	start                                 bool
+	reverseTargets, reverseStreamers      stringList
 }
 
 // throttleFlags are the limits of one side (source or target) of --throttle-*.
@@ -83,6 +84,10 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	c.throttleTarget.register(fs, "target", "SELECT 0")
 	fs.Int64Var(&c.throttleCheckMS, "throttle-check-ms", 0, "milliseconds between throttle metric reads on each side; 0: default 1000, e.g. --throttle-check-ms 500")
 	fs.BoolVar(&c.start, "start", false, "start the copy right after creating the workflow, e.g. --start")
+	fs.Var(&c.reverseTargets, "reverse-target", "for switching: `SOURCE=NAME`, where NAME is the source server configured on the coordinator (--target NAME=DSN),\n"+
+		"whose applier writes the reverse workflow back into it; repeatable, e.g. --reverse-target main=main-source")
+	fs.Var(&c.reverseStreamers, "reverse-streamer", "for switching: `TARGET=ADDR` of a streamer next to the target server, which the reverse workflow reads;\n"+
+		"repeatable, e.g. --reverse-streamer main=10.0.0.7:7001")
 }
 
 // spec builds the CreateWorkflow request from the flags. It checks the form of
@@ -124,6 +129,9 @@ func (c *createFlags) spec() (*rowliftv1.WorkflowSpec, error) {
 	}
 	if len(spec.Targets) == 0 {
 		return nil, usagef("at least one --target NAME is required (a target configured on the coordinator)")
+	}
+	if err := c.reverse(spec); err != nil {
+		return nil, err
 	}
 	tables, err := c.tableSpecs()
 	if err != nil {
@@ -282,4 +290,35 @@ func workflowCreateCommand() *command {
 			}
 			return nil
 		})
+}
+
+// reverse adds what a switch needs to the spec's sources and targets.
+func (c *createFlags) reverse(spec *rowliftv1.WorkflowSpec) error {
+	for _, item := range c.reverseTargets {
+		name, target, ok := strings.Cut(item, "=")
+		var src *rowliftv1.SourceShard
+		for _, s := range spec.GetSources() {
+			if s.GetName() == name {
+				src = s
+			}
+		}
+		if !ok || target == "" || src == nil {
+			return usagef("--reverse-target %q: want SOURCE=NAME with SOURCE one of the --source names, e.g. main=main-source", item)
+		}
+		src.ReverseTarget = target
+	}
+	for _, item := range c.reverseStreamers {
+		name, addr, ok := strings.Cut(item, "=")
+		var dst *rowliftv1.TargetShard
+		for _, t := range spec.GetTargets() {
+			if t.GetName() == name {
+				dst = t
+			}
+		}
+		if !ok || addr == "" || dst == nil {
+			return usagef("--reverse-streamer %q: want TARGET=ADDR with TARGET one of the --target names, e.g. main=10.0.0.7:7001", item)
+		}
+		dst.ReverseStreamerAddress = addr
+	}
+	return nil
 }

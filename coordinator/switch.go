@@ -1,0 +1,646 @@
+package coordinator
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rowlift/rowlift/applier"
+	"github.com/rowlift/rowlift/coordinator/cutover"
+	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// Defaults of a SwitchRequest's zero values.
+const (
+	DefaultMaxLag        = 5 * time.Second
+	DefaultSwitchTimeout = 30 * time.Second
+	// hookTimeout bounds the routing hook: the switch is done by then, and
+	// an operator waits for the answer.
+	hookTimeout = 30 * time.Second
+	// ReverseSuffix names a workflow's reverse workflow.
+	ReverseSuffix = "_reverse"
+	// resumeEvery is how often the coordinator looks for cutovers that a dead
+	// coordinator left unfinished.
+	resumeEvery = 2 * time.Second
+)
+
+// The directions of a cutover.
+const (
+	dirSwitch  = "switch"
+	dirReverse = "reverse"
+)
+
+// pair is a workflow and its reverse, with the targets that hold each.
+type pair struct {
+	forward, reverse           *rowliftv1.WorkflowSpec
+	forwardAt, reverseAt       []*target
+	forwardViews, reverseViews []view
+}
+
+// side is one direction of a pair: old stops taking the writes' stream,
+// new starts following the other way.
+type side struct {
+	old, new       *rowliftv1.WorkflowSpec
+	oldAt, newAt   []*target
+	oldViews       []view
+	newViewsExists bool
+}
+
+func (p *pair) side(direction string) side {
+	if direction == dirSwitch {
+		return side{old: p.forward, new: p.reverse, oldAt: p.forwardAt, newAt: p.reverseAt, oldViews: p.forwardViews, newViewsExists: exists(p.reverseViews)}
+	}
+	return side{old: p.reverse, new: p.forward, oldAt: p.reverseAt, newAt: p.forwardAt, oldViews: p.reverseViews, newViewsExists: exists(p.forwardViews)}
+}
+
+func exists(views []view) bool {
+	for _, v := range views {
+		if v.wf != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// reverseSpec is the workflow that copies a switched workflow's target writes
+// back: every target becomes a source (read by the streamer next to it) and
+// every source a target (the coordinator's target of that source server).
+func reverseSpec(f *rowliftv1.WorkflowSpec) *rowliftv1.WorkflowSpec {
+	r := &rowliftv1.WorkflowSpec{Name: f.GetName() + ReverseSuffix, SourceDatabase: applier.TargetDatabase(f),
+		TargetDatabase: f.GetSourceDatabase(), Options: proto.Clone(f.GetOptions()).(*rowliftv1.WorkflowOptions)}
+	if r.Options == nil {
+		r.Options = &rowliftv1.WorkflowOptions{}
+	}
+	r.Options.Throttle = nil // a reverse workflow has no copy to throttle
+	for _, t := range f.GetTargets() {
+		r.Sources = append(r.Sources, &rowliftv1.SourceShard{Name: t.GetName(), StreamerAddress: t.GetReverseStreamerAddress(), ReverseTarget: t.GetName()})
+	}
+	for _, s := range f.GetSources() {
+		r.Targets = append(r.Targets, &rowliftv1.TargetShard{Name: s.GetReverseTarget(), ReverseStreamerAddress: s.GetStreamerAddress()})
+	}
+	for _, t := range f.GetTables() {
+		r.Tables = append(r.Tables, &rowliftv1.TableSpec{Name: t.GetName(), Columns: t.GetColumns(), ShardingColumn: t.GetShardingColumn()})
+	}
+	return r
+}
+
+// checkSwitchable refuses a workflow a cutover cannot switch, saying what to
+// configure.
+func (s *Server) checkSwitchable(f *rowliftv1.WorkflowSpec) error {
+	if strings.HasSuffix(f.GetName(), ReverseSuffix) {
+		return status.Errorf(codes.InvalidArgument, "workflow %q is a reverse workflow: switch and reverse its forward workflow %q",
+			f.GetName(), strings.TrimSuffix(f.GetName(), ReverseSuffix))
+	}
+	if len(f.GetName())+len(ReverseSuffix) > 64 {
+		return status.Errorf(codes.FailedPrecondition, "workflow %q: its reverse workflow's name would exceed 64 characters; "+
+			"create the workflow with a shorter name to switch it", f.GetName())
+	}
+	if len(f.GetSources()) != 1 || len(f.GetTargets()) != 1 {
+		return status.Errorf(codes.FailedPrecondition, "workflow %q has %d sources and %d targets: switching writes needs every "+
+			"row to have one home on each side, which key ranges (resharding) will give; today only 1-to-1 moves switch",
+			f.GetName(), len(f.GetSources()), len(f.GetTargets()))
+	}
+	var missing []string
+	for _, src := range f.GetSources() {
+		switch {
+		case src.GetReverseTarget() == "":
+			missing = append(missing, fmt.Sprintf("source %s has no reverse target (create --source %s=ADDR --reverse-target %s=NAME, "+
+				"where NAME is the source server configured on the coordinator with --target NAME=DSN)", src.GetName(), src.GetName(), src.GetName()))
+		case s.targets[src.GetReverseTarget()] == nil:
+			missing = append(missing, fmt.Sprintf("source %s's reverse target %q is not configured on this coordinator: add --target %s=DSN "+
+				"(the source server)", src.GetName(), src.GetReverseTarget(), src.GetReverseTarget()))
+		}
+	}
+	for _, t := range f.GetTargets() {
+		if t.GetReverseStreamerAddress() == "" {
+			missing = append(missing, fmt.Sprintf("target %s has no reverse streamer (create --reverse-streamer %s=ADDR: a streamer next to the target server)",
+				t.GetName(), t.GetName()))
+		}
+	}
+	for _, t := range f.GetTables() {
+		if _, err := frozen.Name(t.GetName()); err != nil {
+			missing = append(missing, err.Error())
+		}
+	}
+	if len(missing) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "workflow %q cannot switch: %s", f.GetName(), strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// loadPair reads a forward workflow and its reverse (which may not exist yet).
+func (s *Server) loadPair(ctx context.Context, ref *rowliftv1.WorkflowRef) (*pair, error) {
+	f, at, err := s.locate(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkSwitchable(f); err != nil {
+		return nil, err
+	}
+	p := &pair{forward: f, forwardAt: at, reverse: reverseSpec(f)}
+	if p.reverseAt, err = s.specTargets(p.reverse); err != nil {
+		return nil, err
+	}
+	if p.forwardViews, err = s.read(ctx, f.GetName(), at); err != nil {
+		return nil, err
+	}
+	if p.reverseViews, err = s.read(ctx, p.reverse.GetName(), p.reverseAt); err != nil {
+		return nil, err
+	}
+	for _, v := range p.reverseViews {
+		if v.wf != nil {
+			// The stored reverse spec carries its current table mapping.
+			p.reverse = v.wf.Spec
+			break
+		}
+	}
+	return p, nil
+}
+
+// SwitchWorkflow moves a workflow's writes to its targets.
+func (s *Server) SwitchWorkflow(ctx context.Context, req *rowliftv1.SwitchRequest) (*rowliftv1.SwitchResponse, error) {
+	return s.cutover(ctx, req, dirSwitch)
+}
+
+// ReverseWorkflow moves a switched workflow's writes back to its sources.
+func (s *Server) ReverseWorkflow(ctx context.Context, req *rowliftv1.SwitchRequest) (*rowliftv1.SwitchResponse, error) {
+	return s.cutover(ctx, req, dirReverse)
+}
+
+func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, direction string) (*rowliftv1.SwitchResponse, error) {
+	p, err := s.loadPair(ctx, req.GetWorkflow())
+	if err != nil {
+		return nil, err
+	}
+	name := p.forward.GetName()
+	home := p.forwardAt[0]
+	timeout := time.Duration(req.GetTimeoutMs()) * time.Millisecond
+	if timeout <= 0 {
+		timeout = DefaultSwitchTimeout
+	}
+	unlock, err := home.lock(ctx, "rowlift.cutover."+name, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	store, err := home.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prev, err := store.Journal(ctx, name)
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return nil, home.fail(err)
+	}
+	var j *state.Journal
+	if prev != nil && !cutover.Finished(cutover.Step(prev.Step)) {
+		if prev.Direction != direction {
+			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q: a %s is in progress at step %s; finish it with `rowlift workflow %s %s`",
+				name, prev.Direction, prev.Step, prev.Direction, name)
+		}
+		s.log.Info("resuming an unfinished cutover", zap.String("workflow", name), zap.String("step", prev.Step))
+		j = prev
+	} else {
+		if j, err = s.newJournal(ctx, p, req, direction, prev, timeout); err != nil {
+			return nil, err
+		}
+		if err := store.SaveJournal(ctx, j); err != nil {
+			return nil, home.fail(err)
+		}
+	}
+	if err := s.drive(ctx, j); err != nil {
+		return nil, err
+	}
+	return s.cutoverResponse(ctx, p, j)
+}
+
+// newJournal checks that a cutover may start now and returns its journal.
+func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchRequest, direction string, prev *state.Journal,
+	timeout time.Duration) (*state.Journal, error) {
+	name := p.forward.GetName()
+	sd := p.side(direction)
+	maxLag := time.Duration(req.GetMaxLagSeconds() * float64(time.Second))
+	if maxLag <= 0 {
+		maxLag = DefaultMaxLag
+	}
+	now := time.Now()
+	for _, v := range sd.oldViews {
+		if v.wf == nil {
+			if direction == dirReverse {
+				return nil, status.Errorf(codes.FailedPrecondition, "workflow %q was not switched (no reverse workflow %q on target %s): "+
+					"there is nothing to reverse", name, sd.old.GetName(), v.target)
+			}
+			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q is missing on target %s", sd.old.GetName(), v.target)
+		}
+		if v.wf.State != state.Running {
+			what := "switch it"
+			if v.wf.State == state.Switched {
+				what = map[string]string{dirSwitch: "it is switched already: reverse it to switch back", dirReverse: "reverse it"}[direction]
+			}
+			return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: %q is in state %s on target %s, and a cutover needs "+
+				"it running with its copy done (%s)", direction, name, sd.old.GetName(), v.wf.State, v.target, what)
+		}
+		for _, c := range v.copies {
+			if !c.Done {
+				return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: table %s is still copying; wait for phase running",
+					direction, name, c.Table)
+			}
+		}
+		for _, st := range v.streams {
+			if lag := effectiveLag(st, now); lag > maxLag {
+				return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: stream %s -> %s lags %s, over the limit of %s; "+
+					"wait for it to catch up or raise --max-lag", direction, name, st.Source, v.target, lag.Round(time.Millisecond), maxLag)
+			}
+		}
+	}
+	if sd.newViewsExists {
+		for _, v := range s.viewsOf(p, sd.new) {
+			if v.wf != nil && v.wf.State != state.Switched {
+				return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: %q is in state %s on target %s, not switched; "+
+					"stop using it by hand, or delete it if it is left over", direction, name, sd.new.GetName(), v.wf.State, v.target)
+			}
+		}
+	}
+	// The following workflow must be able to stream from the side that gains
+	// the writes: its server's binlog settings and tables, before anything is frozen.
+	if _, err := s.validateSources(ctx, sd.new); err != nil {
+		return nil, err
+	}
+	j := &state.Journal{Workflow: name, Partner: p.reverse.GetName(), Direction: direction, Step: string(cutover.Freezing),
+		Mode: req.GetFreeze(), UnfreezeMode: rowliftv1.FreezeMode_FREEZE_MODE_NONE, TimeoutMS: timeout.Milliseconds(),
+		HookCmd: req.GetHookCmd(), StartedAtUS: now.UnixMicro(), DeadlineUS: now.Add(timeout).UnixMicro()}
+	if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_UNSPECIFIED {
+		j.Mode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
+	}
+	if prev != nil && prev.Step == string(cutover.Done) && prev.Mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME {
+		// The side gaining the writes is the one the last cutover renamed.
+		j.UnfreezeMode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
+	}
+	return j, nil
+}
+
+func (s *Server) viewsOf(p *pair, spec *rowliftv1.WorkflowSpec) []view {
+	if spec == p.forward {
+		return p.forwardViews
+	}
+	return p.reverseViews
+}
+
+// drive runs a journal to its end, one recorded step at a time.
+func (s *Server) drive(ctx context.Context, j *state.Journal) error {
+	p, err := s.loadPair(ctx, &rowliftv1.WorkflowRef{Name: j.Workflow})
+	if err != nil {
+		return err
+	}
+	home := p.forwardAt[0]
+	store, err := home.open(ctx)
+	if err != nil {
+		return err
+	}
+	sd := p.side(j.Direction)
+	log := s.log.With(zap.String("workflow", j.Workflow), zap.String("direction", j.Direction))
+	for {
+		facts := cutover.Facts{NowUS: time.Now().UnixMicro(), DeadlineUS: j.DeadlineUS}
+		if cutover.Step(j.Step) == cutover.Frozen {
+			if facts.Applied, facts.Stuck, err = s.applied(ctx, sd, j.FreezePositions); err != nil {
+				return err
+			}
+		}
+		action, next, why := cutover.Next(cutover.Step(j.Step), facts)
+		if action == cutover.None {
+			return nil
+		}
+		if err := s.act(ctx, action, j, sd, store, log); err != nil {
+			log.Warn("cutover step failed; retrying", zap.String("step", j.Step), zap.String("action", string(action)), zap.Error(err))
+			// Before the park, retrying is safe and the deadline turns it into
+			// a rollback (itself retried until the frozen side answers); after
+			// it, the next request or the resume loop goes on.
+			if cutover.Step(j.Step) == cutover.Freezing || cutover.Step(j.Step) == cutover.Frozen {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			return status.Errorf(codes.Unavailable, "cutover of %q at step %s: %v; the step is idempotent: run the same command again to resume",
+				j.Workflow, j.Step, err)
+		}
+		if next == cutover.Step(j.Step) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		if why != "" {
+			j.Message = why
+		}
+		j.Step = string(next)
+		if cutover.Finished(next) {
+			j.FinishedAtUS = time.Now().UnixMicro()
+		}
+		if err := store.SaveJournal(context.WithoutCancel(ctx), j); err != nil {
+			return home.fail(err)
+		}
+		log.Info("cutover step", zap.String("step", j.Step), zap.String("action", string(action)), zap.Int64("write_pause_ms", j.WritePauseMS()))
+	}
+}
+
+// act performs one cutover action and puts what it learned in the journal.
+func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd side, store *state.Store, log *zap.Logger) error {
+	switch a {
+	case cutover.Freeze:
+		if j.FreezeAtUS == 0 {
+			// Recorded before the freeze, so a resumed cutover still measures
+			// the whole write pause.
+			j.FreezeAtUS = time.Now().UnixMicro()
+			if err := store.SaveJournal(ctx, j); err != nil {
+				return err
+			}
+		}
+		pos, err := s.freeze(ctx, sd.old, j.Mode, false, j.TimeoutMS)
+		if err != nil {
+			return err
+		}
+		j.FreezePositions = pos
+	case cutover.Wait:
+	case cutover.Park:
+		for _, t := range sd.oldAt {
+			st, err := t.open(ctx)
+			if err != nil {
+				return err
+			}
+			msg := fmt.Sprintf("writes %s to its targets at %s", map[string]string{dirSwitch: "switched", dirReverse: "switched back"}[j.Direction],
+				time.Now().UTC().Format(time.RFC3339))
+			if _, err := st.Transition(ctx, sd.old.GetName(), []state.State{state.Running, state.Copying}, state.Switched, msg); err != nil {
+				return t.fail(err)
+			}
+		}
+	case cutover.UnfreezeGaining:
+		pos, err := s.freeze(ctx, sd.new, j.UnfreezeMode, true, j.TimeoutMS)
+		if err != nil {
+			return err
+		}
+		j.StartPositions = pos
+		j.WritableAtUS = time.Now().UnixMicro()
+	case cutover.Follow:
+		spec := proto.Clone(sd.new).(*rowliftv1.WorkflowSpec)
+		for _, t := range spec.GetTables() {
+			t.TargetTable = ""
+			if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME {
+				t.TargetTable, _ = frozen.Name(t.GetName()) // checked by checkSwitchable
+			}
+		}
+		for _, t := range sd.newAt {
+			st, err := t.open(ctx)
+			if err != nil {
+				return err
+			}
+			msg := fmt.Sprintf("following the writes %s since %s", map[string]string{dirSwitch: "switched to its sources", dirReverse: "switched back to its sources"}[j.Direction],
+				time.Now().UTC().Format(time.RFC3339))
+			if _, err := st.Follow(ctx, spec, j.StartPositions, msg); err != nil {
+				return t.fail(err)
+			}
+		}
+	case cutover.Finish:
+		if j.HookCmd != "" {
+			j.HookOutput = runHook(ctx, j)
+			log.Info("routing hook ran", zap.String("output", j.HookOutput))
+		}
+		if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK {
+			if _, err := s.freeze(ctx, sd.old, j.Mode, true, j.TimeoutMS); err != nil {
+				return err
+			}
+		}
+	case cutover.Rollback:
+		if _, err := s.freeze(ctx, sd.old, j.Mode, true, j.TimeoutMS); err != nil {
+			return err
+		}
+		log.Warn("cutover rolled back; the frozen side is unfrozen and keeps the writes")
+	}
+	return nil
+}
+
+// runHook runs the operator's routing hook and returns its output, or why it failed.
+func runHook(ctx context.Context, j *state.Journal) string {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hookTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(hctx, "sh", "-c", j.HookCmd)
+	cmd.Env = append(os.Environ(), "ROWLIFT_WORKFLOW="+j.Workflow, "ROWLIFT_DIRECTION="+j.Direction,
+		fmt.Sprintf("ROWLIFT_WRITE_PAUSE_MS=%d", j.WritePauseMS()))
+	out, err := cmd.CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if len(text) > 4096 {
+		text = text[:4096] + "..."
+	}
+	if err != nil {
+		return fmt.Sprintf("hook failed (%v): %s", err, text)
+	}
+	return text
+}
+
+// freeze freezes (or unfreezes) the tables of every source of spec through
+// their streamers, and returns each source's position after it.
+func (s *Server) freeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode rowliftv1.FreezeMode, unfreeze bool, timeoutMS int64) (map[string]string, error) {
+	var tables []string
+	for _, t := range spec.GetTables() {
+		tables = append(tables, t.GetName())
+	}
+	out := make([]string, len(spec.GetSources()))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, src := range spec.GetSources() {
+		g.Go(func() error {
+			conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(), s.dial...)...)
+			if err != nil {
+				return fmt.Errorf("streamer %s of %s: %w", src.GetStreamerAddress(), src.GetName(), err)
+			}
+			defer conn.Close()
+			client := rowliftv1.NewStreamerClient(conn)
+			req := &rowliftv1.FreezeRequest{Workflow: spec.GetName(), Database: spec.GetSourceDatabase(), Tables: tables, Mode: mode,
+				LeaseMs: timeoutMS + 10_000}
+			call := client.Freeze
+			if unfreeze {
+				call = client.Unfreeze
+			}
+			cctx, cancel := context.WithTimeout(gctx, 30*time.Second)
+			defer cancel()
+			resp, err := call(cctx, req)
+			if err != nil {
+				return fmt.Errorf("streamer %s of %s: %s", src.GetStreamerAddress(), src.GetName(), status.Convert(err).Message())
+			}
+			out[i] = resp.GetPosition().GetGtidSet()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	pos := map[string]string{}
+	for i, src := range spec.GetSources() {
+		pos[src.GetName()] = out[i]
+	}
+	return pos, nil
+}
+
+// applied reports whether every stream of the stopping workflow has applied
+// its source's freeze position, or why it never will.
+func (s *Server) applied(ctx context.Context, sd side, freeze map[string]string) (bool, string, error) {
+	all := true
+	for _, t := range sd.oldAt {
+		st, err := t.open(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		w, err := st.Workflow(ctx, sd.old.GetName())
+		if err != nil {
+			return false, "", t.fail(err)
+		}
+		if w.State == state.Error || w.State == state.Stopped {
+			return false, fmt.Sprintf("workflow %q is in state %s on target %s: %s", sd.old.GetName(), w.State, t.name, w.Message), nil
+		}
+		streams, err := st.Streams(ctx, sd.old.GetName())
+		if err != nil {
+			return false, "", t.fail(err)
+		}
+		for _, stream := range streams {
+			ok, err := covers(stream.Position, freeze[stream.Source])
+			if err != nil {
+				return false, "", err
+			}
+			all = all && ok
+		}
+	}
+	return all, "", nil
+}
+
+// covers reports whether GTID set a contains b.
+func covers(a, b string) (bool, error) {
+	sa, err := gomysql.ParseMariadbGTIDSet(a)
+	if err != nil {
+		return false, fmt.Errorf("position %q: %w", a, err)
+	}
+	sb, err := gomysql.ParseMariadbGTIDSet(b)
+	if err != nil {
+		return false, fmt.Errorf("position %q: %w", b, err)
+	}
+	return sa.Contain(sb), nil
+}
+
+func (s *Server) cutoverResponse(ctx context.Context, p *pair, j *state.Journal) (*rowliftv1.SwitchResponse, error) {
+	if cutover.Step(j.Step) == cutover.RolledBack {
+		return nil, status.Errorf(codes.Aborted, "%s of %q rolled back: %s; the frozen side was unfrozen and keeps taking writes",
+			j.Direction, j.Workflow, j.Message)
+	}
+	w, err := s.workflow(ctx, p.forward, p.forwardAt)
+	if err != nil {
+		return nil, err
+	}
+	resp := &rowliftv1.SwitchResponse{Workflow: w, WritePauseMs: j.WritePauseMS(), ReverseWorkflow: j.Partner, HookOutput: j.HookOutput,
+		FreezePositions: formatPositions(j.FreezePositions)}
+	return resp, nil
+}
+
+func formatPositions(pos map[string]string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(pos)) {
+		out = append(out, k+": "+pos[k])
+	}
+	return out
+}
+
+// cutoverStatus is a journal as the status shows it.
+func cutoverStatus(j *state.Journal) *rowliftv1.CutoverStatus {
+	return &rowliftv1.CutoverStatus{Direction: j.Direction, Step: j.Step, ReverseWorkflow: j.Partner, FreezePositions: formatPositions(j.FreezePositions),
+		WritePauseMs: j.WritePauseMS(), StartedAtUs: j.StartedAtUS, FinishedAtUs: j.FinishedAtUS, Message: j.Message}
+}
+
+// lock takes a named lock on the target for the whole of an operation that
+// must not run twice at once (two coordinators resuming the same cutover),
+// waiting up to wait; unlock releases it.
+func (t *target) lock(ctx context.Context, name string, wait time.Duration) (unlock func(), err error) {
+	conn, err := t.db.Conn(ctx)
+	if err != nil {
+		return nil, t.fail(err)
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, max(int64(wait.Seconds()), 0)).Scan(&got); err != nil {
+		conn.Close()
+		return nil, t.fail(err)
+	}
+	if got.Int64 != 1 {
+		conn.Close()
+		return nil, status.Errorf(codes.Aborted, "another coordinator is running %s on target %s; wait for it, then retry", name, t.name)
+	}
+	return func() {
+		conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", name) //nolint:errcheck // closing the connection releases it too
+		conn.Close()
+	}, nil
+}
+
+// Run resumes, until ctx ends, the cutovers that a coordinator left unfinished
+// when it died, so a source frozen by a dead coordinator is switched or
+// unfrozen without an operator.
+func (s *Server) Run(ctx context.Context) {
+	tick := time.NewTicker(resumeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, t := range s.targets {
+			st, err := t.open(ctx)
+			if err != nil {
+				continue
+			}
+			names, err := st.UnfinishedJournals(ctx)
+			if err != nil {
+				continue
+			}
+			for _, name := range names {
+				s.resume(ctx, t, name)
+			}
+		}
+	}
+}
+
+// resume drives one unfinished journal if no one else does.
+func (s *Server) resume(ctx context.Context, t *target, name string) {
+	unlock, err := t.lock(ctx, "rowlift.cutover."+name, 0)
+	if err != nil {
+		return // someone is driving it
+	}
+	defer unlock()
+	st, err := t.open(ctx)
+	if err != nil {
+		return
+	}
+	j, err := st.Journal(ctx, name)
+	if err != nil || cutover.Finished(cutover.Step(j.Step)) {
+		return
+	}
+	s.log.Info("resuming a cutover left unfinished", zap.String("workflow", name), zap.String("step", j.Step))
+	if err := s.drive(ctx, j); err != nil {
+		s.log.Warn("cannot finish the cutover yet", zap.String("workflow", name), zap.Error(err))
+	}
+}

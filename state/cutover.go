@@ -1,0 +1,168 @@
+package state
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// Journal is the journal of one switch or reverse of a workflow pair, kept on
+// the forward workflow's first target. The coordinator records each step after
+// its effect, so whoever resumes the journal (the same coordinator, another
+// one, or the next request) repeats at most one idempotent step.
+type Journal struct {
+	// Workflow is the forward workflow's name; Partner the reverse one's.
+	Workflow string `json:"workflow"`
+	Partner  string `json:"partner"`
+	// Direction is "switch" (writes go to the forward workflow's targets) or
+	// "reverse" (back to its sources).
+	Direction string `json:"direction"`
+	Step      string `json:"step"`
+	// Mode is how the side losing writes is frozen; UnfreezeMode how the side
+	// gaining them was frozen by the previous cutover (NONE when it was not).
+	Mode         rowliftv1.FreezeMode `json:"mode"`
+	UnfreezeMode rowliftv1.FreezeMode `json:"unfreeze_mode"`
+	TimeoutMS    int64                `json:"timeout_ms"`
+	HookCmd      string               `json:"hook_cmd,omitempty"`
+	// FreezePositions are, per shard of the frozen side, its position right
+	// after the freeze: the stopping workflow must apply them. StartPositions
+	// are, per shard of the side gaining writes, where the starting workflow
+	// begins.
+	FreezePositions map[string]string `json:"freeze_positions,omitempty"`
+	StartPositions  map[string]string `json:"start_positions,omitempty"`
+	StartedAtUS     int64             `json:"started_at_us"`
+	FreezeAtUS      int64             `json:"freeze_at_us,omitempty"`
+	WritableAtUS    int64             `json:"writable_at_us,omitempty"`
+	DeadlineUS      int64             `json:"deadline_us"`
+	FinishedAtUS    int64             `json:"finished_at_us,omitempty"`
+	Message         string            `json:"message,omitempty"`
+	HookOutput      string            `json:"hook_output,omitempty"`
+}
+
+// WritePauseMS is how long writes could go nowhere: from the freeze to the
+// moment the other side could take them; -1 before that moment.
+func (c *Journal) WritePauseMS() int64 {
+	if c.WritableAtUS == 0 || c.FreezeAtUS == 0 {
+		return -1
+	}
+	return (c.WritableAtUS - c.FreezeAtUS) / 1000
+}
+
+// Journal returns a workflow pair's last cutover journal, or ErrNotFound.
+func (s *Store) Journal(ctx context.Context, workflow string) (*Journal, error) {
+	var js []byte
+	err := s.db.QueryRowContext(ctx, "SELECT journal FROM "+Schema+".cutover WHERE workflow = ?", workflow).Scan(&js)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: no cutover of %q", ErrNotFound, workflow)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read cutover of %q: %w", workflow, err)
+	}
+	c := &Journal{}
+	if err := json.Unmarshal(js, c); err != nil {
+		return nil, fmt.Errorf("decode cutover of %q: %w", workflow, err)
+	}
+	return c, nil
+}
+
+// SaveJournal records a journal, replacing the pair's previous one.
+func (s *Store) SaveJournal(ctx context.Context, c *Journal) error {
+	js, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode cutover of %q: %w", c.Workflow, err)
+	}
+	_, err = s.db.ExecContext(ctx, "INSERT INTO "+Schema+".cutover (workflow, step, journal) VALUES (?, ?, ?) "+
+		"ON DUPLICATE KEY UPDATE step = VALUES(step), journal = VALUES(journal)", c.Workflow, c.Step, js)
+	if err != nil {
+		return fmt.Errorf("save cutover of %q at step %s: %w", c.Workflow, c.Step, err)
+	}
+	return nil
+}
+
+// Follow makes a workflow run from given positions with no copy: it creates it
+// (a reverse workflow's first start) or, when it waits in state switched,
+// rewrites its definition and positions. In one transaction, and only from
+// those two conditions: once a workflow follows, a repeated call changes
+// nothing, so it never rewinds positions it has applied past. It reports
+// whether it changed anything.
+func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, positions map[string]string, message string) (bool, error) {
+	js, err := protojson.Marshal(spec)
+	if err != nil {
+		return false, fmt.Errorf("encode workflow %q: %w", spec.GetName(), err)
+	}
+	name := spec.GetName()
+	changed := false
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var cur State
+		err := tx.QueryRowContext(ctx, "SELECT state FROM "+Schema+".workflow WHERE name = ? FOR UPDATE", name).Scan(&cur)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".workflow (name, spec, state, message) VALUES (?, ?, ?, ?)",
+				name, js, Running, message); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case cur != Switched:
+			return nil
+		default:
+			if _, err := tx.ExecContext(ctx, "UPDATE "+Schema+".workflow SET spec = ?, state = ?, message = ?, updated_at = NOW(6) WHERE name = ?",
+				js, Running, message, name); err != nil {
+				return err
+			}
+		}
+		changed = true
+		for _, q := range []string{"DELETE FROM " + Schema + ".replay_slot WHERE workflow = ?", "DELETE FROM " + Schema + ".stream WHERE workflow = ?"} {
+			if _, err := tx.ExecContext(ctx, q, name); err != nil {
+				return err
+			}
+		}
+		for _, src := range spec.GetSources() {
+			pos, ok := positions[src.GetName()]
+			if !ok {
+				return fmt.Errorf("no start position for source %s", src.GetName())
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".stream (workflow, source, position, message) VALUES (?, ?, ?, '')",
+				name, src.GetName(), pos); err != nil {
+				return err
+			}
+			for _, t := range spec.GetTables() {
+				// A parked workflow keeps its copy counts; its copy is done.
+				if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO "+Schema+".copy_state (workflow, source, table_name, done) VALUES (?, ?, ?, 1)",
+					name, src.GetName(), t.GetName()); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("start workflow %q from the switch positions: %w", name, err)
+	}
+	return changed, nil
+}
+
+// UnfinishedJournals lists the workflows whose last cutover has not ended, for
+// the coordinator to resume after a crash.
+func (s *Store) UnfinishedJournals(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow FROM "+Schema+".cutover WHERE step NOT IN ('done', 'rolled_back') ORDER BY workflow")
+	if err != nil {
+		return nil, fmt.Errorf("read unfinished cutovers: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("read unfinished cutovers: %w", err)
+		}
+		out = append(out, name)
+	}
+	return out, rows.Err()
+}

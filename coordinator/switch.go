@@ -24,6 +24,7 @@ import (
 	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -221,7 +222,7 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 		if j, err = s.newJournal(ctx, p, req, direction, prev, timeout); err != nil {
 			return nil, err
 		}
-		if err := store.SaveJournal(ctx, j); err != nil {
+		if err := record(ctx, store, j); err != nil {
 			return nil, home.fail(err)
 		}
 	}
@@ -358,11 +359,20 @@ func (s *Server) drive(ctx context.Context, j *state.Journal) error {
 		if cutover.Finished(next) {
 			j.FinishedAtUS = time.Now().UnixMicro()
 		}
-		if err := store.SaveJournal(context.WithoutCancel(ctx), j); err != nil {
+		if err := record(context.WithoutCancel(ctx), store, j); err != nil {
 			return home.fail(err)
 		}
 		log.Info("cutover step", zap.String("step", j.Step), zap.String("action", string(action)), zap.Int64("write_pause_ms", j.WritePauseMS()))
 	}
+}
+
+// record saves the journal; tests pause here to kill processes at a step.
+func record(ctx context.Context, store *state.Store, j *state.Journal) error {
+	if err := store.SaveJournal(ctx, j); err != nil {
+		return err
+	}
+	testhook.Delay(ctx, testhook.CutoverStep)
+	return nil
 }
 
 // act performs one cutover action and puts what it learned in the journal.
@@ -373,7 +383,7 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 			// Recorded before the freeze, so a resumed cutover still measures
 			// the whole write pause.
 			j.FreezeAtUS = time.Now().UnixMicro()
-			if err := store.SaveJournal(ctx, j); err != nil {
+			if err := record(ctx, store, j); err != nil {
 				return err
 			}
 		}

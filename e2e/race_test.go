@@ -106,14 +106,14 @@ func raceStatements(rng *rand.Rand, keys int) []string {
 
 // raceWriter runs random transactions of one to three changes until ctx ends;
 // errors (a source being killed, a unique collision) just skip the transaction.
-func raceWriter(ctx context.Context, db *sql.DB, rng *rand.Rand, keys int) int {
+func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int) int {
 	n := 0
 	for ctx.Err() == nil {
 		var stmts []string
 		for k := 1 + rng.IntN(3); k > 0; k-- {
 			stmts = append(stmts, raceStatements(rng, keys)...)
 		}
-		conn, err := db.Conn(ctx)
+		conn, err := db().Conn(ctx)
 		if err != nil {
 			time.Sleep(20 * time.Millisecond)
 			continue
@@ -146,13 +146,19 @@ func raceWriter(ctx context.Context, db *sql.DB, rng *rand.Rand, keys int) int {
 // random streams start at stream); wait waits for them and returns how many
 // transactions they committed.
 func startRaceWriters(ctx context.Context, e *env, seed, stream uint64, keys int) (wait func() int) {
+	return startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, stream, keys)
+}
+
+// startRoutedWriters is startRaceWriters writing each transaction wherever db
+// points at the time, as an application re-routed by a cutover would.
+func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uint64, keys int) (wait func() int) {
 	var wg sync.WaitGroup
 	var writes atomic.Int64
 	for i := range uint64(4) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			writes.Add(int64(raceWriter(ctx, e.srcDB, rand.New(rand.NewPCG(seed, stream+i)), keys)))
+			writes.Add(int64(raceWriter(ctx, db, rand.New(rand.NewPCG(seed, stream+i)), keys)))
 		}()
 	}
 	return func() int {

@@ -52,6 +52,9 @@ type Options struct {
 	Columns []string
 	// MaxReported caps Result.Examples; zero or less means DefaultMaxReported.
 	MaxReported int
+	// TargetTable is the table's name on the target when it differs (a table
+	// a cutover renamed out of the way); empty means the same name.
+	TargetTable string
 }
 
 // Result is what Table found, counted and with the first differing keys spelled
@@ -113,7 +116,11 @@ func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, 
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
 	}
-	tt, err := schema.Load(ctx, dst, dstDB, table)
+	dstTable := table
+	if opts.TargetTable != "" {
+		dstTable = opts.TargetTable
+	}
+	tt, err := schema.Load(ctx, dst, dstDB, dstTable)
 	if err != nil {
 		return nil, fmt.Errorf("target: %w", err)
 	}
@@ -123,7 +130,7 @@ func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, 
 	}
 	for _, c := range cols {
 		if tt.Column(c.Name) == nil {
-			return nil, fmt.Errorf("%w: target %s.%s has no column %s", schema.ErrColumn, dstDB, table, c.Name)
+			return nil, fmt.Errorf("%w: target %s.%s has no column %s", schema.ErrColumn, dstDB, dstTable, c.Name)
 		}
 	}
 	p, err := planKeys(ctx, src, st, tt)
@@ -137,7 +144,7 @@ func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, 
 		return nil, err
 	}
 	defer a.close()
-	b, err := openStream(ctx, dst, "target", p.query(dstDB, table), len(p.selects), len(p.keys))
+	b, err := openStream(ctx, dst, "target", p.query(dstDB, dstTable), len(p.selects), len(p.keys))
 	if err != nil {
 		return nil, err
 	}

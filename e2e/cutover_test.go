@@ -1,0 +1,325 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/verify"
+	"github.com/rowlift/rowlift/state"
+)
+
+// pairEnv is a move set up to switch: besides the env's source, target,
+// streamer (next to the source) and applier (next to the target), a streamer
+// next to the target and an applier next to the source for the reverse
+// workflow, and a coordinator that knows both servers: "main" is the target,
+// "origin" the source. Writers write wherever route points, as an application
+// that is re-routed after each switch.
+type pairEnv struct {
+	*env
+	revStreamer, revApplier, coord *proc
+	revAddr                        string
+	cli                            *cli
+	srcStore                       *state.Store
+	route                          atomic.Pointer[sql.DB]
+	names                          []string
+}
+
+// newPairEnv starts everything and a workflow "race" over the race tables
+// (keys keys), and waits until it runs. coordHooks are test hooks for the
+// coordinator.
+func newPairEnv(t *testing.T, keys int, coordHooks []string) *pairEnv {
+	t.Helper()
+	p := &pairEnv{env: newEnv(t)}
+	p.names = createRaceTables(p.env, keys)
+	port, err := sandbox.FreePort()
+	require.NoError(t, err)
+	p.revAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p.startStreamer()
+	p.startApplier()
+	p.revStreamer = startProc(t, "reverse-streamer", nil, "streamer", "--listen", p.revAddr, "--source-dsn", p.dst.DSN(""))
+	p.revApplier = startProc(t, "reverse-applier", nil, "applier", "--target-dsn", p.src.DSN(""), "--poll-interval", "50ms")
+	port, err = sandbox.FreePort()
+	require.NoError(t, err)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p.coord = startProc(t, "coordinator", coordHooks, "coordinator", "--listen", addr, "--target", "main="+p.dst.DSN(""),
+		"--target", "origin="+p.src.DSN(""))
+	p.cli = newCLIAt(t, addr)
+	p.waitFor("the coordinator to answer", 30*time.Second, func() (bool, string) {
+		r := p.cli.run("workflow", "list")
+		return r.code == 0, r.stderr
+	})
+	p.srcStore, err = state.Open(context.Background(), p.srcDB)
+	require.NoError(t, err)
+	p.route.Store(p.srcDB)
+	p.cli.ok("workflow", "create", "--name", "race", "--source", "main="+p.streamerAddr, "--target", "main", "--source-database", "race",
+		"--tables", strings.Join(p.names, ","), "--chunk-rows", "500", "--reverse-target", "main=origin", "--reverse-streamer", "main="+p.revAddr, "--start")
+	p.cli.ok("workflow", "watch", "race", "--until", "running", "--interval", "200ms", "--timeout", "2m")
+	return p
+}
+
+// writers starts routed race writers; stop ends them and returns how many
+// transactions they committed.
+func (p *pairEnv) writers(keys int) (stop func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := startRoutedWriters(ctx, func() *sql.DB { return p.route.Load() }, testSeed(p.t), 1, keys)
+	return func() int {
+		cancel()
+		return wait()
+	}
+}
+
+var writePause = regexp.MustCompile(`(?m)^write pause: (\d+) ms$`)
+
+// cutover runs `rowlift workflow switch|reverse race`, re-routes the writers
+// to the side that now takes writes, and returns the write pause it printed.
+func (p *pairEnv) cutover(direction string, args ...string) int {
+	p.t.Helper()
+	out := p.cli.ok(append([]string{"workflow", direction, "race", "--timeout", "60s"}, args...)...)
+	m := writePause.FindStringSubmatch(out)
+	require.NotNil(p.t, m, "no write pause in %q", out)
+	p.reroute(direction)
+	ms, _ := strconv.Atoi(m[1])
+	return ms
+}
+
+func (p *pairEnv) reroute(direction string) {
+	if direction == "switch" {
+		p.route.Store(p.dstDB)
+	} else {
+		p.route.Store(p.srcDB)
+	}
+}
+
+// frozenSide checks that db holds the race tables only under their frozen
+// names, and live is the other side's.
+func (p *pairEnv) frozenSide(db *sql.DB) {
+	p.t.Helper()
+	for _, n := range p.names {
+		fz, err := frozen.Name(n)
+		require.NoError(p.t, err)
+		var live, twin int
+		require.NoError(p.t, db.QueryRow("SELECT SUM(TABLE_NAME = ?), SUM(TABLE_NAME = ?) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'race'",
+			n, fz).Scan(&live, &twin))
+		require.Equal(p.t, [2]int{0, 1}, [2]int{live, twin}, "race.%s on the frozen side: live and frozen twin", n)
+	}
+}
+
+// identical waits until the workflow that follows the writes has applied
+// everything of the side that takes them, then compares every live table there
+// with its frozen twin on the other side.
+func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow string, other *sql.DB) {
+	p.t.Helper()
+	var pos string
+	require.NoError(p.t, active.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos))
+	want, err := gomysql.ParseMariadbGTIDSet(pos)
+	require.NoError(p.t, err)
+	p.waitFor(workflow+" to apply up to "+pos, 2*time.Minute, func() (bool, string) {
+		streams, err := follower.Streams(context.Background(), workflow)
+		if err != nil || len(streams) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		got, err := gomysql.ParseMariadbGTIDSet(streams[0].Position)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Contain(want), "applied " + streams[0].Position
+	})
+	for _, n := range p.names {
+		fz, _ := frozen.Name(n)
+		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: fz})
+		require.NoError(p.t, err)
+		require.True(p.t, r.Identical(), r.String())
+	}
+}
+
+// TestSwitchReverseCycles is the life of a move under live writes, through
+// the CLI: switch (the target equals the source at the freeze, and the
+// writers' later writes flow back through the reverse workflow), reverse,
+// switch again, and so on for ten cycles; both sides identical after every
+// cutover; then complete.
+func TestSwitchReverseCycles(t *testing.T) {
+	const keys = 1500
+	p := newPairEnv(t, keys, nil)
+	stop := p.writers(keys)
+	time.Sleep(300 * time.Millisecond)
+
+	// The first switch, checked at the freeze: nothing writes anywhere until
+	// the writers are re-routed, and the target must equal the frozen source.
+	out := p.cli.ok("workflow", "switch", "race", "--timeout", "60s")
+	require.Contains(t, out, "following back: race_reverse")
+	p.frozenSide(p.srcDB)
+	for _, n := range p.names {
+		fz, _ := frozen.Name(n)
+		r, err := verify.Table(context.Background(), p.dstDB, p.srcDB, "race", "race", n, verify.Options{TargetTable: fz})
+		require.NoError(t, err)
+		require.True(t, r.Identical(), "target at the freeze: %s", r.String())
+	}
+	p.reroute("switch")
+	show := p.cli.ok("workflow", "show", "race", "--output", "json")
+	require.Contains(t, show, `"state": "WORKFLOW_STATE_SWITCHED"`)
+	require.Contains(t, show, `"step": "done"`)
+
+	cycles := envInt("ROWLIFT_CUTOVER_CYCLES", 10)
+	var pauses []int
+	for i := 0; i < 2*cycles-1; i++ {
+		time.Sleep(200 * time.Millisecond) // writes on the new side flow back
+		direction := []string{"reverse", "switch"}[i%2]
+		pauses = append(pauses, p.cutover(direction))
+		if direction == "reverse" {
+			p.frozenSide(p.dstDB)
+		} else {
+			p.frozenSide(p.srcDB)
+		}
+	}
+	writes := stop()
+	require.Greater(t, writes, 100, "the writers barely ran")
+	// The last cutover was a switch: writes go to the target, race_reverse follows them.
+	p.identical(p.dstDB, p.srcStore, "race_reverse", p.srcDB)
+	slices.Sort(pauses)
+	t.Logf("%d cutovers under %d writes: write pause p50 %d ms, max %d ms", len(pauses)+1, writes, pauses[len(pauses)/2], pauses[len(pauses)-1])
+
+	out = p.cli.ok("workflow", "complete", "race")
+	require.Contains(t, out, "kept source tables")
+	require.Contains(t, out, "main:race._ints_frozen")
+	p.frozenSide(p.srcDB) // kept, renamed
+	r := p.cli.run("workflow", "show", "race")
+	require.Equal(t, 1, r.code, "the workflow is gone after complete")
+	_, err := p.srcStore.Workflow(context.Background(), "race_reverse")
+	require.ErrorIs(t, err, state.ErrNotFound, "the reverse workflow is gone after complete")
+}
+
+// journalStep reads the step of the race workflow's cutover journal.
+func (p *pairEnv) journalStep() string {
+	j, err := p.store.Journal(context.Background(), "race")
+	if err != nil {
+		return ""
+	}
+	return j.Direction + "/" + j.Step
+}
+
+// TestCutoverSurvivesKills kills the coordinator and both appliers with SIGKILL
+// at every step of a switch and of a reverse (the coordinator pauses after it
+// records each step), restarts them, and checks that the restarted coordinator
+// finishes the cutover by itself and that both sides end identical.
+func TestCutoverSurvivesKills(t *testing.T) {
+	const keys = 900
+	p := newPairEnv(t, keys, []string{"ROWLIFT_TEST_HOOKS=cutover_step=700-700ms"})
+	stop := p.writers(keys)
+	direction := "switch"
+	for _, step := range []string{"freezing", "frozen", "applied", "writable", "started"} {
+		for range 2 {
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.cli.run("workflow", direction, "race", "--timeout", "60s") // dies with the coordinator
+			}()
+			want := direction + "/" + step
+			p.waitFor("the cutover to reach "+want, time.Minute, func() (bool, string) {
+				got := p.journalStep()
+				return got == want, got
+			})
+			p.coord.kill()
+			p.applier.kill()
+			p.revApplier.kill()
+			t.Logf("killed the coordinator and both appliers at %s", want)
+			p.applier.restart()
+			p.revApplier.restart()
+			p.coord.restart()
+			wg.Wait()
+			p.waitFor("the restarted coordinator to finish "+direction, time.Minute, func() (bool, string) {
+				got := p.journalStep()
+				return got == direction+"/done", got
+			})
+			p.reroute(direction)
+			if direction == "switch" {
+				p.frozenSide(p.srcDB)
+				direction = "reverse"
+			} else {
+				p.frozenSide(p.dstDB)
+				direction = "switch"
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	require.Greater(t, stop(), 50, "the writers barely ran")
+	// Ten cutovers: the last was a reverse, so the sources take the writes.
+	p.identical(p.srcDB, p.store, "race", p.dstDB)
+}
+
+// TestSwitchTimeoutUnfreezes: a switch whose stream cannot apply the freeze
+// position (its applier is down) rolls back at --timeout: the source tables
+// are live again, the workflow runs on, and writes made after the rollback
+// reach the target.
+func TestSwitchTimeoutUnfreezes(t *testing.T) {
+	const keys = 600
+	p := newPairEnv(t, keys, nil)
+	p.applier.kill()
+	msg := p.cli.fails(1, "workflow", "switch", "race", "--timeout", "3s")
+	require.Contains(t, msg, "rolled back")
+	require.Contains(t, msg, "did not apply the freeze positions before the deadline")
+	for _, n := range p.names {
+		var live int
+		require.NoError(t, p.srcDB.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'race' AND TABLE_NAME = ?", n).Scan(&live))
+		require.Equal(t, 1, live, "race.%s is live again on the source", n)
+	}
+	p.applier.restart()
+	stop := p.writers(keys)
+	time.Sleep(time.Second)
+	stop()
+	p.waitCaughtUp("race", time.Minute)
+	for _, n := range p.names {
+		r, err := verify.Table(context.Background(), p.srcDB, p.dstDB, "race", "race", n, verify.Options{})
+		require.NoError(t, err)
+		require.True(t, r.Identical(), r.String())
+	}
+	w, err := p.store.Workflow(context.Background(), "race")
+	require.NoError(t, err)
+	require.Equal(t, state.Running, w.State)
+}
+
+// TestCutoverRefusals: each command refuses where it makes no sense, with a
+// message that says what to do, and changes nothing.
+func TestCutoverRefusals(t *testing.T) {
+	p := newPairEnv(t, 300, nil)
+	require.Contains(t, p.cli.fails(1, "workflow", "reverse", "race"), "was not switched")
+	require.Contains(t, p.cli.fails(1, "workflow", "complete", "race"), "switch it first, or cancel it")
+	require.Contains(t, p.cli.fails(1, "workflow", "switch", "race", "--max-lag", "1ns"), "raise --max-lag")
+	require.Contains(t, p.cli.fails(2, "workflow", "switch", "race", "--freeze", "drop"), "--freeze must be rename, lock or none")
+	p.cutover("switch")
+	require.Contains(t, p.cli.fails(1, "workflow", "switch", "race"), "reverse it to switch back")
+	require.Contains(t, p.cli.fails(1, "workflow", "cancel", "race"), "reverse it first")
+	require.Contains(t, p.cli.fails(1, "workflow", "stop", "race"), "reverse it to switch back, or complete it")
+	p.cutover("reverse")
+	// Back on the source: the move can be given up; the target tables go.
+	out := p.cli.ok("workflow", "cancel", "race", "--drop-target-tables")
+	require.Contains(t, out, "dropped target tables: main:race._ints_frozen")
+	var n int
+	require.NoError(t, p.dstDB.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'race'").Scan(&n))
+	require.Zero(t, n)
+	_, err := p.srcStore.Workflow(context.Background(), "race_reverse")
+	require.ErrorIs(t, err, state.ErrNotFound)
+
+	// A workflow created without the reverse flags says which to give.
+	p.cli.ok("workflow", "create", "--name", "plain", "--source", "main="+p.streamerAddr, "--target", "main", "--source-database", "race",
+		"--tables", "ints", "--target-database", "plain", "--start")
+	p.cli.ok("workflow", "watch", "plain", "--until", "running", "--interval", "200ms")
+	msg := p.cli.fails(1, "workflow", "switch", "plain")
+	require.Contains(t, msg, "--reverse-target main=NAME")
+	require.Contains(t, msg, "--reverse-streamer main=ADDR")
+}

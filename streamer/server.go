@@ -54,6 +54,8 @@ type Server struct {
 	log *zap.Logger
 	// targets holds the appliers' reasons to pause copies (the Throttle RPC).
 	targets *targetThrottles
+	// locks holds the LOCK freezes of cutovers (the Freeze RPC).
+	locks *tableLocks
 }
 
 // New opens the source pool; it does not connect until a stream needs it, so a
@@ -67,11 +69,14 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles()}, nil
+	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles(), locks: newTableLocks()}, nil
 }
 
-// Close closes the source pool.
-func (s *Server) Close() error { return s.db.Close() }
+// Close releases the freeze locks and closes the source pool.
+func (s *Server) Close() error {
+	s.releaseLocks()
+	return s.db.Close()
+}
 
 // Stream serves one (workflow, source) stream until the applier cancels it.
 func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse]) error {

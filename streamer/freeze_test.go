@@ -18,6 +18,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/schema"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -236,4 +237,54 @@ func TestFreezeUnreachableSource(t *testing.T) {
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, addr)
 	require.NotContains(t, err.Error(), "s3cret")
+}
+
+// TestBinlogMarksFreezeRenames: the binlog reader sends Freeze's and
+// Unfreeze's renames as freeze DDL, and a rename to another name as a schema
+// change.
+func TestBinlogMarksFreezeRenames(t *testing.T) {
+	s, admin := freezeSource(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := gtidSet(t, currentPos(t, admin))
+	var plans []*tablePlan
+	for _, name := range []string{"t1", "t2"} {
+		tbl, err := schema.Load(ctx, s.db, "d", name)
+		require.NoError(t, err)
+		p, err := newTablePlan(tbl, nil)
+		require.NoError(t, err)
+		plans = append(plans, p)
+	}
+	req := &rowliftv1.FreezeRequest{Workflow: "wf", Database: "d", Tables: []string{"t1", "t2"}}
+	_, err := s.Freeze(ctx, req)
+	require.NoError(t, err)
+	// The reverse workflow's writes go to the frozen twins: not streamed.
+	sandboxtest.Exec(t, admin, "INSERT INTO d._t1_frozen VALUES (7, 7)")
+	_, err = s.Unfreeze(ctx, req)
+	require.NoError(t, err)
+	sandboxtest.Exec(t, admin, "USE d", "RENAME TABLE t1 TO t1_old", "INSERT INTO d.t2 VALUES (8, 8)")
+
+	syncer, events, err := s.startBinlog(start)
+	require.NoError(t, err)
+	defer syncer.Close()
+	r := newBinlogReader(events, "d", plans, start.Clone().(*gomysql.MariadbGTIDSet))
+	var freeze []bool
+	var statements []string
+	for {
+		res, err := r.next(ctx)
+		require.NoError(t, err)
+		if res.tx == nil {
+			continue
+		}
+		if ddl := res.tx.item.GetDdl(); ddl != nil {
+			freeze = append(freeze, ddl.GetFreeze())
+			statements = append(statements, ddl.GetStatement())
+			continue
+		}
+		trx := res.tx.item.GetTransaction()
+		require.Len(t, trx.GetEvents(), 1)
+		require.Equal(t, "t2", trx.GetEvents()[0].GetTable(), "only the live tables' rows are streamed")
+		break
+	}
+	require.Equal(t, []bool{true, true, false}, freeze, "%q", statements)
 }

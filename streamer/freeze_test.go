@@ -94,6 +94,20 @@ func TestFreezeRenameRoundTrip(t *testing.T) {
 	require.NoError(t, admin.QueryRow("SELECT COUNT(*) FROM d._t1_frozen").Scan(&n))
 	require.Equal(t, 1, n)
 
+	// A stream that starts while the tables are frozen describes them from
+	// their twins, once their copy is done.
+	validate := func(copied bool) (*rowliftv1.ValidateResponse, error) {
+		return s.Validate(ctx, &rowliftv1.StreamRequest{Workflow: "wf", Database: "d",
+			Tables: []*rowliftv1.TableRequest{{Name: "t1", Copy: &rowliftv1.CopyProgress{Done: copied}}}})
+	}
+	described, err := validate(true)
+	require.NoError(t, err)
+	require.Equal(t, "t1", described.GetTables()[0].GetTable())
+	require.Contains(t, string(described.GetTables()[0].GetCreateTable()), "CREATE TABLE `t1`")
+	_, err = validate(false)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, "d.t1 is frozen by a cutover (renamed to _t1_frozen) and its copy is not done")
+
 	again, err := s.Freeze(ctx, req)
 	require.NoError(t, err)
 	require.False(t, again.GetChanged(), "frozen already")

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/throttle"
@@ -368,7 +369,7 @@ var requiredSettings = []struct{ name, value, why string }{
 func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tablePlan, error) {
 	var plans []*tablePlan
 	for _, t := range req.GetTables() {
-		tbl, err := schema.Load(ctx, s.db, req.GetDatabase(), t.GetName())
+		tbl, err := s.loadTable(ctx, req, t)
 		if err != nil {
 			return nil, schemaStatus(err)
 		}
@@ -381,7 +382,46 @@ func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tab
 	return plans, nil
 }
 
+// loadTable reads a streamed table's metadata. While a cutover has the table
+// frozen (renamed to its frozen name), it is described from the frozen twin,
+// which has the same columns and keys, so a stream restarted during the freeze
+// still comes up; the binlog reader keeps streaming changes of the live name
+// only, so the reverse workflow's writes into the twin never flow back. A
+// frozen table cannot be copied: its copy must be done.
+func (s *Server) loadTable(ctx context.Context, req *rowliftv1.StreamRequest, t *rowliftv1.TableRequest) (*schema.Table, error) {
+	db := req.GetDatabase()
+	tbl, err := schema.Load(ctx, s.db, db, t.GetName())
+	if !errors.Is(err, schema.ErrNoTable) {
+		return tbl, err
+	}
+	twin, nameErr := frozen.Name(t.GetName())
+	if nameErr != nil {
+		return nil, err
+	}
+	twinTbl, twinErr := schema.Load(ctx, s.db, db, twin)
+	switch {
+	case errors.Is(twinErr, schema.ErrNoTable):
+		return nil, err
+	case twinErr != nil:
+		return nil, twinErr
+	case !t.GetCopy().GetDone():
+		return nil, status.Errorf(codes.FailedPrecondition, "table %s.%s is frozen by a cutover (renamed to %s) and its copy is not done, "+
+			"so it cannot be copied: unfreeze it (Streamer.Unfreeze, or RENAME TABLE %s TO %s) and the workflow goes on",
+			db, t.GetName(), twin, rowcodec.QualifiedIdent(db, twin), rowcodec.QualifiedIdent(db, t.GetName()))
+	}
+	twinTbl.Name = t.GetName()
+	// A target that lacks the table creates it under its own name.
+	twinTbl.CreateTable = strings.Replace(twinTbl.CreateTable, "CREATE TABLE "+rowcodec.Ident(twin),
+		"CREATE TABLE "+rowcodec.Ident(t.GetName()), 1)
+	s.log.Info("table is frozen by a cutover: described from its frozen twin, streaming changes to the live name only",
+		zap.String("workflow", req.GetWorkflow()), zap.String("table", db+"."+t.GetName()), zap.String("frozen", twin))
+	return twinTbl, nil
+}
+
 func schemaStatus(err error) error {
+	if _, isStatus := status.FromError(err); isStatus {
+		return err
+	}
 	switch {
 	case errors.Is(err, schema.ErrNoTable):
 		return status.Errorf(codes.NotFound, "%v on the source: check the workflow's table list and source database", err)

@@ -27,9 +27,9 @@ const (
 	// defaultFreezeLease is how long a LOCK freeze holds when the request does
 	// not say, so a lost coordinator never leaves the source frozen.
 	defaultFreezeLease = 30 * time.Second
-	// maxLockWait bounds how long LOCK waits for the tables (lock_wait_timeout),
-	// so a freeze behind a long transaction fails instead of stalling writes
-	// queued behind it.
+	// maxLockWait bounds how long a freeze waits for the tables' metadata locks
+	// (lock_wait_timeout, a day by default), so a freeze behind a long
+	// transaction fails instead of stalling the writes queued behind it.
 	maxLockWait = 10 * time.Second
 )
 
@@ -145,7 +145,11 @@ func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest,
 	if err != nil {
 		return nil, s.sourceError("connect", err)
 	}
-	defer conn.Close()
+	defer discard(conn)
+	secs, err := s.boundLockWait(ctx, conn, s.lockWait)
+	if err != nil {
+		return nil, err
+	}
 	var dbs int
 	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", db).Scan(&dbs); err != nil {
 		return nil, s.sourceError("look up database "+db, err)
@@ -206,7 +210,7 @@ func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest,
 		if errors.As(err, &me) && (me.Number == 1050 || me.Number == 1146) { // table exists, doesn't exist
 			return nil, status.Errorf(codes.FailedPrecondition, "%s on source %s: %v: the tables changed meanwhile; retry", stmt, s.cfg.Addr, err)
 		}
-		return nil, s.sourceError(stmt, err)
+		return nil, s.lockError("rename", db, req.GetTables(), secs, err)
 	}
 	// The same session: its position includes the rename.
 	pos, err := s.position(ctx, conn)
@@ -214,6 +218,32 @@ func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest,
 		return nil, err
 	}
 	return &rowliftv1.FreezeResponse{Position: pos, Changed: true}, nil
+}
+
+// boundLockWait sets the session's lock_wait_timeout to wait (whole seconds,
+// at least one) and returns it in seconds. The session must not go back to
+// the pool afterwards.
+func (s *Server) boundLockWait(ctx context.Context, conn *sql.Conn, wait time.Duration) (int, error) {
+	secs := max(1, int((wait+time.Second-1)/time.Second))
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", secs)); err != nil {
+		return 0, s.sourceError("set lock_wait_timeout", err)
+	}
+	return secs, nil
+}
+
+// lockError explains a freeze statement that failed, naming the session to
+// end when it waited too long for the tables.
+func (s *Server) lockError(what, db string, tables []string, secs int, err error) error {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = db + "." + t
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1205 { // lock wait timeout
+		return status.Errorf(codes.Aborted, "could not %s %s on source %s within %ds: another session holds a conflicting lock "+
+			"(a long transaction, DDL or LOCK TABLES; see SHOW PROCESSLIST): end it and retry", what, strings.Join(names, ", "), s.cfg.Addr, secs)
+	}
+	return s.sourceError(what+" "+strings.Join(names, ", "), err)
 }
 
 func tableExists(ctx context.Context, q schema.Queryer, db, table string) (bool, error) {
@@ -280,22 +310,16 @@ func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, l
 			discard(conn)
 		}
 	}()
-	wait := min(lease, maxLockWait)
-	secs := max(1, int((wait+time.Second-1)/time.Second))
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", secs)); err != nil {
-		return nil, s.sourceError("set lock_wait_timeout", err)
+	secs, err := s.boundLockWait(ctx, conn, min(lease, s.lockWait))
+	if err != nil {
+		return nil, err
 	}
 	var list []string
 	for _, t := range req.GetTables() {
 		list = append(list, rowcodec.QualifiedIdent(req.GetDatabase(), t)+" READ")
 	}
 	if _, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(list, ", ")); err != nil {
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1205 {
-			return nil, status.Errorf(codes.Aborted, "could not lock %s on source %s within %ds: another session holds a conflicting lock "+
-				"(a long transaction, DDL or LOCK TABLES; see SHOW PROCESSLIST): end it and retry", strings.Join(names, ", "), s.cfg.Addr, secs)
-		}
-		return nil, s.sourceError("lock "+strings.Join(names, ", "), err)
+		return nil, s.lockError("lock", req.GetDatabase(), req.GetTables(), secs, err)
 	}
 	// Every write to the tables committed before the lock was granted, and
 	// is in the binlog: the position covers them.

@@ -82,6 +82,23 @@ func TestFreezeRenameRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	req := &rowliftv1.FreezeRequest{Workflow: "wf", Database: "d", Tables: []string{"t1", "t2"}}
 
+	// A long transaction on a table: the rename gives up in bounded time
+	// and renames nothing, rather than queueing every writer behind it.
+	s.lockWait = time.Second
+	holder, err := admin.Conn(ctx)
+	require.NoError(t, err)
+	defer holder.Close()
+	_, err = holder.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = holder.ExecContext(ctx, "SELECT COUNT(*) FROM d.t2")
+	require.NoError(t, err)
+	_, err = s.Freeze(ctx, req)
+	require.Equal(t, codes.Aborted, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, "could not rename d.t1, d.t2")
+	_, err = holder.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+	sandboxtest.Exec(t, admin, "SELECT COUNT(*) FROM d.t1")
+
 	resp, err := s.Freeze(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resp.GetChanged())

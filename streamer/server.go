@@ -57,6 +57,8 @@ type Server struct {
 	targets *targetThrottles
 	// locks holds the LOCK freezes of cutovers (the Freeze RPC).
 	locks *tableLocks
+	// lockWait bounds how long a freeze waits for its tables (maxLockWait).
+	lockWait time.Duration
 }
 
 // New opens the source pool; it does not connect until a stream needs it, so a
@@ -70,7 +72,8 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles(), locks: newTableLocks()}, nil
+	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles(),
+		locks: newTableLocks(), lockWait: maxLockWait}, nil
 }
 
 // Close releases the freeze locks and closes the source pool.

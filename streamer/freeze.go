@@ -51,11 +51,8 @@ func (s *Server) freeze(ctx context.Context, req *rowliftv1.FreezeRequest, freez
 	if err := checkFreezeRequest(req); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
 	}
-	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
-		if errors.Is(err, dbconn.ErrAccessDenied) {
-			return nil, status.Error(codes.PermissionDenied, err.Error())
-		}
-		return nil, status.Error(codes.Unavailable, err.Error())
+	if err := s.ping(ctx); err != nil {
+		return nil, err
 	}
 	var resp *rowliftv1.FreezeResponse
 	var err error
@@ -77,7 +74,8 @@ func (s *Server) freeze(ctx context.Context, req *rowliftv1.FreezeRequest, freez
 		log.Warn(op+" failed", zap.Error(err))
 		return nil, err
 	}
-	log.Info(op, zap.Bool("changed", resp.GetChanged()), zap.String("position", resp.GetPosition().GetGtidSet()))
+	log.Info(map[bool]string{true: "tables frozen", false: "tables unfrozen"}[freeze], zap.Bool("changed", resp.GetChanged()),
+		zap.String("position", resp.GetPosition().GetGtidSet()))
 	return resp, nil
 }
 

@@ -134,11 +134,8 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*ro
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
-		if errors.Is(err, dbconn.ErrAccessDenied) {
-			return nil, nil, status.Error(codes.PermissionDenied, err.Error())
-		}
-		return nil, nil, status.Error(codes.Unavailable, err.Error())
+	if err := s.ping(ctx); err != nil {
+		return nil, nil, err
 	}
 	if err := s.checkSource(ctx); err != nil {
 		return nil, nil, status.Error(codes.FailedPrecondition, err.Error())
@@ -148,6 +145,18 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*ro
 		return nil, nil, err
 	}
 	return opts, plans, nil
+}
+
+// ping checks that the source takes the streamer's credentials, failing with
+// PermissionDenied when it does not and Unavailable when it cannot be reached.
+func (s *Server) ping(ctx context.Context) error {
+	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
+		if errors.Is(err, dbconn.ErrAccessDenied) {
+			return status.Error(codes.PermissionDenied, err.Error())
+		}
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return nil
 }
 
 func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], log *zap.Logger) error {

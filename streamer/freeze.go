@@ -259,18 +259,23 @@ type tableLock struct {
 	expires time.Time
 }
 
-// tableLocks holds the LOCK freezes by workflow.
+// tableLocks holds the LOCK freezes by workflow, and the workflows whose
+// freeze is waiting for its lock.
 type tableLocks struct {
 	mu         sync.Mutex
 	byWorkflow map[string]*tableLock
+	acquiring  map[string]bool
 }
 
-func newTableLocks() *tableLocks { return &tableLocks{byWorkflow: map[string]*tableLock{}} }
+func newTableLocks() *tableLocks {
+	return &tableLocks{byWorkflow: map[string]*tableLock{}, acquiring: map[string]bool{}}
+}
 
 // lockTables takes LOCK TABLES ... READ on a session of its own and keeps it
 // until Unfreeze or the lease ends; a workflow that holds it already has its
 // lease refreshed.
 func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, log *zap.Logger) (*rowliftv1.FreezeResponse, error) {
+	workflow := req.GetWorkflow()
 	lease := time.Duration(req.GetLeaseMs()) * time.Millisecond
 	if lease == 0 {
 		lease = defaultFreezeLease
@@ -280,23 +285,24 @@ func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, l
 		names = append(names, strings.ToLower(req.GetDatabase()+"."+t))
 	}
 	slices.Sort(names)
-	// Held throughout, so two freezes of one workflow cannot both lock; the
-	// wait is bounded by lock_wait_timeout.
-	s.locks.mu.Lock()
-	defer s.locks.mu.Unlock()
-	if held := s.locks.byWorkflow[req.GetWorkflow()]; held != nil {
-		if !slices.Equal(held.tables, names) {
-			return nil, status.Errorf(codes.FailedPrecondition, "workflow %s holds a freeze lock on %s already, not on %s: unfreeze it first",
-				req.GetWorkflow(), strings.Join(held.tables, ", "), strings.Join(names, ", "))
-		}
-		held.expires = time.Now().Add(lease)
-		held.timer.Reset(lease)
+	refreshed, err := s.refreshLock(workflow, names, lease)
+	if err != nil {
+		return nil, err
+	}
+	if refreshed {
 		pos, err := s.position(ctx, s.db)
 		if err != nil {
 			return nil, err
 		}
 		return &rowliftv1.FreezeResponse{Position: pos}, nil
 	}
+	// The workflow is marked as locking, so a second freeze of it cannot lock
+	// too, while other workflows' freezes and lease expiries go on.
+	defer func() {
+		s.locks.mu.Lock()
+		delete(s.locks.acquiring, workflow)
+		s.locks.mu.Unlock()
+	}()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, s.sourceError("connect", err)
@@ -325,11 +331,34 @@ func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, l
 	if err != nil {
 		return nil, err
 	}
-	workflow := req.GetWorkflow()
+	s.locks.mu.Lock()
 	held.timer = time.AfterFunc(lease, func() { s.expireLock(workflow, held, log) })
 	s.locks.byWorkflow[workflow] = held
+	s.locks.mu.Unlock()
 	ok = true
 	return &rowliftv1.FreezeResponse{Position: pos, Changed: true}, nil
+}
+
+// refreshLock extends the lease of the workflow's lock when it holds one on
+// the same tables (refreshed), or else marks the workflow as locking; a
+// workflow that holds another lock or is locking already is refused.
+func (s *Server) refreshLock(workflow string, names []string, lease time.Duration) (refreshed bool, err error) {
+	s.locks.mu.Lock()
+	defer s.locks.mu.Unlock()
+	held := s.locks.byWorkflow[workflow]
+	switch {
+	case held != nil && !slices.Equal(held.tables, names):
+		return false, status.Errorf(codes.FailedPrecondition, "workflow %s holds a freeze lock on %s already, not on %s: unfreeze it first",
+			workflow, strings.Join(held.tables, ", "), strings.Join(names, ", "))
+	case held != nil:
+		held.expires = time.Now().Add(lease)
+		held.timer.Reset(lease)
+		return true, nil
+	case s.locks.acquiring[workflow]:
+		return false, status.Errorf(codes.Aborted, "a freeze of workflow %s is already waiting for its lock: retry once it is done", workflow)
+	}
+	s.locks.acquiring[workflow] = true
+	return false, nil
 }
 
 // unlockTables releases a workflow's LOCK freeze, if it holds one.

@@ -163,7 +163,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err := store.RecordCopyStart(ctx, name, c.source.GetName(), estimates); err != nil {
 		return false, err
 	}
-	play, err := newPlayer(e.db, name, c.source.GetName(), owner, TargetDatabase(c.spec), tables, resume)
+	play, err := newPlayer(e.db, name, c.source.GetName(), owner, tables, resume)
 	if err != nil {
 		return false, err
 	}
@@ -298,6 +298,9 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			if err := c.ddl(ctx, play, item.GetDdl()); err != nil {
 				return err
 			}
+			if item.GetDdl().GetFreeze() {
+				return nil // the target's tables did not change
+			}
 			return replay.reloadKeys(ctx, e.db)
 		}
 		return nil
@@ -348,8 +351,15 @@ func (c *controller) logProgress(ctx context.Context, every time.Duration) {
 	}
 }
 
-// ddl handles a schema change on streamed tables by the workflow's on_ddl.
+// ddl handles a schema change on streamed tables by the workflow's on_ddl. A
+// cutover's freeze or unfreeze rename is no schema change: the stream goes on
+// past it whatever on_ddl says, as the cutover waits for the position after it.
 func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) error {
+	if ddl.GetFreeze() {
+		c.log.Info("tables frozen/unfrozen by a cutover", zap.Strings("tables", ddl.GetTables()),
+			zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
+		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
+	}
 	switch c.spec.GetOptions().GetOnDdl() {
 	case rowliftv1.OnDDL_ON_DDL_IGNORE:
 		c.log.Warn("ignoring DDL", zap.String("statement", ddl.GetStatement()))

@@ -36,10 +36,27 @@ func permanent(format string, args ...any) error {
 // targetTable is a table being copied into on the target, with the writer of its
 // copy chunks: load when the copy uses LOAD DATA, insert otherwise.
 type targetTable struct {
-	name   string
-	fields *rowliftv1.TableFields
-	insert *insertBuilder
-	load   *loadBuilder
+	// name is the table's name in the stream and in copy_state: the source's.
+	name string
+	// database and table say where its rows go on the target (table is the
+	// spec's target_table when set); ident is both quoted, what every
+	// statement writes to.
+	database, table, ident string
+	fields                 *rowliftv1.TableFields
+	insert                 *insertBuilder
+	load                   *loadBuilder
+}
+
+// TargetTable is the name on the target of a workflow's table: the spec's
+// target_table when set (mapped, as a cutover does while the target's tables
+// are frozen), else the table's own. Every target-side use goes through it.
+func TargetTable(spec *rowliftv1.WorkflowSpec, table string) (name string, mapped bool) {
+	for _, t := range spec.GetTables() {
+		if t.GetName() == table && t.GetTargetTable() != "" {
+			return t.GetTargetTable(), true
+		}
+	}
+	return table, false
 }
 
 // prepareTargets checks every target table against the streamed fields before
@@ -56,11 +73,12 @@ func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpe
 	}
 	tables := map[string]*targetTable{}
 	for _, f := range fields {
-		t := &targetTable{name: f.GetTable(), fields: f}
+		name, _ := TargetTable(spec, f.GetTable())
+		t := &targetTable{name: f.GetTable(), database: targetDB, table: name, ident: rowcodec.QualifiedIdent(targetDB, name), fields: f}
 		if useLoad {
-			t.load = newLoadBuilder(targetDB, f.GetTable(), f.GetFields())
+			t.load = newLoadBuilder(t.ident, f.GetFields())
 		} else {
-			t.insert = newInsertBuilder(targetDB, f.GetTable(), f.GetFields(), maxStmt)
+			t.insert = newInsertBuilder(t.ident, f.GetFields(), maxStmt)
 		}
 		tables[f.GetTable()] = t
 	}
@@ -70,7 +88,8 @@ func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpe
 // CheckTargets checks a workflow's target tables against the streamed fields
 // and writes nothing: a table that exists must have the same shape, and must be
 // empty if its copy has not started (progress has no entry for it), unless the
-// workflow allows otherwise. It returns the tables to create and whether the copy
+// workflow allows otherwise; a table mapped to another name (target_table) must
+// exist. It returns the tables to create and whether the copy
 // writes with LOAD DATA. A check that retrying cannot fix fails with an error
 // IsPermanent recognizes. The coordinator runs it when a workflow is created,
 // each stream again before it writes.
@@ -78,8 +97,12 @@ func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec,
 	progress map[string]state.TableCopy) (missing []*rowliftv1.TableFields, useLoad bool, err error) {
 	targetDB := TargetDatabase(spec)
 	for _, f := range fields {
-		tbl, err := schema.Load(ctx, db, targetDB, f.GetTable())
+		name, mapped := TargetTable(spec, f.GetTable())
+		tbl, err := schema.Load(ctx, db, targetDB, name)
 		switch {
+		case errors.Is(err, schema.ErrNoTable) && mapped:
+			return nil, false, permanent("target table %s.%s (the target_table of %s) does not exist, and rowlift never creates a mapped "+
+				"target table from the source's definition: create it like the source's, or leave target_table empty", targetDB, name, f.GetTable())
 		case errors.Is(err, schema.ErrNoTable):
 			if spec.GetOptions().GetSkipCreateTables() {
 				return nil, false, permanent("target table %s.%s does not exist and the workflow does not create tables "+
@@ -99,13 +122,13 @@ func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec,
 		fresh := p.LastPK == nil && p.RowsCopied == 0 && !p.Done
 		if fresh && !spec.GetOptions().GetAllowNonemptyTarget() {
 			var one int
-			err := db.QueryRowContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(targetDB, f.GetTable())+" LIMIT 1").Scan(&one)
+			err := db.QueryRowContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(targetDB, name)+" LIMIT 1").Scan(&one)
 			if err == nil {
 				return nil, false, permanent("target table %s.%s already has rows and its copy has not started: empty it (TRUNCATE) "+
-					"or create the workflow with allow_nonempty_target", targetDB, f.GetTable())
+					"or create the workflow with allow_nonempty_target", targetDB, name)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
-				return nil, false, fmt.Errorf("check target table %s.%s is empty: %w", targetDB, f.GetTable(), err)
+				return nil, false, fmt.Errorf("check target table %s.%s is empty: %w", targetDB, name, err)
 			}
 		}
 	}

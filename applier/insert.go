@@ -73,10 +73,11 @@ func (b *insertBuilder) build(s *scratch, rows []*rowliftv1.Row) ([][]byte, erro
 	return s.stmts, nil
 }
 
-func newInsertBuilder(db, table string, fields []*rowliftv1.Field, maxBytes int) *insertBuilder {
+// newInsertBuilder builds the INSERTs into the table ident (`db`.`table`).
+func newInsertBuilder(ident string, fields []*rowliftv1.Field, maxBytes int) *insertBuilder {
 	b := &insertBuilder{maxBytes: maxBytes}
 	b.prefix = append(b.prefix, "INSERT INTO "...)
-	b.prefix = append(b.prefix, rowcodec.QualifiedIdent(db, table)...)
+	b.prefix = append(b.prefix, ident...)
 	b.prefix = append(b.prefix, " ("...)
 	for i, f := range fields {
 		if i > 0 {

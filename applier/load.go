@@ -25,14 +25,15 @@ type loadBuilder struct {
 	ncols          int
 }
 
-func newLoadBuilder(db, table string, fields []*rowliftv1.Field) *loadBuilder {
+// newLoadBuilder builds the LOAD DATA into the table ident (`db`.`table`).
+func newLoadBuilder(ident string, fields []*rowliftv1.Field) *loadBuilder {
 	cols := make([]string, len(fields))
 	for i, f := range fields {
 		cols[i] = rowcodec.Ident(f.GetName())
 	}
 	return &loadBuilder{
 		prefix: "LOAD DATA LOCAL INFILE 'Reader::",
-		suffix: "' INTO TABLE " + rowcodec.QualifiedIdent(db, table) +
+		suffix: "' INTO TABLE " + ident +
 			` CHARACTER SET binary FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' (` + strings.Join(cols, ", ") + ")",
 		ncols: len(fields),
 	}

@@ -31,7 +31,6 @@ type player struct {
 	workflow string
 	source   string
 	owner    int64
-	targetDB string
 	tables   map[string]*targetTable
 	// applied is the GTID set committed on the target; transactions in it are
 	// skipped (a streamer resumed from an older position sends them again). The
@@ -42,7 +41,7 @@ type player struct {
 	maybeApplied *gomysql.MariadbGTIDSet
 }
 
-func newPlayer(db *sql.DB, workflow, source string, owner int64, targetDB string, tables map[string]*targetTable, resume state.Resume) (*player, error) {
+func newPlayer(db *sql.DB, workflow, source string, owner int64, tables map[string]*targetTable, resume state.Resume) (*player, error) {
 	applied, err := gomysql.ParseMariadbGTIDSet(resume.Position)
 	if err != nil {
 		return nil, fmt.Errorf("committed position %q: %w", resume.Position, err)
@@ -51,7 +50,7 @@ func newPlayer(db *sql.DB, workflow, source string, owner int64, targetDB string
 	if err != nil {
 		return nil, fmt.Errorf("maybe-applied position %q: %w", resume.MaybeApplied, err)
 	}
-	return &player{db: db, workflow: workflow, source: source, owner: owner, targetDB: targetDB, tables: tables,
+	return &player{db: db, workflow: workflow, source: source, owner: owner, tables: tables,
 		applied: applied.(*gomysql.MariadbGTIDSet), maybeApplied: maybe.(*gomysql.MariadbGTIDSet)}, nil
 }
 
@@ -319,7 +318,7 @@ func (w *rowWriter) deleteOthers(t *targetTable, key []writeset.KeyPart, row *ro
 		return nil, false, err
 	}
 	buf = append(w.buf[:0], "DELETE FROM "...)
-	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
+	buf = append(buf, t.ident...)
 	buf = append(buf, " WHERE "...)
 	for i, part := range key {
 		if vals[part.Pos] == nil {
@@ -401,7 +400,7 @@ func (w *rowWriter) insert(t *targetTable, after *rowliftv1.Row) ([]byte, error)
 // holds any of its keys.
 func (w *rowWriter) insertRow(t *targetTable, after *rowliftv1.Row, upsert bool) ([]byte, error) {
 	buf := append(w.buf[:0], "INSERT INTO "...)
-	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
+	buf = append(buf, t.ident...)
 	buf = append(buf, " ("...)
 	for i, f := range t.fields.GetFields() {
 		if i > 0 {
@@ -438,7 +437,7 @@ func (w *rowWriter) insertRow(t *targetTable, after *rowliftv1.Row, upsert bool)
 
 func (w *rowWriter) update(t *targetTable, before, after *rowliftv1.Row) ([]byte, error) {
 	buf := append(w.buf[:0], "UPDATE "...)
-	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
+	buf = append(buf, t.ident...)
 	buf = append(buf, " SET "...)
 	vals, err := w.row(t, after)
 	if err != nil {
@@ -457,7 +456,7 @@ func (w *rowWriter) update(t *targetTable, before, after *rowliftv1.Row) ([]byte
 
 func (w *rowWriter) delete(t *targetTable, before *rowliftv1.Row) ([]byte, error) {
 	buf := append(w.buf[:0], "DELETE FROM "...)
-	buf = append(buf, rowcodec.QualifiedIdent(w.p.targetDB, t.name)...)
+	buf = append(buf, t.ident...)
 	return w.where(buf, t, before)
 }
 

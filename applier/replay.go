@@ -158,7 +158,7 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 func loadKeys(ctx context.Context, db *sql.DB, play *player, log *zap.Logger) (map[string]*writeset.Table, error) {
 	keys := map[string]*writeset.Table{}
 	for name, t := range play.tables {
-		k, err := writeset.Load(ctx, db, play.targetDB, t.fields)
+		k, err := writeset.Load(ctx, db, t.database, t.table, t.fields)
 		if err != nil {
 			return nil, fmt.Errorf("keys of %s: %w", name, err)
 		}

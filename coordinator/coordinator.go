@@ -378,7 +378,8 @@ func (s *Server) DeleteWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef)
 			return nil, t.fail(err)
 		}
 		for _, tbl := range spec.GetTables() {
-			resp.KeptTables = append(resp.KeptTables, fmt.Sprintf("%s:%s.%s", t.name, db, tbl.GetName()))
+			name, _ := applier.TargetTable(spec, tbl.GetName())
+			resp.KeptTables = append(resp.KeptTables, fmt.Sprintf("%s:%s.%s", t.name, db, name))
 		}
 	}
 	s.log.Info("workflow deleted; target tables kept", zap.String("workflow", spec.GetName()), zap.Strings("tables", resp.KeptTables))

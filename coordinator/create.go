@@ -247,6 +247,12 @@ func checkSpec(spec *rowliftv1.WorkflowSpec) error {
 	if err := unique("table", spec.GetTables(), func(t *rowliftv1.TableSpec) string { return strings.ToLower(t.GetName()) }); err != nil {
 		return err
 	}
+	if err := unique("target table", spec.GetTables(), func(t *rowliftv1.TableSpec) string {
+		name, _ := applier.TargetTable(spec, t.GetName())
+		return strings.ToLower(name)
+	}); err != nil {
+		return err
+	}
 	for _, t := range spec.GetTables() {
 		if err := unique("column of table "+t.GetName(), t.GetColumns(), strings.ToLower); err != nil {
 			return err

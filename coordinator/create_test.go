@@ -154,6 +154,11 @@ func TestCreateRefusesBadWorkflows(t *testing.T) {
 			edit: func(s *rowliftv1.WorkflowSpec) { s.Tables[0].Columns = []string{"total"} }, want: []string{"must include key column id"}},
 		{name: "bad name", tables: []string{"orders"}, code: codes.InvalidArgument, want: []string{"workflow name", "letters, digits"}},
 		{name: "table-twice", tables: []string{"orders", "ORDERS"}, code: codes.InvalidArgument, want: []string{`table "orders" is named twice`}},
+		{name: "target-table-twice", tables: []string{"orders", "items"}, code: codes.InvalidArgument,
+			edit: func(s *rowliftv1.WorkflowSpec) { s.Tables[1].TargetTable = "Orders" }, want: []string{`target table "orders" is named twice`}},
+		{name: "mapped-target-missing", tables: []string{"orders"}, code: codes.FailedPrecondition,
+			edit: func(s *rowliftv1.WorkflowSpec) { s.Tables[0].TargetTable = "_orders_frozen" },
+			want: []string{"target table shop._orders_frozen (the target_table of orders) does not exist", "never creates a mapped target table"}},
 		{name: "bad-lag-query", tables: []string{"orders"}, code: codes.InvalidArgument,
 			edit: func(s *rowliftv1.WorkflowSpec) {
 				s.Options = &rowliftv1.WorkflowOptions{Throttle: &rowliftv1.Throttle{
@@ -211,6 +216,13 @@ func TestCreateRefusesIncompatibleTargetTables(t *testing.T) {
 	spec := f.spec("nonempty-ok", "items")
 	spec.Options = &rowliftv1.WorkflowOptions{AllowNonemptyTarget: true}
 	_, err := f.coord.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+	require.NoError(t, err)
+
+	// A table mapped to another target table is checked against that one.
+	sandboxtest.Exec(t, f.dstDB, "CREATE TABLE shop.orders_mapped (id INT PRIMARY KEY, total DECIMAL(10,2), note VARCHAR(20))")
+	spec = f.spec("mapped", "orders")
+	spec.Tables[0].TargetTable = "orders_mapped"
+	_, err = f.coord.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
 	require.NoError(t, err)
 }
 

@@ -20,9 +20,15 @@ func (e *env) waitCaughtUp(workflow string, timeout time.Duration) {
 	e.t.Helper()
 	var src string
 	require.NoError(e.t, e.srcDB.QueryRow("SELECT @@gtid_binlog_pos").Scan(&src))
-	want, err := gomysql.ParseMariadbGTIDSet(src)
+	e.waitApplied(workflow, src, timeout)
+}
+
+// waitApplied waits until the workflow's applied position covers pos.
+func (e *env) waitApplied(workflow, pos string, timeout time.Duration) {
+	e.t.Helper()
+	want, err := gomysql.ParseMariadbGTIDSet(pos)
 	require.NoError(e.t, err)
-	e.waitFor("the target to apply up to "+src, timeout, func() (bool, string) {
+	e.waitFor("the target to apply up to "+pos, timeout, func() (bool, string) {
 		streams, err := e.store.Streams(context.Background(), workflow)
 		if err != nil || len(streams) == 0 {
 			return false, fmt.Sprint(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/rowlift/rowlift/internal/binlogrow"
+	"github.com/rowlift/rowlift/internal/frozen"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -21,6 +22,8 @@ type binlogReader struct {
 	events   *replication.BinlogStreamer
 	database string
 	plans    map[string]*tablePlan
+	// names are the streamed tables' names, for recognising a cutover's renames.
+	names []string
 	// mapped holds, by table ID, what a table map event said: nil for tables
 	// that are not streamed.
 	mapped map[uint64]*mappedTable
@@ -60,6 +63,7 @@ func newBinlogReader(events *replication.BinlogStreamer, database string, plans 
 		mapped: map[uint64]*mappedTable{}, pos: start}
 	for _, p := range plans {
 		r.plans[strings.ToLower(p.table.Name)] = p
+		r.names = append(r.names, p.table.Name)
 	}
 	return r
 }
@@ -210,7 +214,9 @@ func (r *binlogReader) commit() (readResult, bool, error) {
 
 // query handles a QUERY event: BEGIN and COMMIT frame transactions of
 // non-transactional engines; anything else in a GTID of its own is a DDL, sent on
-// when it names a streamed table in the workflow's database.
+// when it names a streamed table in the workflow's database, marked as a
+// cutover's freeze when it only renames streamed tables to their frozen names
+// or back.
 func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error) {
 	q := strings.TrimSpace(string(e.Query))
 	switch strings.ToUpper(q) {
@@ -239,7 +245,7 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 		return readResult{}, false, fmt.Errorf("parse GTID %s: %w", tx.gtid, err)
 	}
 	ddl := &rowliftv1.DDL{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()}, CommitTimeUs: tx.commitUS,
-		Database: string(e.Schema), Statement: q, Tables: tables}
+		Database: string(e.Schema), Statement: q, Tables: tables, Freeze: frozen.IsFreeze(q, string(e.Schema), r.database, r.names)}
 	res.tx = &mergeTx{pos: gtidPos{own}, tables: tables, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Ddl{Ddl: ddl}}}
 	return res, true, nil
 }

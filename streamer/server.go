@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/throttle"
@@ -54,6 +55,10 @@ type Server struct {
 	log *zap.Logger
 	// targets holds the appliers' reasons to pause copies (the Throttle RPC).
 	targets *targetThrottles
+	// locks holds the LOCK freezes of cutovers (the Freeze RPC).
+	locks *tableLocks
+	// lockWait bounds how long a freeze waits for its tables (maxLockWait).
+	lockWait time.Duration
 }
 
 // New opens the source pool; it does not connect until a stream needs it, so a
@@ -67,11 +72,15 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles()}, nil
+	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles(),
+		locks: newTableLocks(), lockWait: maxLockWait}, nil
 }
 
-// Close closes the source pool.
-func (s *Server) Close() error { return s.db.Close() }
+// Close releases the freeze locks and closes the source pool.
+func (s *Server) Close() error {
+	s.releaseLocks()
+	return s.db.Close()
+}
 
 // Stream serves one (workflow, source) stream until the applier cancels it.
 func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse]) error {
@@ -125,11 +134,8 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*ro
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
-		if errors.Is(err, dbconn.ErrAccessDenied) {
-			return nil, nil, status.Error(codes.PermissionDenied, err.Error())
-		}
-		return nil, nil, status.Error(codes.Unavailable, err.Error())
+	if err := s.ping(ctx); err != nil {
+		return nil, nil, err
 	}
 	if err := s.checkSource(ctx); err != nil {
 		return nil, nil, status.Error(codes.FailedPrecondition, err.Error())
@@ -139,6 +145,18 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*ro
 		return nil, nil, err
 	}
 	return opts, plans, nil
+}
+
+// ping checks that the source takes the streamer's credentials, failing with
+// PermissionDenied when it does not and Unavailable when it cannot be reached.
+func (s *Server) ping(ctx context.Context) error {
+	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
+		if errors.Is(err, dbconn.ErrAccessDenied) {
+			return status.Error(codes.PermissionDenied, err.Error())
+		}
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return nil
 }
 
 func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], log *zap.Logger) error {
@@ -363,7 +381,7 @@ var requiredSettings = []struct{ name, value, why string }{
 func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tablePlan, error) {
 	var plans []*tablePlan
 	for _, t := range req.GetTables() {
-		tbl, err := schema.Load(ctx, s.db, req.GetDatabase(), t.GetName())
+		tbl, err := s.loadTable(ctx, req, t)
 		if err != nil {
 			return nil, schemaStatus(err)
 		}
@@ -376,7 +394,46 @@ func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tab
 	return plans, nil
 }
 
+// loadTable reads a streamed table's metadata. While a cutover has the table
+// frozen (renamed to its frozen name), it is described from the frozen twin,
+// which has the same columns and keys, so a stream restarted during the freeze
+// still comes up; the binlog reader keeps streaming changes of the live name
+// only, so the reverse workflow's writes into the twin never flow back. A
+// frozen table cannot be copied: its copy must be done.
+func (s *Server) loadTable(ctx context.Context, req *rowliftv1.StreamRequest, t *rowliftv1.TableRequest) (*schema.Table, error) {
+	db := req.GetDatabase()
+	tbl, err := schema.Load(ctx, s.db, db, t.GetName())
+	if !errors.Is(err, schema.ErrNoTable) {
+		return tbl, err
+	}
+	twin, nameErr := frozen.Name(t.GetName())
+	if nameErr != nil {
+		return nil, err
+	}
+	twinTbl, twinErr := schema.Load(ctx, s.db, db, twin)
+	switch {
+	case errors.Is(twinErr, schema.ErrNoTable):
+		return nil, err
+	case twinErr != nil:
+		return nil, twinErr
+	case !t.GetCopy().GetDone():
+		return nil, status.Errorf(codes.FailedPrecondition, "table %s.%s is frozen by a cutover (renamed to %s) and its copy is not done, "+
+			"so it cannot be copied: unfreeze it (Streamer.Unfreeze, or RENAME TABLE %s TO %s) and the workflow goes on",
+			db, t.GetName(), twin, rowcodec.QualifiedIdent(db, twin), rowcodec.QualifiedIdent(db, t.GetName()))
+	}
+	twinTbl.Name = t.GetName()
+	// A target that lacks the table creates it under its own name.
+	twinTbl.CreateTable = strings.Replace(twinTbl.CreateTable, "CREATE TABLE "+rowcodec.Ident(twin),
+		"CREATE TABLE "+rowcodec.Ident(t.GetName()), 1)
+	s.log.Info("table is frozen by a cutover: described from its frozen twin, streaming changes to the live name only",
+		zap.String("workflow", req.GetWorkflow()), zap.String("table", db+"."+t.GetName()), zap.String("frozen", twin))
+	return twinTbl, nil
+}
+
 func schemaStatus(err error) error {
+	if _, isStatus := status.FromError(err); isStatus {
+		return err
+	}
 	switch {
 	case errors.Is(err, schema.ErrNoTable):
 		return status.Errorf(codes.NotFound, "%v on the source: check the workflow's table list and source database", err)

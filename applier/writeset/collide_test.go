@@ -162,7 +162,7 @@ func checkCollisions(t *testing.T, db *sql.DB, n int, c collideCase) {
 		return nil
 	}))
 
-	tbl, err := Load(t.Context(), db, "d", streamed(uniq, "id", "v"))
+	tbl, err := Load(t.Context(), db, "d", uniq, streamed(uniq, "id", "v"))
 	require.NoError(t, err)
 	require.Equal(t, !c.exact, len(tbl.Coarse()) == 1, "coarse: %q", tbl.Coarse())
 	hash := func(v []byte) uint64 {

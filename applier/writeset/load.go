@@ -54,8 +54,10 @@ type metadata struct {
 // parallel transactions would lose an update or fail on a unique key; a Table
 // must be loaded again when the streamed fields or the target's keys change.
 // A table whose hashing cannot be set up is still returned, as a barrier.
-func Load(ctx context.Context, q schema.Queryer, database string, fields *rowliftv1.TableFields) (*Table, error) {
-	m, err := readMetadata(ctx, q, database, fields.GetTable())
+// table is the target table's name, which a workflow may map to another than
+// the streamed one.
+func Load(ctx context.Context, q schema.Queryer, database, table string, fields *rowliftv1.TableFields) (*Table, error) {
+	m, err := readMetadata(ctx, q, database, table)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func TestLoadFindsUniqueKeysInOrder(t *testing.T) {
 		PRIMARY KEY (region, id))`)
 	// Streamed in another order than the table's, with a different case.
 	fields := streamed("t", "NOTE", "code", "id", "email", "body", "tag", "Region", "price", "bits")
-	tbl, err := Load(context.Background(), db, "d", fields)
+	tbl, err := Load(context.Background(), db, "d", fields.GetTable(), fields)
 	require.NoError(t, err)
 	barrier, why := tbl.Barrier()
 	require.False(t, barrier, why)
@@ -77,7 +77,7 @@ func TestLoadFindsUniqueKeysInOrder(t *testing.T) {
 
 	// A PAD SPACE primary key, a table with only a NOT NULL unique key.
 	sandboxtest.Exec(t, db, "CREATE TABLE d.u (k VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, v INT, UNIQUE KEY k (k))")
-	tbl, err = Load(context.Background(), db, "d", streamed("u", "k", "v"))
+	tbl, err = Load(context.Background(), db, "d", "u", streamed("u", "k", "v"))
 	require.NoError(t, err)
 	require.Equal(t, []keyShape{{"k", []part{{pos: 0, form: spacePadded, utf8: true}}}}, shapes(tbl))
 	barrier, _ = tbl.Barrier()
@@ -115,21 +115,21 @@ func TestLoadBarriers(t *testing.T) {
 		{streamed("plain", "id", "n"), ""},
 	}
 	for _, c := range cases {
-		tbl, err := Load(ctx, db, "d", c.fields)
+		tbl, err := Load(ctx, db, "d", c.fields.GetTable(), c.fields)
 		require.NoError(t, err, c.fields.Table)
 		barrier, why := tbl.Barrier()
 		require.Equal(t, c.want != "", barrier, c.fields.Table)
 		require.Equal(t, c.want, why, c.fields.Table)
 	}
 
-	_, err := Load(ctx, db, "d", streamed("ghost", "id"))
+	_, err := Load(ctx, db, "d", "ghost", streamed("ghost", "id"))
 	require.ErrorIs(t, err, schema.ErrNoTable)
 }
 
 func TestLoadWithoutOverlaps(t *testing.T) {
 	db := server(t, "CREATE TABLE d.booking (room INT NOT NULL, s DATE NOT NULL, e DATE NOT NULL, guest VARCHAR(20), "+
 		"PERIOD FOR stay (s, e), PRIMARY KEY (room, stay WITHOUT OVERLAPS), UNIQUE KEY `g``uest` (guest, stay WITHOUT OVERLAPS))")
-	tbl, err := Load(context.Background(), db, "d", streamed("booking", "room", "s", "e", "guest"))
+	tbl, err := Load(context.Background(), db, "d", "booking", streamed("booking", "room", "s", "e", "guest"))
 	require.NoError(t, err)
 	require.Equal(t, []string{
 		"PRIMARY (e: period compared by overlap; s: period compared by overlap)",

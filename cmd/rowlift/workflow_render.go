@@ -268,6 +268,9 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 		if cols := t.GetColumns(); len(cols) > 0 {
 			p += ":" + strings.Join(cols, ",")
 		}
+		if name, mapped := applier.TargetTable(spec, t.GetName()); mapped {
+			p += "→" + name
+		}
 		parts = append(parts, p)
 	}
 	def = append(def, fmt.Sprintf("tables\t%s", strings.Join(parts, " ")))

@@ -24,7 +24,7 @@ func copyingWorkflow() *rowliftv1.Workflow {
 			Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: "10.0.0.5:7001"}},
 			Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
 			SourceDatabase: "shop",
-			Tables:         []*rowliftv1.TableSpec{{Name: "customers"}, {Name: "orders", Columns: []string{"id", "total"}}, {Name: "audit_log"}},
+			Tables:         []*rowliftv1.TableSpec{{Name: "customers"}, {Name: "orders", Columns: []string{"id", "total"}}, {Name: "audit_log", TargetTable: "_audit_log_frozen"}},
 			Options:        &rowliftv1.WorkflowOptions{ChunkRows: 5000, OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA},
 		},
 		Status: &rowliftv1.WorkflowStatus{
@@ -50,7 +50,7 @@ created   2025-11-22 15:30:30 UTC (9m30s ago)
 sources   main=10.0.0.5:7001
 targets   main
 database  shop → shop
-tables    customers orders:id,total audit_log
+tables    customers orders:id,total audit_log→_audit_log_frozen
 options   --chunk-rows 5000 --on-ddl ignore --copy-method load-data
 
 workflow shop-move   copying   lag 1.2s   eta 30s   throttled: source Threads_running 57 > 50

@@ -1,0 +1,425 @@
+package streamer
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+const (
+	// defaultFreezeLease is how long a LOCK freeze holds when the request does
+	// not say, so a lost coordinator never leaves the source frozen.
+	defaultFreezeLease = 30 * time.Second
+	// maxLockWait bounds how long a freeze waits for the tables' metadata locks
+	// (lock_wait_timeout, a day by default), so a freeze behind a long
+	// transaction fails instead of stalling the writes queued behind it.
+	maxLockWait = 10 * time.Second
+)
+
+// Freeze stops writes to a workflow's tables for a cutover (see the proto).
+func (s *Server) Freeze(ctx context.Context, req *rowliftv1.FreezeRequest) (*rowliftv1.FreezeResponse, error) {
+	return s.freeze(ctx, req, true)
+}
+
+// Unfreeze undoes Freeze, so a rolled-back or reversed cutover gives the
+// tables back to their writers.
+func (s *Server) Unfreeze(ctx context.Context, req *rowliftv1.FreezeRequest) (*rowliftv1.FreezeResponse, error) {
+	return s.freeze(ctx, req, false)
+}
+
+func (s *Server) freeze(ctx context.Context, req *rowliftv1.FreezeRequest, freeze bool) (*rowliftv1.FreezeResponse, error) {
+	op := map[bool]string{true: "freeze", false: "unfreeze"}[freeze]
+	log := s.log.With(zap.String("workflow", req.GetWorkflow()), zap.String("database", req.GetDatabase()),
+		zap.Strings("tables", req.GetTables()), zap.Stringer("mode", req.GetMode()))
+	if err := checkFreezeRequest(req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
+	}
+	if err := s.ping(ctx); err != nil {
+		return nil, err
+	}
+	var resp *rowliftv1.FreezeResponse
+	var err error
+	switch req.GetMode() {
+	case rowliftv1.FreezeMode_FREEZE_MODE_NONE:
+		var pos *rowliftv1.Position
+		pos, err = s.position(ctx, s.db)
+		resp = &rowliftv1.FreezeResponse{Position: pos}
+	case rowliftv1.FreezeMode_FREEZE_MODE_LOCK:
+		if freeze {
+			resp, err = s.lockTables(ctx, req, log)
+		} else {
+			resp, err = s.unlockTables(ctx, req)
+		}
+	default:
+		resp, err = s.renameTables(ctx, req, freeze)
+	}
+	if err != nil {
+		log.Warn(op+" failed", zap.Error(err))
+		return nil, err
+	}
+	log.Info(map[bool]string{true: "tables frozen", false: "tables unfrozen"}[freeze], zap.Bool("changed", resp.GetChanged()),
+		zap.String("position", resp.GetPosition().GetGtidSet()))
+	return resp, nil
+}
+
+func checkFreezeRequest(req *rowliftv1.FreezeRequest) error {
+	switch {
+	case req.GetWorkflow() == "":
+		return errors.New("request names no workflow")
+	case req.GetDatabase() == "":
+		return errors.New("request names no database")
+	case len(req.GetTables()) == 0:
+		return errors.New("request names no tables")
+	case req.GetLeaseMs() < 0:
+		return fmt.Errorf("lease_ms %d is negative", req.GetLeaseMs())
+	}
+	if _, known := rowliftv1.FreezeMode_name[int32(req.GetMode())]; !known {
+		return fmt.Errorf("unknown freeze mode %d", req.GetMode())
+	}
+	seen := map[string]bool{}
+	for _, t := range req.GetTables() {
+		if t == "" || seen[strings.ToLower(t)] {
+			return fmt.Errorf("table %q named twice or empty", t)
+		}
+		seen[strings.ToLower(t)] = true
+		if mode := req.GetMode(); mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME || mode == rowliftv1.FreezeMode_FREEZE_MODE_UNSPECIFIED {
+			if _, err := frozen.Name(t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// position reads the source's current GTID position.
+func (s *Server) position(ctx context.Context, q schema.Queryer) (*rowliftv1.Position, error) {
+	var pos string
+	if err := q.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return nil, s.sourceError("read the source's position", err)
+	}
+	return &rowliftv1.Position{GtidSet: pos}, nil
+}
+
+// sourceError turns a failed source statement into a status whose code says
+// whether retrying can help.
+func (s *Server) sourceError(what string, err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1049, 1146: // unknown database, table doesn't exist
+			return status.Errorf(codes.NotFound, "%s on source %s: %v", what, s.cfg.Addr, err)
+		case 1044, 1142: // access denied to a database, command denied
+			return status.Errorf(codes.PermissionDenied, "%s on source %s: %v: grant the streamer's user what it needs", what, s.cfg.Addr, err)
+		}
+		return status.Errorf(codes.Internal, "%s on source %s: %v", what, s.cfg.Addr, err)
+	}
+	return status.Errorf(codes.Unavailable, "%s: %v", what, dbconn.Explain(err, s.cfg, "source"))
+}
+
+// renameTables freezes (or unfreezes) by renaming every table to its frozen
+// name (or back) in one atomic RENAME TABLE, after checking that all tables
+// are in the state the rename starts from; all already in the end state
+// changes nothing.
+func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest, freeze bool) (*rowliftv1.FreezeResponse, error) {
+	db := req.GetDatabase()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.sourceError("connect", err)
+	}
+	defer discard(conn)
+	secs, err := s.boundLockWait(ctx, conn, s.lockWait)
+	if err != nil {
+		return nil, err
+	}
+	var dbs int
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", db).Scan(&dbs); err != nil {
+		return nil, s.sourceError("look up database "+db, err)
+	}
+	if dbs == 0 {
+		return nil, status.Errorf(codes.NotFound, "database %s does not exist on source %s: check the workflow's source database", db, s.cfg.Addr)
+	}
+	var live, frozenNow, both, missing []string
+	for _, t := range req.GetTables() {
+		twin, _ := frozen.Name(t) // checked with the request
+		isLive, err := tableExists(ctx, conn, db, t)
+		if err != nil {
+			return nil, s.sourceError("look up table "+db+"."+t, err)
+		}
+		isFrozen, err := tableExists(ctx, conn, db, twin)
+		if err != nil {
+			return nil, s.sourceError("look up table "+db+"."+twin, err)
+		}
+		switch {
+		case isLive && isFrozen:
+			both = append(both, fmt.Sprintf("%s.%s and %s.%s", db, t, db, twin))
+		case isLive:
+			live = append(live, db+"."+t)
+		case isFrozen:
+			frozenNow = append(frozenNow, db+"."+t+" (as "+twin+")")
+		default:
+			missing = append(missing, fmt.Sprintf("%s.%s (nor %s)", db, t, twin))
+		}
+	}
+	from, to := live, frozenNow
+	if !freeze {
+		from, to = frozenNow, live
+	}
+	switch {
+	case len(missing) > 0:
+		return nil, status.Errorf(codes.NotFound, "source %s has no table %s: check the workflow's tables and source database",
+			s.cfg.Addr, strings.Join(missing, ", "))
+	case len(both) > 0:
+		return nil, status.Errorf(codes.FailedPrecondition, "both %s exist on source %s: something created the table again while it was frozen; "+
+			"compare the two, keep the right one under the right name and drop or rename the other, then retry", strings.Join(both, "; both "), s.cfg.Addr)
+	case len(to) == len(req.GetTables()):
+		pos, err := s.position(ctx, conn)
+		if err != nil {
+			return nil, err
+		}
+		return &rowliftv1.FreezeResponse{Position: pos}, nil
+	case len(from) != len(req.GetTables()):
+		return nil, status.Errorf(codes.FailedPrecondition, "on source %s only some of the tables are frozen: frozen %s; not frozen %s; "+
+			"an earlier freeze or unfreeze was cut short, or tables were renamed by hand: rename them so that all are frozen or none are, then retry",
+			s.cfg.Addr, strings.Join(frozenNow, ", "), strings.Join(live, ", "))
+	}
+	stmt, err := frozen.Statement(db, req.GetTables(), freeze)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if _, err := conn.ExecContext(ctx, stmt); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && (me.Number == 1050 || me.Number == 1146) { // table exists, doesn't exist
+			return nil, status.Errorf(codes.FailedPrecondition, "%s on source %s: %v: the tables changed meanwhile; retry", stmt, s.cfg.Addr, err)
+		}
+		return nil, s.lockError("rename", db, req.GetTables(), secs, err)
+	}
+	// The same session: its position includes the rename.
+	pos, err := s.position(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	return &rowliftv1.FreezeResponse{Position: pos, Changed: true}, nil
+}
+
+// boundLockWait sets the session's lock_wait_timeout to wait (whole seconds,
+// at least one) and returns it in seconds. The session must not go back to
+// the pool afterwards.
+func (s *Server) boundLockWait(ctx context.Context, conn *sql.Conn, wait time.Duration) (int, error) {
+	secs := max(1, int((wait+time.Second-1)/time.Second))
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", secs)); err != nil {
+		return 0, s.sourceError("set lock_wait_timeout", err)
+	}
+	return secs, nil
+}
+
+// lockError explains a freeze statement that failed, naming the session to
+// end when it waited too long for the tables.
+func (s *Server) lockError(what, db string, tables []string, secs int, err error) error {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = db + "." + t
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1205 { // lock wait timeout
+		return status.Errorf(codes.Aborted, "could not %s %s on source %s within %ds: another session holds a conflicting lock "+
+			"(a long transaction, DDL or LOCK TABLES; see SHOW PROCESSLIST): end it and retry", what, strings.Join(names, ", "), s.cfg.Addr, secs)
+	}
+	return s.sourceError(what+" "+strings.Join(names, ", "), err)
+}
+
+func tableExists(ctx context.Context, q schema.Queryer, db, table string) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", db, table).Scan(&n)
+	return n > 0, err
+}
+
+// tableLock is a LOCK TABLES ... READ held for a workflow's freeze on its own
+// session, released by Unfreeze or by itself once expires passes.
+type tableLock struct {
+	conn    *sql.Conn
+	tables  []string
+	timer   *time.Timer
+	expires time.Time
+}
+
+// tableLocks holds the LOCK freezes by workflow, and the workflows whose
+// freeze is waiting for its lock.
+type tableLocks struct {
+	mu         sync.Mutex
+	byWorkflow map[string]*tableLock
+	acquiring  map[string]bool
+}
+
+func newTableLocks() *tableLocks {
+	return &tableLocks{byWorkflow: map[string]*tableLock{}, acquiring: map[string]bool{}}
+}
+
+// lockTables takes LOCK TABLES ... READ on a session of its own and keeps it
+// until Unfreeze or the lease ends; a workflow that holds it already has its
+// lease refreshed.
+func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, log *zap.Logger) (*rowliftv1.FreezeResponse, error) {
+	workflow := req.GetWorkflow()
+	lease := time.Duration(req.GetLeaseMs()) * time.Millisecond
+	if lease == 0 {
+		lease = defaultFreezeLease
+	}
+	var names []string
+	for _, t := range req.GetTables() {
+		names = append(names, strings.ToLower(req.GetDatabase()+"."+t))
+	}
+	slices.Sort(names)
+	refreshed, err := s.refreshLock(workflow, names, lease)
+	if err != nil {
+		return nil, err
+	}
+	if refreshed {
+		pos, err := s.position(ctx, s.db)
+		if err != nil {
+			return nil, err
+		}
+		return &rowliftv1.FreezeResponse{Position: pos}, nil
+	}
+	// The workflow is marked as locking, so a second freeze of it cannot lock
+	// too, while other workflows' freezes and lease expiries go on.
+	defer func() {
+		s.locks.mu.Lock()
+		delete(s.locks.acquiring, workflow)
+		s.locks.mu.Unlock()
+	}()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.sourceError("connect", err)
+	}
+	held := &tableLock{conn: conn, tables: names, expires: time.Now().Add(lease)}
+	ok := false
+	defer func() {
+		if !ok {
+			discard(conn)
+		}
+	}()
+	secs, err := s.boundLockWait(ctx, conn, min(lease, s.lockWait))
+	if err != nil {
+		return nil, err
+	}
+	var list []string
+	for _, t := range req.GetTables() {
+		list = append(list, rowcodec.QualifiedIdent(req.GetDatabase(), t)+" READ")
+	}
+	if _, err := conn.ExecContext(ctx, "LOCK TABLES "+strings.Join(list, ", ")); err != nil {
+		return nil, s.lockError("lock", req.GetDatabase(), req.GetTables(), secs, err)
+	}
+	// Every write to the tables committed before the lock was granted, and
+	// is in the binlog: the position covers them.
+	pos, err := s.position(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	s.locks.mu.Lock()
+	held.timer = time.AfterFunc(lease, func() { s.expireLock(workflow, held, log) })
+	s.locks.byWorkflow[workflow] = held
+	s.locks.mu.Unlock()
+	ok = true
+	return &rowliftv1.FreezeResponse{Position: pos, Changed: true}, nil
+}
+
+// refreshLock extends the lease of the workflow's lock when it holds one on
+// the same tables (refreshed), or else marks the workflow as locking; a
+// workflow that holds another lock or is locking already is refused.
+func (s *Server) refreshLock(workflow string, names []string, lease time.Duration) (refreshed bool, err error) {
+	s.locks.mu.Lock()
+	defer s.locks.mu.Unlock()
+	held := s.locks.byWorkflow[workflow]
+	switch {
+	case held != nil && !slices.Equal(held.tables, names):
+		return false, status.Errorf(codes.FailedPrecondition, "workflow %s holds a freeze lock on %s already, not on %s: unfreeze it first",
+			workflow, strings.Join(held.tables, ", "), strings.Join(names, ", "))
+	case held != nil:
+		held.expires = time.Now().Add(lease)
+		held.timer.Reset(lease)
+		return true, nil
+	case s.locks.acquiring[workflow]:
+		return false, status.Errorf(codes.Aborted, "a freeze of workflow %s is already waiting for its lock: retry once it is done", workflow)
+	}
+	s.locks.acquiring[workflow] = true
+	return false, nil
+}
+
+// unlockTables releases a workflow's LOCK freeze, if it holds one.
+func (s *Server) unlockTables(ctx context.Context, req *rowliftv1.FreezeRequest) (*rowliftv1.FreezeResponse, error) {
+	s.locks.mu.Lock()
+	held := s.locks.byWorkflow[req.GetWorkflow()]
+	delete(s.locks.byWorkflow, req.GetWorkflow())
+	s.locks.mu.Unlock()
+	if held != nil {
+		held.timer.Stop()
+		release(held)
+	}
+	pos, err := s.position(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	return &rowliftv1.FreezeResponse{Position: pos, Changed: held != nil}, nil
+}
+
+// expireLock releases a lock whose lease passed without an Unfreeze or a
+// refresh.
+func (s *Server) expireLock(workflow string, held *tableLock, log *zap.Logger) {
+	s.locks.mu.Lock()
+	if s.locks.byWorkflow[workflow] != held {
+		s.locks.mu.Unlock()
+		return // unfrozen meanwhile
+	}
+	if left := time.Until(held.expires); left > 0 {
+		held.timer.Reset(left) // refreshed as the timer fired
+		s.locks.mu.Unlock()
+		return
+	}
+	delete(s.locks.byWorkflow, workflow)
+	s.locks.mu.Unlock()
+	release(held)
+	log.Warn("freeze lease expired without an unfreeze: tables unlocked", zap.Strings("locked", held.tables))
+}
+
+// releaseLocks releases every held lock, when the streamer shuts down.
+func (s *Server) releaseLocks() {
+	s.locks.mu.Lock()
+	defer s.locks.mu.Unlock()
+	for workflow, held := range s.locks.byWorkflow {
+		held.timer.Stop()
+		release(held)
+		delete(s.locks.byWorkflow, workflow)
+		s.log.Info("freeze lock released at shutdown", zap.String("workflow", workflow), zap.Strings("locked", held.tables))
+	}
+}
+
+// release unlocks and drops the lock's session: its settings must not go
+// back to the pool, and closing it frees the tables even if UNLOCK fails.
+func release(held *tableLock) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = held.conn.ExecContext(ctx, "UNLOCK TABLES")
+	discard(held.conn)
+}
+
+// discard closes a session instead of returning it to the pool.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}

@@ -15,8 +15,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -59,6 +61,9 @@ type streamKey struct{ workflow, source string }
 type runningStream struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	// spec is the definition the stream runs with: a cutover that rewrites it
+	// (the target tables it writes into) restarts the stream.
+	spec *rowliftv1.WorkflowSpec
 }
 
 // New opens the target pool. It does not connect yet: Run waits for the target.
@@ -190,11 +195,15 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			continue
 		default:
 		}
-		if want[key] == nil {
+		if w := want[key]; w == nil || !proto.Equal(w.Spec, rs.spec) {
 			rs.cancel()
 			<-rs.done
 			delete(e.running, key)
-			e.log.Info("stream stopped", zap.String("workflow", key.workflow), zap.String("source", key.source))
+			why := "stream stopped"
+			if w != nil {
+				why = "workflow definition changed; restarting its stream"
+			}
+			e.log.Info(why, zap.String("workflow", key.workflow), zap.String("source", key.source))
 		}
 	}
 	for key, w := range want {
@@ -204,7 +213,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		c := &controller{engine: e, spec: w.Spec, source: sourceByName(w.Spec, key.source),
 			log: e.log.With(zap.String("workflow", key.workflow), zap.String("source", key.source))}
 		sctx, cancel := context.WithCancel(ctx)
-		rs := &runningStream{cancel: cancel, done: make(chan struct{})}
+		rs := &runningStream{cancel: cancel, done: make(chan struct{}), spec: w.Spec}
 		e.running[key] = rs
 		go func() {
 			defer close(rs.done)

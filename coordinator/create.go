@@ -48,7 +48,7 @@ func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkfl
 			return nil, t.fail(err)
 		}
 	}
-	fields, err := s.validateSources(ctx, spec)
+	fields, err := s.validateSources(ctx, spec, nil)
 	if err != nil {
 		log.Info("workflow refused", zap.Error(err))
 		return nil, err
@@ -119,10 +119,11 @@ func (s *Server) createOnAll(ctx context.Context, spec *rowliftv1.WorkflowSpec, 
 }
 
 // validateSources asks every source's streamer to validate the workflow as its
-// stream would open, and returns each source's table descriptions. Every source
-// must describe each table the same way: one target table takes them all.
-func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec) (map[string][]*rowliftv1.TableFields, error) {
-	req := applier.StreamRequest(spec, "", nil)
+// stream would open with the given copy progress (nil: a new workflow), and
+// returns each source's table descriptions. Every source must describe each
+// table the same way: one target table takes them all.
+func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec, progress map[string]state.TableCopy) (map[string][]*rowliftv1.TableFields, error) {
+	req := applier.StreamRequest(spec, "", progress)
 	results := make([][]*rowliftv1.TableFields, len(spec.GetSources()))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, src := range spec.GetSources() {

@@ -281,7 +281,11 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	}
 	// The following workflow must be able to stream from the side that gains
 	// the writes: its server's binlog settings and tables, before anything is frozen.
-	if _, err := s.validateSources(ctx, sd.new); err != nil {
+	copied := map[string]state.TableCopy{}
+	for _, t := range sd.new.GetTables() {
+		copied[t.GetName()] = state.TableCopy{Done: true}
+	}
+	if _, err := s.validateSources(ctx, sd.new, copied); err != nil {
 		return nil, err
 	}
 	j := &state.Journal{Workflow: name, Partner: p.reverse.GetName(), Direction: direction, Step: string(cutover.Freezing),

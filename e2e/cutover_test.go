@@ -176,7 +176,7 @@ func TestSwitchReverseCycles(t *testing.T) {
 
 	cycles := envInt("ROWLIFT_CUTOVER_CYCLES", 10)
 	var pauses []int
-	for i := 0; i < 2*cycles-1; i++ {
+	for i := 0; i < 2*cycles; i++ {
 		time.Sleep(200 * time.Millisecond) // writes on the new side flow back
 		direction := []string{"reverse", "switch"}[i%2]
 		pauses = append(pauses, p.cutover(direction))

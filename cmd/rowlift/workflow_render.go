@@ -277,9 +277,34 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 	if opts := optionFlags(spec.GetOptions()); len(opts) > 0 {
 		def = append(def, fmt.Sprintf("options\t%s", strings.Join(opts, " ")))
 	}
+	if c := st.GetCutover(); c != nil {
+		def = append(def, "cutover\t"+renderCutover(c, now))
+	}
 	lines := columns(0, func(w io.Writer) { fmt.Fprintln(w, strings.Join(def, "\n")) })
 	lines = append(append(lines, ""), renderStatus(w, now)...)
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// renderCutover is the last switch or reverse on one line: what, where it
+// is, and the write pause once known.
+func renderCutover(c *rowliftv1.CutoverStatus, now time.Time) string {
+	p := c.GetDirection() + " " + strings.ReplaceAll(c.GetStep(), "_", " ")
+	if us := c.GetStartedAtUs(); us > 0 {
+		p += " (started " + formatAgo(now, us) + ")"
+	}
+	if ms := c.GetWritePauseMs(); ms >= 0 {
+		p += fmt.Sprintf(", write pause %d ms", ms)
+	}
+	if pos := c.GetFreezePositions(); len(pos) > 0 {
+		p += ", frozen at " + strings.Join(pos, ", ")
+	}
+	if r := c.GetReverseWorkflow(); r != "" {
+		p += ", reverse workflow " + r
+	}
+	if m := c.GetMessage(); m != "" {
+		p += ": " + m
+	}
+	return p
 }
 
 // optionFlags are the create flags that set o's non-default options.

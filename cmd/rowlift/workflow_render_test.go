@@ -232,3 +232,18 @@ func TestLiveViewRedrawsInPlace(t *testing.T) {
 	require.NoError(t, v.draw([]string{"a line too long for the width"}))
 	require.Equal(t, "\x1b[1A\r\x1b[2Ka line too long for the width\n\x1b[J", out.String(), "unknown width: no cut")
 }
+
+func TestRenderShowCutover(t *testing.T) {
+	w := copyingWorkflow()
+	st := w.Status
+	st.State, st.Phase, st.Throttled = rowliftv1.WorkflowState_WORKFLOW_STATE_SWITCHED, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_SWITCHED, ""
+	st.Cutover = &rowliftv1.CutoverStatus{Direction: "switch", Step: "done", ReverseWorkflow: "shop-move_reverse",
+		FreezePositions: []string{"main: 0-1-4711"}, WritePauseMs: 48, StartedAtUs: renderNow.Add(-2 * time.Minute).UnixMicro()}
+	out := renderShow(w, renderNow)
+	require.Contains(t, out, "cutover   switch done (started 2m00s ago), write pause 48 ms, frozen at main: 0-1-4711, reverse workflow shop-move_reverse\n")
+	require.Contains(t, out, "workflow shop-move   switched")
+
+	st.Cutover = &rowliftv1.CutoverStatus{Direction: "reverse", Step: "rolled_back", WritePauseMs: -1,
+		Message: "the streams did not apply the freeze positions before the deadline"}
+	require.Contains(t, renderShow(w, renderNow), "cutover   reverse rolled back: the streams did not apply the freeze positions before the deadline\n")
+}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -108,6 +109,17 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	for _, tc := range copies {
 		progress[tc.Table] = tc
 	}
+	// Verifies not done yet, which the stream sends verify chunks for.
+	verifying := map[string]state.TableVerify{}
+	verifies, err := store.Verify(ctx, name, c.source.GetName())
+	if err != nil {
+		return false, err
+	}
+	for _, tv := range verifies {
+		if !tv.Done && progress[tv.Table].Done {
+			verifying[tv.Table] = tv
+		}
+	}
 	// The position the target has committed: the stream resumes right after it.
 	// It is empty only before the first item of a new workflow.
 	resume, err := store.ResumeAt(ctx, name, c.source.GetName())
@@ -132,7 +144,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := rowliftv1.NewStreamerClient(conn)
-	stream, err := client.Stream(ctx, c.request(position, progress))
+	stream, err := client.Stream(ctx, StreamRequest(c.spec, position, progress, verifying))
 	if err != nil {
 		return false, c.streamError(err)
 	}
@@ -180,6 +192,12 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			err = rerr
 		}
 	}()
+	verifiers := map[string]*verifier{}
+	for table, tv := range verifying {
+		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, maxPacket-1024, c.log); err != nil {
+			return false, err
+		}
+	}
 	if err := store.SetStreamMessage(ctx, name, c.source.GetName(), ""); err != nil {
 		return false, err
 	}
@@ -225,8 +243,8 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			err = werr
 		}
 	}()
-	applied := false
-	committed := func() bool { return (applied && replay.idle()) || w.rows.Load() > 0 }
+	applied, verified := false, false
+	committed := func() bool { return (applied && replay.idle()) || w.rows.Load() > 0 || verified }
 	if pending == 0 {
 		if err := c.markCopied(ctx); err != nil {
 			return false, err
@@ -234,6 +252,26 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	}
 	handle := func(item *rowliftv1.StreamItem) error {
 		switch {
+		case item.GetChunk().GetVerify():
+			chunk := item.GetChunk()
+			v := verifiers[chunk.GetTable()]
+			if v == nil {
+				return fmt.Errorf("streamer sent verify rows of table %q, which this stream does not verify", chunk.GetTable())
+			}
+			// Exactly at the chunk's fence: every earlier item has committed and
+			// no later one is applied until the chunk is checked.
+			if err := w.drain(); err != nil {
+				return err
+			}
+			if err := replay.drain(); err != nil {
+				return err
+			}
+			testhook.Delay(ctx, testhook.VerifyCheck)
+			if err := v.check(ctx, chunk, &rowWriter{p: play, keys: replay.keys}); err != nil {
+				return err
+			}
+			verified = true
+			return nil
 		case item.GetChunk() != nil:
 			chunk := item.GetChunk()
 			t := tables[chunk.GetTable()]
@@ -391,14 +429,12 @@ func (c *controller) markCopied(ctx context.Context) error {
 	return err
 }
 
-func (c *controller) request(position string, progress map[string]state.TableCopy) *rowliftv1.StreamRequest {
-	return StreamRequest(c.spec, position, progress)
-}
-
 // StreamRequest is the request a workflow's stream opens with, from its
-// committed position and copy progress (both empty for a new workflow). The
-// coordinator validates a new workflow with the same request.
-func StreamRequest(spec *rowliftv1.WorkflowSpec, position string, progress map[string]state.TableCopy) *rowliftv1.StreamRequest {
+// committed position, copy progress and the verifies it runs (all empty for
+// a new workflow). The coordinator validates a new workflow with the same
+// request.
+func StreamRequest(spec *rowliftv1.WorkflowSpec, position string, progress map[string]state.TableCopy,
+	verifying map[string]state.TableVerify) *rowliftv1.StreamRequest {
 	opts := spec.GetOptions()
 	req := &rowliftv1.StreamRequest{
 		Workflow: spec.GetName(),
@@ -410,8 +446,12 @@ func StreamRequest(spec *rowliftv1.WorkflowSpec, position string, progress map[s
 	}
 	for _, t := range spec.GetTables() {
 		p := progress[t.GetName()]
-		req.Tables = append(req.Tables, &rowliftv1.TableRequest{Name: t.GetName(), Columns: t.GetColumns(),
-			ShardingColumn: t.GetShardingColumn(), Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}})
+		tr := &rowliftv1.TableRequest{Name: t.GetName(), Columns: t.GetColumns(),
+			ShardingColumn: t.GetShardingColumn(), Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}}
+		if v, ok := verifying[t.GetName()]; ok {
+			tr.Verify = &rowliftv1.VerifyProgress{LastPk: v.LastPK, Done: v.Done, Repair: v.Repair}
+		}
+		req.Tables = append(req.Tables, tr)
 	}
 	return req
 }

@@ -64,6 +64,9 @@ type runningStream struct {
 	// spec is the definition the stream runs with: a cutover that rewrites it
 	// (the target tables it writes into) restarts the stream.
 	spec *rowliftv1.WorkflowSpec
+	// verify is when the verify the stream was started with began (0: none):
+	// a verify started later restarts the stream, which then sends its chunks.
+	verify int64
 }
 
 // New opens the target pool. It does not connect yet: Run waits for the target.
@@ -174,6 +177,10 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	verifies, err := e.store.VerifyGenerations(ctx)
+	if err != nil {
+		return err
+	}
 	want := map[streamKey]*state.Workflow{}
 	for _, w := range workflows {
 		if w.State != state.Copying && w.State != state.Running {
@@ -195,13 +202,18 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			continue
 		default:
 		}
-		if w := want[key]; w == nil || !proto.Equal(w.Spec, rs.spec) {
+		w := want[key]
+		verify := verifies[[2]string{key.workflow, key.source}]
+		if w == nil || !proto.Equal(w.Spec, rs.spec) || (verify != 0 && verify != rs.verify) {
 			rs.cancel()
 			<-rs.done
 			delete(e.running, key)
 			why := "stream stopped"
-			if w != nil {
+			switch {
+			case w != nil && !proto.Equal(w.Spec, rs.spec):
 				why = "workflow definition changed; restarting its stream"
+			case w != nil:
+				why = "verify started; restarting the stream to send its chunks"
 			}
 			e.log.Info(why, zap.String("workflow", key.workflow), zap.String("source", key.source))
 		}
@@ -213,7 +225,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		c := &controller{engine: e, spec: w.Spec, source: sourceByName(w.Spec, key.source),
 			log: e.log.With(zap.String("workflow", key.workflow), zap.String("source", key.source))}
 		sctx, cancel := context.WithCancel(ctx)
-		rs := &runningStream{cancel: cancel, done: make(chan struct{}), spec: w.Spec}
+		rs := &runningStream{cancel: cancel, done: make(chan struct{}), spec: w.Spec, verify: verifies[[2]string{key.workflow, key.source}]}
 		e.running[key] = rs
 		go func() {
 			defer close(rs.done)

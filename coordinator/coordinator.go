@@ -252,6 +252,9 @@ func (s *Server) read(ctx context.Context, name string, targets []*target) ([]vi
 		if v.streams, err = st.Streams(ctx, name); err != nil {
 			return nil, t.fail(err)
 		}
+		if v.verifies, err = st.Verify(ctx, name, ""); err != nil {
+			return nil, t.fail(err)
+		}
 		views = append(views, v)
 	}
 	return views, nil

@@ -123,7 +123,7 @@ func (s *Server) createOnAll(ctx context.Context, spec *rowliftv1.WorkflowSpec, 
 // returns each source's table descriptions. Every source must describe each
 // table the same way: one target table takes them all.
 func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec, progress map[string]state.TableCopy) (map[string][]*rowliftv1.TableFields, error) {
-	req := applier.StreamRequest(spec, "", progress)
+	req := applier.StreamRequest(spec, "", progress, nil)
 	results := make([][]*rowliftv1.TableFields, len(spec.GetSources()))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, src := range spec.GetSources() {

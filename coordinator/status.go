@@ -33,10 +33,11 @@ const (
 
 // view is one target's record of a workflow: what status is computed from.
 type view struct {
-	target  string
-	wf      *state.Workflow
-	copies  []state.TableCopy
-	streams []state.Stream
+	target   string
+	wf       *state.Workflow
+	copies   []state.TableCopy
+	streams  []state.Stream
+	verifies []state.TableVerify
 }
 
 // sample is what one status read saw of one stream: its rows copied per table
@@ -227,6 +228,7 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 		out.RowsPerSecond += ts.RowsPerSecond
 	}
 	out.Percent = percent(out.RowsCopied, out.RowsEstimate, copyDone)
+	out.Verify = verifyStatus(spec, views, out.RowsEstimate)
 	out.LagMs = maxLag.Milliseconds()
 	out.Throttled = strings.Join(throttled, "; ")
 	out.Phase = phaseOf(summaryState(states), copyDone, maxLag)
@@ -412,4 +414,61 @@ func streamETA(copies []state.TableCopy, done bool, past []sample, lag time.Dura
 		eta += (lag - CatchUpLag).Seconds() / speed
 	}
 	return eta
+}
+
+// verifyStatus sums a workflow's verify over its targets and sources, per
+// table in the spec's order; nil when no verify was started. estimate is the
+// source rows the copy expected, for the percentage.
+func verifyStatus(spec *rowliftv1.WorkflowSpec, views []view, estimate int64) *rowliftv1.VerifyStatus {
+	var out *rowliftv1.VerifyStatus
+	tables := map[string]*rowliftv1.VerifyTable{}
+	for _, t := range spec.GetTables() {
+		tables[t.GetName()] = &rowliftv1.VerifyTable{Name: t.GetName(), Done: true}
+	}
+	done := true
+	for _, v := range views {
+		for _, tv := range v.verifies {
+			vt := tables[tv.Table]
+			if vt == nil {
+				continue
+			}
+			if out == nil {
+				out = &rowliftv1.VerifyStatus{Repair: tv.Repair, StartedAtUs: tv.StartedAtUS}
+			}
+			out.StartedAtUs = min(out.StartedAtUs, tv.StartedAtUS)
+			out.FinishedAtUs = max(out.FinishedAtUs, tv.FinishedAtUS)
+			vt.RowsCompared += tv.RowsCompared
+			vt.Missing += tv.Missing
+			vt.Extra += tv.Extra
+			vt.Different += tv.Different
+			vt.Repaired += tv.Repaired
+			vt.Done = vt.Done && tv.Done
+			done = done && tv.Done
+			for _, e := range tv.Examples {
+				if len(vt.Examples) < state.MaxVerifyExamples {
+					vt.Examples = append(vt.Examples, e)
+				}
+			}
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	for _, t := range spec.GetTables() {
+		vt := tables[t.GetName()]
+		out.Tables = append(out.Tables, vt)
+		out.RowsCompared += vt.RowsCompared
+		out.Missing += vt.Missing
+		out.Extra += vt.Extra
+		out.Different += vt.Different
+		out.Repaired += vt.Repaired
+	}
+	out.State = rowliftv1.VerifyState_VERIFY_STATE_RUNNING
+	if done {
+		out.State = rowliftv1.VerifyState_VERIFY_STATE_DONE
+	} else {
+		out.FinishedAtUs = 0
+	}
+	out.Percent = percent(out.RowsCompared, estimate, done)
+	return out
 }

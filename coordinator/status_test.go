@@ -142,3 +142,36 @@ func TestParseKeyRange(t *testing.T) {
 		require.ErrorContains(t, err, want, kr)
 	}
 }
+
+func TestVerifyStatusSumsTargetsAndSources(t *testing.T) {
+	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}, {Name: "b"}}}
+	require.Nil(t, verifyStatus(spec, []view{{target: "t1"}}, 100), "never verified")
+	views := []view{
+		{target: "t1", verifies: []state.TableVerify{
+			{Table: "a", StartedAtUS: 10, Repair: true, Done: true, RowsCompared: 40, Missing: 1, Repaired: 1, FinishedAtUS: 50, Examples: []string{"missing on target: (id=1)"}},
+			{Table: "b", StartedAtUS: 10, Repair: true, RowsCompared: 10},
+		}},
+		{target: "t2", verifies: []state.TableVerify{
+			{Table: "a", StartedAtUS: 9, Repair: true, Done: true, RowsCompared: 30, Extra: 2, Different: 3, Repaired: 5, FinishedAtUS: 60},
+			{Table: "b", StartedAtUS: 9, Repair: true, Done: true, RowsCompared: 5, FinishedAtUS: 70},
+		}},
+	}
+	v := verifyStatus(spec, views, 100)
+	require.Equal(t, rowliftv1.VerifyState_VERIFY_STATE_RUNNING, v.GetState(), "until every stream's every table is done")
+	require.Zero(t, v.GetFinishedAtUs())
+	require.EqualValues(t, 9, v.GetStartedAtUs())
+	require.True(t, v.GetRepair())
+	require.EqualValues(t, 85, v.GetRowsCompared())
+	require.EqualValues(t, [4]int64{1, 2, 3, 6}, [4]int64{v.GetMissing(), v.GetExtra(), v.GetDifferent(), v.GetRepaired()})
+	require.InDelta(t, 85, v.GetPercent(), 1e-9)
+	require.Equal(t, "a", v.GetTables()[0].GetName())
+	require.True(t, v.GetTables()[0].GetDone())
+	require.False(t, v.GetTables()[1].GetDone())
+	require.Equal(t, []string{"missing on target: (id=1)"}, v.GetTables()[0].GetExamples())
+
+	views[0].verifies[1].Done, views[0].verifies[1].FinishedAtUS = true, 80
+	v = verifyStatus(spec, views, 100)
+	require.Equal(t, rowliftv1.VerifyState_VERIFY_STATE_DONE, v.GetState())
+	require.EqualValues(t, 80, v.GetFinishedAtUs())
+	require.EqualValues(t, 100, v.GetPercent())
+}

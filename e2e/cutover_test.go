@@ -148,7 +148,7 @@ func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow stri
 }
 
 // TestSwitchReverseCycles is the life of a move under live writes, through
-// the CLI: switch (the target equals the source at the freeze, and the
+// the CLI: create, watch, verify (clean), switch (the target equals the source at the freeze, and the
 // writers' later writes flow back through the reverse workflow), reverse,
 // switch again, and so on for ten cycles; both sides identical after every
 // cutover; then complete.
@@ -156,7 +156,9 @@ func TestSwitchReverseCycles(t *testing.T) {
 	const keys = 1500
 	p := newPairEnv(t, keys, nil)
 	stop := p.writers(keys)
-	time.Sleep(300 * time.Millisecond)
+	found, code := p.verifyWait()
+	require.Zero(t, code, "a clean target verifies clean under live writes")
+	require.Empty(t, found)
 
 	// The first switch, checked at the freeze: nothing writes anywhere until
 	// the writers are re-routed, and the target must equal the frozen source.
@@ -170,6 +172,7 @@ func TestSwitchReverseCycles(t *testing.T) {
 		require.True(t, r.Identical(), "target at the freeze: %s", r.String())
 	}
 	p.reroute("switch")
+	require.Contains(t, p.cli.fails(1, "workflow", "verify", "race"), "verify the workflow that replicates the writes now (race_reverse after a switch)")
 	show := p.cli.ok("workflow", "show", "race", "--output", "json")
 	require.Contains(t, show, `"state": "WORKFLOW_STATE_SWITCHED"`)
 	require.Contains(t, show, `"step": "done"`)

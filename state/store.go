@@ -101,6 +101,24 @@ var schemaDDL = []string{
 		applied_at_us BIGINT NOT NULL DEFAULT 0,
 		PRIMARY KEY (workflow, source, slot)
 	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.verify (
+		workflow VARCHAR(64) NOT NULL,
+		source VARCHAR(64) NOT NULL,
+		table_name VARCHAR(64) NOT NULL,
+		started_at_us BIGINT NOT NULL COMMENT 'when this verify was started: a new value restarts the stream',
+		repair TINYINT(1) NOT NULL DEFAULT 0,
+		last_pk VARBINARY(16384) NULL COMMENT 'rowlift.v1.Row of the last verified key',
+		done TINYINT(1) NOT NULL DEFAULT 0,
+		rows_compared BIGINT NOT NULL DEFAULT 0,
+		missing BIGINT NOT NULL DEFAULT 0,
+		extra BIGINT NOT NULL DEFAULT 0,
+		different BIGINT NOT NULL DEFAULT 0,
+		repaired BIGINT NOT NULL DEFAULT 0,
+		examples TEXT NOT NULL COMMENT 'JSON list of the first differing keys',
+		finished_at_us BIGINT NOT NULL DEFAULT 0,
+		updated_at_us BIGINT NOT NULL DEFAULT 0,
+		PRIMARY KEY (workflow, source, table_name)
+	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.cutover (
 		workflow VARCHAR(64) NOT NULL COMMENT 'the forward workflow of the pair',
 		step VARCHAR(16) NOT NULL,
@@ -367,7 +385,7 @@ func (s *Store) setState(ctx context.Context, name string, st State, message, co
 // DeleteWorkflow removes a workflow and all its progress. Copied rows stay.
 func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, table := range []string{"replay_slot", "copy_state", "stream", "cutover", "workflow"} {
+		for _, table := range []string{"replay_slot", "copy_state", "verify", "stream", "cutover", "workflow"} {
 			col := "workflow"
 			if table == "workflow" {
 				col = "name"

@@ -216,6 +216,10 @@ func (m *merger) emitDueChunks() (bool, error) {
 				continue // a chunk that ended exactly at a part boundary
 			}
 			m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
+			progressed = true
+			if part.GetVerify() {
+				continue // a verify's rows are hashes of a copied table: nothing to filter by
+			}
 			if len(part.GetRows()) > 0 {
 				last := part.GetRows()[len(part.GetRows())-1]
 				t.lastPK = t.keyOf(last)
@@ -223,7 +227,6 @@ func (m *merger) emitDueChunks() (bool, error) {
 			if part.GetTableDone() {
 				t.copying = false
 			}
-			progressed = true
 		}
 		c.parts = c.parts[:0]
 		if c.complete {

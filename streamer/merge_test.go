@@ -420,3 +420,41 @@ func TestGTIDPositionsCover(t *testing.T) {
 	require.True(t, set("0-1-120,1-2-7,2-1-5").covers(fence), "a reader past the fence in every domain")
 	require.False(t, set("0-1-120").covers(fence), "a reader behind in one domain has not passed the fence")
 }
+
+// TestVerifyChunkSitsAtItsFence places a verify chunk of a copied table among
+// that table's transactions: after those at or before its fence, before the
+// later ones, and without touching what the copy's filter keeps.
+func TestVerifyChunkSitsAtItsFence(t *testing.T) {
+	m := newMerger(seqPos(0))
+	tbl := &mergeTable{keyOf: simKey, compare: simCompare}
+	m.addTable("t", tbl)
+	tx := func(n int) *mergeTx {
+		return &mergeTx{pos: seqPos(n), tables: []string{"t"}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{
+			Transaction: &rowliftv1.Transaction{Gtid: strconv.Itoa(n), Events: []*rowliftv1.RowEvent{{Table: "t",
+				Changes: []*rowliftv1.RowChange{{After: simRow(int64(n), "v")}}}}}}}}
+	}
+	require.NoError(t, m.requestChunk("t"))
+	m.addTx(tx(1), seqPos(1))
+	m.addTx(tx(2), seqPos(2))
+	m.addTx(tx(3), seqPos(3))
+	out, err := m.drain()
+	require.NoError(t, err)
+	require.Empty(t, out, "nothing of the table passes a chunk whose fence is unknown")
+	require.NoError(t, m.fenceChunk("t", seqPos(2)))
+	hashes := &rowliftv1.Row{}
+	rowcodec.Pack(hashes, [][]byte{[]byte("9"), []byte("hash"), []byte("9")})
+	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", Verify: true, Rows: []*rowliftv1.Row{hashes}, TableDone: true}, true))
+	out, err = m.drain()
+	require.NoError(t, err)
+	var order []string
+	for _, item := range out {
+		if c := item.GetChunk(); c != nil {
+			order = append(order, "verify")
+			continue
+		}
+		order = append(order, item.GetTransaction().GetGtid())
+	}
+	require.Equal(t, []string{"1", "2", "verify", "3"}, order)
+	require.Nil(t, tbl.lastPK, "a verify chunk's rows are not copied rows")
+	require.True(t, m.idle())
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
+	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -17,13 +18,15 @@ type tablePlan struct {
 	cols   []schema.Column
 	fields *rowliftv1.TableFields
 	// keyIdx[i] is the position in cols of the i-th key column.
-	keyIdx   []int
-	keyKinds []rowcodec.Kind
-	keyCS    []string
+	keyIdx []int
+	key    rowcodec.Key
+	// exprs are the select expressions of cols; width is how many values a
+	// selected row has.
+	exprs []string
+	width int
 	// selectFrom is "SELECT `a`, `b` FROM `db`.`t`"; orderBy is " ORDER BY `k1`, `k2`".
 	selectFrom string
 	orderBy    string
-	keyIdents  []string
 }
 
 func newTablePlan(t *schema.Table, columns []string) (*tablePlan, error) {
@@ -35,40 +38,43 @@ func newTablePlan(t *schema.Table, columns []string) (*tablePlan, error) {
 	for _, i := range p.fields.PkColumns {
 		c := cols[i]
 		p.keyIdx = append(p.keyIdx, int(i))
-		p.keyKinds = append(p.keyKinds, rowcodec.KindOf(c.DataType))
-		p.keyCS = append(p.keyCS, c.Charset)
-		p.keyIdents = append(p.keyIdents, rowcodec.Ident(c.Name))
+		p.key.Kinds = append(p.key.Kinds, rowcodec.KindOf(c.DataType))
+		p.key.Charsets = append(p.key.Charsets, c.Charset)
+		p.key.Idents = append(p.key.Idents, rowcodec.Ident(c.Name))
 	}
-	var b strings.Builder
-	b.WriteString("SELECT ")
-	for i, c := range cols {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		switch c.DataType {
-		case "float":
-			// A FLOAT's text form has 6 significant digits; its DOUBLE has them all.
-			b.WriteString("CAST(" + rowcodec.Ident(c.Name) + " AS DOUBLE)")
-		case "year":
-			// As text: go-sql-driver parses a YEAR column's "0000" to 0, and LOAD
-			// DATA reads the string '0' as 2000.
-			b.WriteString("CAST(" + rowcodec.Ident(c.Name) + " AS CHAR)")
-		default:
-			b.WriteString(rowcodec.Ident(c.Name))
-		}
+	for _, c := range cols {
+		p.exprs = append(p.exprs, rowcodec.SelectExpr(c.Name, c.DataType))
 	}
-	b.WriteString(" FROM ")
-	b.WriteString(rowcodec.QualifiedIdent(t.Database, t.Name))
-	p.selectFrom = b.String()
-	p.orderBy = " ORDER BY " + strings.Join(p.keyIdents, ", ")
+	p.width = len(p.exprs)
+	p.selectFrom = "SELECT " + strings.Join(p.exprs, ", ") + " FROM " + rowcodec.QualifiedIdent(t.Database, t.Name)
+	p.orderBy = " ORDER BY " + strings.Join(p.key.Idents, ", ")
 	return p, nil
 }
 
+// verifying is the plan of the table's verify chunks: the verify plan's
+// select list (key forms and row hash), then the key columns as the copy
+// selects them (its last PK), or with repair every streamed column (the rows
+// to rewrite a differing target row with).
+func (p *tablePlan) verifying(vp *verify.Plan, repair bool) *tablePlan {
+	v := *p
+	tail := p.exprs
+	v.keyIdx = make([]int, len(p.keyIdx))
+	for i, idx := range p.keyIdx {
+		v.keyIdx[i] = vp.Width() + idx
+	}
+	if !repair {
+		tail = make([]string, len(p.keyIdx))
+		for i, idx := range p.keyIdx {
+			tail[i] = p.exprs[idx]
+			v.keyIdx[i] = vp.Width() + i
+		}
+	}
+	v.width = vp.Width() + len(tail)
+	v.selectFrom = "SELECT " + vp.Columns() + ", " + strings.Join(tail, ", ") + " FROM " + rowcodec.QualifiedIdent(p.table.Database, p.table.Name)
+	return &v
+}
+
 // chunkQuery returns the SELECT of the chunk after lastPK (nil: from the start).
-// The key comparison is written so that the server uses a range scan on the key:
-// a leading `k1 >= v1` bounds the index, and the rest is the lexicographic
-// "greater than" expanded per column (row constructors are not range-optimized by
-// every server version).
 func (p *tablePlan) chunkQuery(lastPK [][]byte, limit int64) (string, error) {
 	if lastPK != nil && len(lastPK) != len(p.keyIdx) {
 		return "", fmt.Errorf("last PK of %s has %d values, key has %d columns", p.table.Name, len(lastPK), len(p.keyIdx))
@@ -77,39 +83,12 @@ func (p *tablePlan) chunkQuery(lastPK [][]byte, limit int64) (string, error) {
 	buf = append(buf, p.selectFrom...)
 	if lastPK != nil {
 		buf = append(buf, " WHERE "...)
-		buf = append(buf, p.keyIdents[0]...)
-		buf = append(buf, " >= "...)
-		buf = p.literal(buf, 0, lastPK[0])
-		buf = append(buf, " AND "...)
-		buf = p.greater(buf, lastPK, 0)
+		buf = p.key.AppendAfter(buf, lastPK)
 	}
 	buf = append(buf, p.orderBy...)
 	buf = append(buf, " LIMIT "...)
 	buf = strconv.AppendInt(buf, limit, 10)
 	return string(buf), nil
-}
-
-// greater appends (k_i, ..., k_n) > (v_i, ..., v_n) as
-// (k_i > v_i OR (k_i = v_i AND <greater from i+1>)).
-func (p *tablePlan) greater(buf []byte, v [][]byte, i int) []byte {
-	buf = append(buf, '(')
-	buf = append(buf, p.keyIdents[i]...)
-	buf = append(buf, " > "...)
-	buf = p.literal(buf, i, v[i])
-	if i+1 < len(v) {
-		buf = append(buf, " OR ("...)
-		buf = append(buf, p.keyIdents[i]...)
-		buf = append(buf, " = "...)
-		buf = p.literal(buf, i, v[i])
-		buf = append(buf, " AND "...)
-		buf = p.greater(buf, v, i+1)
-		buf = append(buf, ')')
-	}
-	return append(buf, ')')
-}
-
-func (p *tablePlan) literal(buf []byte, keyCol int, v []byte) []byte {
-	return rowcodec.AppendComparable(buf, p.keyKinds[keyCol], p.keyCS[keyCol], v)
 }
 
 // keyOf packs the key values of a row (values in streamed column order).

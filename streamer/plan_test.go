@@ -1,6 +1,7 @@
 package streamer
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
+	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -99,4 +101,34 @@ func TestChunkQuerySelectsFloatAndYearExactly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "SELECT `id`, CAST(`f` AS DOUBLE), CAST(`y` AS CHAR), `d` FROM `d`.`t` ORDER BY `id` LIMIT 5", q,
 		"FLOAT text has 6 digits and the driver turns YEAR 0000 into 0: both are selected in exact forms")
+}
+
+func TestVerifyChunkQuery(t *testing.T) {
+	tbl := &schema.Table{Database: "d", Name: "t", Key: []string{"id"}, Columns: []schema.Column{
+		{Name: "v", DataType: "varchar", Charset: "binary"}, {Name: "id", DataType: "int"}, {Name: "f", DataType: "float"}}}
+	p, err := newTablePlan(tbl, nil)
+	require.NoError(t, err)
+	vp, err := verify.NewPlan(context.Background(), nil, tbl, nil)
+	require.NoError(t, err)
+	hash := "MD5(CONCAT_WS(',', IFNULL(MD5(`v`), 'n'), IFNULL(MD5(`id`), 'n'), IFNULL(MD5(CAST(`f` AS DOUBLE)), 'n')))"
+
+	v := p.verifying(vp, false)
+	q, err := v.chunkQuery([][]byte{[]byte("7")}, 100)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT CONCAT(`id`), "+hash+", `id` FROM `d`.`t` WHERE `id` >= 7 AND (`id` > 7) ORDER BY `id` LIMIT 100", q,
+		"the key's sort form and the row hash, then the key as the copy selects it")
+	require.Equal(t, 3, v.width)
+	row := v.keyOf([][]byte{[]byte("7"), []byte("h"), []byte("7")})
+	vals, _ := rowcodec.Values(nil, row)
+	require.Equal(t, [][]byte{[]byte("7")}, vals, "the last key is the copy's form, after the verify columns")
+
+	v = p.verifying(vp, true)
+	q, err = v.chunkQuery(nil, 100)
+	require.NoError(t, err)
+	require.Equal(t, "SELECT CONCAT(`id`), "+hash+", `v`, `id`, CAST(`f` AS DOUBLE) FROM `d`.`t` ORDER BY `id` LIMIT 100", q,
+		"with repair, the whole streamed row follows")
+	require.Equal(t, 5, v.width)
+	row = v.keyOf([][]byte{[]byte("8"), []byte("h"), []byte("x"), []byte("8"), []byte("1.5")})
+	vals, _ = rowcodec.Values(nil, row)
+	require.Equal(t, [][]byte{[]byte("8")}, vals)
 }

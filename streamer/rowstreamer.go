@@ -29,6 +29,8 @@ type rowStreamer struct {
 	lastPK [][]byte
 	// gate pauses the copy between chunks while a throttle holds (nil: never).
 	gate *copyGate
+	// verify marks the chunks as a verify's (plan is then the verifying one).
+	verify bool
 }
 
 // chunkSink receives a table's chunks: request before the snapshot starts (it
@@ -41,6 +43,10 @@ type chunkSink interface {
 }
 
 func (r *rowStreamer) run(ctx context.Context) error {
+	what := "copy "
+	if r.verify {
+		what = "verify "
+	}
 	// A chunk's reader can stall while the applier is slow; the server would cut
 	// the connection after net_write_timeout (60 s by default) of not being read.
 	for _, q := range []string{
@@ -48,18 +54,18 @@ func (r *rowStreamer) run(ctx context.Context) error {
 		"SET SESSION net_write_timeout = 3600",
 	} {
 		if _, err := r.conn.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("copy %s: %w", r.plan.table.Name, err)
+			return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
 		}
 	}
 	for {
 		// Before the chunk is requested, so a paused copy holds no snapshot and
 		// no pending chunk that would hold back its table's binlog changes.
 		if err := r.gate.wait(ctx); err != nil {
-			return fmt.Errorf("copy %s: %w", r.plan.table.Name, err)
+			return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
 		}
 		done, err := r.chunk(ctx)
 		if err != nil {
-			return fmt.Errorf("copy %s: %w", r.plan.table.Name, err)
+			return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
 		}
 		if done {
 			return nil
@@ -96,7 +102,7 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	}
 	defer rows.Close()
 
-	raw := make([]sql.RawBytes, len(r.plan.cols))
+	raw := make([]sql.RawBytes, r.plan.width)
 	dest := make([]any, len(raw))
 	for i := range raw {
 		dest[i] = &raw[i]
@@ -173,7 +179,7 @@ func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, positi
 }
 
 func (r *rowStreamer) newPart(fence *rowliftv1.Position, fenceTimeUS int64) *rowliftv1.Chunk {
-	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS}
+	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS, Verify: r.verify}
 }
 
 // rowKey unpacks a row this package packed, which is always well-formed.

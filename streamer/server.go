@@ -24,6 +24,7 @@ import (
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/throttle"
+	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -218,25 +219,31 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate); err != nil {
 			return err
 		}
-		log.Info("copy finished")
+		log.Info("copy and verify finished")
 		return nil
 	})
 	return g.Wait()
 }
 
-// copyTables runs a rowStreamer for every table still copying, at most
+// copyTables runs a rowStreamer for every table still copying, and one of
+// verify chunks for every copied table the workflow verifies, at most
 // ParallelTables at once, each on its own source connection.
 func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, plans []*tablePlan, opts *rowliftv1.StreamOptions,
 	sink chunkSink, start position, gate *copyGate) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(opts.ParallelTables))
 	for i, t := range req.GetTables() {
-		if t.GetCopy().GetDone() {
+		progress := t.GetCopy().GetLastPk()
+		verifying := t.GetCopy().GetDone() && t.GetVerify() != nil && !t.GetVerify().GetDone()
+		switch {
+		case t.GetCopy().GetDone() && !verifying:
 			continue
+		case verifying:
+			progress = t.GetVerify().GetLastPk()
 		}
 		var lastPK [][]byte
-		if pk := t.GetCopy().GetLastPk(); pk != nil {
-			vals, err := rowcodec.Values(nil, pk)
+		if progress != nil {
+			vals, err := rowcodec.Values(nil, progress)
 			if err != nil {
 				return status.Errorf(codes.InvalidArgument, "last PK of %s: %v", t.GetName(), err)
 			}
@@ -250,7 +257,14 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			}
 			defer conn.Close()
 			r := &rowStreamer{plan: plan, conn: conn, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
-				start: start, lastPK: lastPK, gate: gate}
+				start: start, lastPK: lastPK, gate: gate, verify: verifying}
+			if verifying {
+				vp, err := verify.NewPlan(ctx, s.db, plan.table, t.GetColumns())
+				if err != nil {
+					return status.Errorf(codes.FailedPrecondition, "verify %s: %v", t.GetName(), err)
+				}
+				r.plan = plan.verifying(vp, t.GetVerify().GetRepair())
+			}
 			return r.run(ctx)
 		})
 	}

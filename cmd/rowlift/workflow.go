@@ -25,7 +25,7 @@ import (
 func workflowCommand() *command {
 	return &command{
 		name:    "workflow",
-		summary: "create, start, stop, resume, delete, show, list, watch, switch, reverse, complete and cancel workflows through the coordinator",
+		summary: "create, start, stop, resume, delete, show, list, watch, verify, switch, reverse, complete and cancel workflows through the coordinator",
 		subs: []*command{
 			workflowCreateCommand(),
 			workflowRefCommand("start", "begin the copy of a created workflow", "started", startWorkflow),
@@ -35,6 +35,7 @@ func workflowCommand() *command {
 			workflowShowCommand(),
 			workflowListCommand(),
 			workflowWatchCommand(),
+			workflowVerifyCommand(),
 			workflowSwitchCommand("switch"),
 			workflowSwitchCommand("reverse"),
 			workflowCompleteCommand(),

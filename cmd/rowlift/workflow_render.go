@@ -277,6 +277,9 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 	if opts := optionFlags(spec.GetOptions()); len(opts) > 0 {
 		def = append(def, fmt.Sprintf("options\t%s", strings.Join(opts, " ")))
 	}
+	if v := st.GetVerify(); v != nil {
+		def = append(def, "verify\t"+renderVerify(v))
+	}
 	if c := st.GetCutover(); c != nil {
 		def = append(def, "cutover\t"+renderCutover(c, now))
 	}

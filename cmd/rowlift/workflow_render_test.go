@@ -247,3 +247,22 @@ func TestRenderShowCutover(t *testing.T) {
 		Message: "the streams did not apply the freeze positions before the deadline"}
 	require.Contains(t, renderShow(w, renderNow), "cutover   reverse rolled back: the streams did not apply the freeze positions before the deadline\n")
 }
+
+func TestRenderVerify(t *testing.T) {
+	require.Equal(t, "never verified", renderVerify(nil))
+	v := &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_RUNNING, RowsCompared: 12345, Percent: 40}
+	require.Equal(t, "verify running, 40.0%: 12,345 rows compared, no difference", renderVerify(v))
+	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_DONE, Repair: true, RowsCompared: 3000, Missing: 1, Different: 2, Repaired: 3,
+		Tables: []*rowliftv1.VerifyTable{
+			{Name: "a", RowsCompared: 1000, Done: true},
+			{Name: "b", RowsCompared: 2000, Missing: 1, Different: 2, Repaired: 3, Done: true,
+				Examples: []string{"missing on target: (id=5)", "different: (k='a'), on target (k='A')"}},
+		}}
+	require.Equal(t, `verify with repair done: 3,000 rows compared, 1 missing on target, 0 extra on target, 2 different, 3 repaired
+  a: identical, 1,000 rows
+  b: 1 missing on target, 0 extra on target, 2 different of 2,000 rows, 3 repaired
+    missing on target: (id=5)
+    different: (k='a'), on target (k='A')
+    (first 2 of 3; every repaired key is in the applier's log)
+`, renderVerifyResult(v))
+}

@@ -205,3 +205,66 @@ func AppendLoadField(buf []byte, v []byte) []byte {
 	}
 	return appendEscapes(buf, v, &loadEscapes)
 }
+
+// SelectExpr is how a column is selected to be streamed: its value as text
+// that writes back exactly. A FLOAT's text has 6 significant digits, its
+// DOUBLE all of them; a YEAR goes as text, since go-sql-driver parses "0000"
+// to 0 and LOAD DATA reads the string '0' as 2000.
+func SelectExpr(name, dataType string) string {
+	switch dataType {
+	case "float":
+		return "CAST(" + Ident(name) + " AS DOUBLE)"
+	case "year":
+		return "CAST(" + Ident(name) + " AS CHAR)"
+	}
+	return Ident(name)
+}
+
+// Key is a table's key as WHERE clauses compare it: its columns quoted, with
+// their literal kinds and character sets.
+type Key struct {
+	Idents   []string
+	Kinds    []Kind
+	Charsets []string
+}
+
+// AppendAfter appends the condition "key > v", written so that the server
+// uses a range scan on the key: a leading `k1 >= v1` bounds the index, and
+// the rest is the lexicographic "greater than" expanded per column (row
+// constructors are not range-optimized by every server version).
+func (k *Key) AppendAfter(buf []byte, v [][]byte) []byte {
+	buf = append(buf, k.Idents[0]...)
+	buf = append(buf, " >= "...)
+	buf = AppendComparable(buf, k.Kinds[0], k.Charsets[0], v[0])
+	buf = append(buf, " AND "...)
+	return k.appendGreater(buf, v, 0)
+}
+
+// AppendUpTo appends the condition "key <= v", led by `k1 <= v1` for the
+// range scan.
+func (k *Key) AppendUpTo(buf []byte, v [][]byte) []byte {
+	buf = append(buf, k.Idents[0]...)
+	buf = append(buf, " <= "...)
+	buf = AppendComparable(buf, k.Kinds[0], k.Charsets[0], v[0])
+	buf = append(buf, " AND NOT "...)
+	return k.appendGreater(buf, v, 0)
+}
+
+// appendGreater appends (k_i, ..., k_n) > (v_i, ..., v_n) as
+// (k_i > v_i OR (k_i = v_i AND <greater from i+1>)).
+func (k *Key) appendGreater(buf []byte, v [][]byte, i int) []byte {
+	buf = append(buf, '(')
+	buf = append(buf, k.Idents[i]...)
+	buf = append(buf, " > "...)
+	buf = AppendComparable(buf, k.Kinds[i], k.Charsets[i], v[i])
+	if i+1 < len(v) {
+		buf = append(buf, " OR ("...)
+		buf = append(buf, k.Idents[i]...)
+		buf = append(buf, " = "...)
+		buf = AppendComparable(buf, k.Kinds[i], k.Charsets[i], v[i])
+		buf = append(buf, " AND "...)
+		buf = k.appendGreater(buf, v, i+1)
+		buf = append(buf, ')')
+	}
+	return append(buf, ')')
+}

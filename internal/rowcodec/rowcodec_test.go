@@ -143,3 +143,12 @@ func TestAppendLoadField(t *testing.T) {
 	require.Equal(t, `a\tb\\c\0d\ne\rf'"`, string(AppendLoadField(nil, []byte("a\tb\\c\x00d\ne\rf'\""))))
 	require.Equal(t, `\\N`, string(AppendLoadField(nil, []byte(`\N`))), "the text \\N is not NULL")
 }
+
+func TestKeyRangeConditions(t *testing.T) {
+	k := &Key{Idents: []string{"`r`", "`id`"}, Kinds: []Kind{String, Number}, Charsets: []string{"utf8mb4", ""}}
+	v := [][]byte{[]byte("eu"), []byte("5")}
+	require.Equal(t, "`r` >= _utf8mb4 X'6575' AND (`r` > _utf8mb4 X'6575' OR (`r` = _utf8mb4 X'6575' AND (`id` > 5)))",
+		string(k.AppendAfter(nil, v)))
+	require.Equal(t, "`r` <= _utf8mb4 X'6575' AND NOT (`r` > _utf8mb4 X'6575' OR (`r` = _utf8mb4 X'6575' AND (`id` > 5)))",
+		string(k.AppendUpTo(nil, v)), "up to and including v")
+}

@@ -32,6 +32,9 @@ const (
 	// ReplayExec is before a replay worker runs a group's statements: a long
 	// delay makes the oldest group look stuck behind later ones.
 	ReplayExec Point = "replay_exec"
+	// VerifyCheck is before the applier checks a verify chunk: a slow verify
+	// that a test can kill processes in the middle of.
+	VerifyCheck Point = "verify_check"
 	// CutoverStep is after the coordinator records each step of a cutover: a
 	// window in which a test kills processes at that step.
 	CutoverStep Point = "cutover_step"
@@ -77,7 +80,7 @@ func parse(s string) (*config, error) {
 				return nil, fmt.Errorf("seed %q: %w", v, err)
 			}
 			c.rng = rand.New(rand.NewPCG(seed, 1))
-		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(CutoverStep):
+		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(CutoverStep), string(VerifyCheck):
 			lo, hi, ok := strings.Cut(v, "-")
 			if !ok {
 				return nil, fmt.Errorf("%s=%q: want a range like 0-30ms", k, v)

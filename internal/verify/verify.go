@@ -133,34 +133,144 @@ func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, 
 			return nil, fmt.Errorf("%w: target %s.%s has no column %s", schema.ErrColumn, dstDB, dstTable, c.Name)
 		}
 	}
-	p, err := planKeys(ctx, src, st, tt)
+	p, err := newPlan(ctx, src, st, tt, cols)
 	if err != nil {
 		return nil, err
 	}
-	p.selects = append(p.selects, rowHashExpr(cols))
-
-	a, err := openStream(ctx, src, "source", p.query(srcDB, table), len(p.selects), len(p.keys))
+	a, err := openStream(ctx, src, "source", p.query(srcDB, table), p.Width())
 	if err != nil {
 		return nil, err
 	}
 	defer a.close()
-	b, err := openStream(ctx, dst, "target", p.query(dstDB, dstTable), len(p.selects), len(p.keys))
+	b, err := openStream(ctx, dst, "target", p.query(dstDB, dstTable), p.Width())
 	if err != nil {
 		return nil, err
 	}
 	defer b.close()
 
-	limit := opts.MaxReported
-	if limit <= 0 {
-		limit = DefaultMaxReported
-	}
 	res := &Result{Table: table}
-	room := func() bool { return len(res.Examples) < limit }
-	if err := a.next(p.keys); err != nil {
+	res.SourceRows, res.TargetRows, err = p.Merge(a, b, func(d Diff) error {
+		res.Add(d, opts.MaxReported)
+		return nil
+	})
+	if err != nil {
 		return nil, err
+	}
+	return res, nil
+}
+
+// DiffKind says how a key differs between the two sides.
+type DiffKind uint8
+
+// The kinds of difference.
+const (
+	Missing DiffKind = iota + 1
+	Extra
+	Different
+)
+
+// Diff is one key a merge found differing. Source and Target are that side's
+// select-list values (nil on the side that lacks the key), valid only during
+// the callback; Key shows the key for a person.
+type Diff struct {
+	Kind           DiffKind
+	Key            string
+	Source, Target [][]byte
+}
+
+// Add counts d and, while fewer than maxReported (zero or less:
+// DefaultMaxReported) are listed, spells it out in Examples.
+func (r *Result) Add(d Diff, maxReported int) {
+	if maxReported <= 0 {
+		maxReported = DefaultMaxReported
+	}
+	switch d.Kind {
+	case Missing:
+		r.Missing++
+	case Extra:
+		r.Extra++
+	case Different:
+		r.Different++
+	}
+	if len(r.Examples) < maxReported {
+		r.Examples = append(r.Examples, d.String())
+	}
+}
+
+// String is the diff as a Result example: "missing on target: (id=5)".
+func (d Diff) String() string {
+	switch d.Kind {
+	case Missing:
+		return "missing on target: " + d.Key
+	case Extra:
+		return "extra on target: " + d.Key
+	}
+	return "different: " + d.Key
+}
+
+// Plan is the select list of a comparison: each key column's sort and shown
+// forms, then the row hash. Both sides select the same list, so the chunked
+// verify of a workflow (the streamer on the source, the applier on the
+// target) merges its rows by the same rules as Table.
+type Plan struct {
+	keys    []keyCol
+	selects []string // the key columns' forms, then the row hash last
+	order   []string
+}
+
+// NewPlan plans the comparison of table t (on db, whose collations decide the
+// key forms) over columns (empty: every non-generated column).
+func NewPlan(ctx context.Context, db *sql.DB, t *schema.Table, columns []string) (*Plan, error) {
+	cols, err := t.Streamed(columns)
+	if err != nil {
+		return nil, err
+	}
+	return newPlan(ctx, db, t, t, cols)
+}
+
+func newPlan(ctx context.Context, src *sql.DB, st, tt *schema.Table, cols []schema.Column) (*Plan, error) {
+	p, err := planKeys(ctx, src, st, tt)
+	if err != nil {
+		return nil, err
+	}
+	p.selects = append(p.selects, rowHashExpr(cols))
+	return p, nil
+}
+
+// Columns is the select list, comma-separated.
+func (p *Plan) Columns() string { return strings.Join(p.selects, ", ") }
+
+// OrderBy is the key order, comma-separated, for ORDER BY.
+func (p *Plan) OrderBy() string { return strings.Join(p.order, ", ") }
+
+// Width is how many values a row of the select list has.
+func (p *Plan) Width() int { return len(p.selects) }
+
+// query is the streaming query of a whole table.
+func (p *Plan) query(db, table string) string {
+	return "SELECT " + p.Columns() + " FROM " + rowcodec.QualifiedIdent(db, table) + " ORDER BY " + p.OrderBy()
+}
+
+// Rows is one side of a merge, in key order.
+type Rows interface {
+	// Next returns the next row's values, the select list first (more may
+	// follow), valid until the next call, or nil at the end.
+	Next() ([][]byte, error)
+}
+
+// Merge merge-joins the two sides in key order, in constant memory, calls
+// found for every key that is missing, extra or different, and returns how
+// many rows each side had. It fails when a side's keys do not come in
+// strictly increasing order: then the servers' order and this package's
+// comparison disagree, and the merge would report wrong differences.
+func (p *Plan) Merge(src, dst Rows, found func(Diff) error) (srcRows, dstRows int64, err error) {
+	a := &cursor{side: "source", rows: src, cur: make([][]byte, len(p.keys)), prev: make([][]byte, len(p.keys))}
+	b := &cursor{side: "target", rows: dst, cur: make([][]byte, len(p.keys)), prev: make([][]byte, len(p.keys))}
+	if err := a.next(p.keys); err != nil {
+		return 0, 0, err
 	}
 	if err := b.next(p.keys); err != nil {
-		return nil, err
+		return 0, 0, err
 	}
 	for a.ok || b.ok {
 		var c int
@@ -174,39 +284,35 @@ func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, 
 		}
 		switch {
 		case c < 0:
-			res.Missing++
-			if room() {
-				res.Examples = append(res.Examples, "missing on target: "+a.display(p.keys))
+			err = found(Diff{Kind: Missing, Key: a.display(p.keys), Source: a.vals})
+			if err == nil {
+				err = a.next(p.keys)
 			}
-			err = a.next(p.keys)
 		case c > 0:
-			res.Extra++
-			if room() {
-				res.Examples = append(res.Examples, "extra on target: "+b.display(p.keys))
+			err = found(Diff{Kind: Extra, Key: b.display(p.keys), Target: b.vals})
+			if err == nil {
+				err = b.next(p.keys)
 			}
-			err = b.next(p.keys)
 		default:
-			if !bytes.Equal(a.hash(), b.hash()) {
-				res.Different++
-				if room() {
-					ak, bk := a.display(p.keys), b.display(p.keys)
-					e := "different: " + ak
-					if bk != ak { // equal under the key's collation, not in bytes
-						e += ", on target " + bk
-					}
-					res.Examples = append(res.Examples, e)
+			if hash := len(p.selects) - 1; !bytes.Equal(a.vals[hash], b.vals[hash]) {
+				ak, bk := a.display(p.keys), b.display(p.keys)
+				if bk != ak { // equal under the key's collation, not in bytes
+					ak += ", on target " + bk
 				}
+				err = found(Diff{Kind: Different, Key: ak, Source: a.vals, Target: b.vals})
 			}
-			if err = a.next(p.keys); err == nil {
+			if err == nil {
+				err = a.next(p.keys)
+			}
+			if err == nil {
 				err = b.next(p.keys)
 			}
 		}
 		if err != nil {
-			return nil, err
+			return 0, 0, err
 		}
 	}
-	res.SourceRows, res.TargetRows = a.n, b.n
-	return res, nil
+	return a.n, b.n, nil
 }
 
 // keyKind says how a key column's sort form is compared and its value shown.
@@ -235,27 +341,14 @@ type keyCol struct {
 	showAt int
 }
 
-// plan is the select list of the streaming query and how to read its key part.
-type plan struct {
-	keys    []keyCol
-	selects []string // the key columns' forms, then the row hash last
-	order   []string
-}
-
-// query is the streaming query for one side.
-func (p *plan) query(db, table string) string {
-	return "SELECT " + strings.Join(p.selects, ", ") + " FROM " + rowcodec.QualifiedIdent(db, table) +
-		" ORDER BY " + strings.Join(p.order, ", ")
-}
-
 var (
 	sqlName    = regexp.MustCompile(`^[0-9A-Za-z_]+$`)
 	charLength = regexp.MustCompile(`^(?i)(?:var)?char\((\d+)\)`)
 )
 
 // planKeys chooses each key column's sort form and shown form.
-func planKeys(ctx context.Context, src *sql.DB, st, tt *schema.Table) (*plan, error) {
-	p := &plan{}
+func planKeys(ctx context.Context, src *sql.DB, st, tt *schema.Table) (*Plan, error) {
+	p := &Plan{}
 	for _, name := range st.Key {
 		c := st.Column(name)
 		tc := tt.Column(name)
@@ -359,26 +452,22 @@ func rowHashExpr(cols []schema.Column) string {
 	return "MD5(CONCAT_WS(',', " + strings.Join(parts, ", ") + "))"
 }
 
-// stream is one side's ordered rows, read one at a time.
-type stream struct {
+// sqlRows is one side of Table: a streaming query on a connection of its own.
+type sqlRows struct {
 	side   string
 	conn   *sql.Conn
 	rows   *sql.Rows
 	cancel context.CancelFunc
 	raw    []sql.RawBytes
 	dest   []any
-	cur    [][]byte // sort forms of the current row's key, owned
-	prev   [][]byte // sort forms of the previous row's key, owned
-	n      int64
-	ok     bool
+	vals   [][]byte
 }
 
 // openStream runs query on a connection of its own, set up for an exact and
 // unhurried read: a slow consumer must not be cut off after the default 60 s.
-func openStream(ctx context.Context, db *sql.DB, side, query string, ncols, nkeys int) (*stream, error) {
+func openStream(ctx context.Context, db *sql.DB, side, query string, ncols int) (*sqlRows, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &stream{side: side, cancel: cancel, raw: make([]sql.RawBytes, ncols), dest: make([]any, ncols),
-		cur: make([][]byte, nkeys), prev: make([][]byte, nkeys)}
+	s := &sqlRows{side: side, cancel: cancel, raw: make([]sql.RawBytes, ncols), dest: make([]any, ncols), vals: make([][]byte, ncols)}
 	for i := range s.raw {
 		s.dest[i] = &s.raw[i]
 	}
@@ -387,7 +476,7 @@ func openStream(ctx context.Context, db *sql.DB, side, query string, ncols, nkey
 		cancel()
 		return nil, fmt.Errorf("%s: connect: %w", side, err)
 	}
-	if _, err = s.conn.ExecContext(ctx, "SET SESSION time_zone = '+00:00', net_write_timeout = 3600, character_set_results = binary"); err != nil {
+	if _, err = s.conn.ExecContext(ctx, SessionSetup); err != nil {
 		s.close()
 		return nil, fmt.Errorf("%s: set up session: %w", side, err)
 	}
@@ -398,10 +487,32 @@ func openStream(ctx context.Context, db *sql.DB, side, query string, ncols, nkey
 	return s, nil
 }
 
+// SessionSetup is the session a side's rows are read in: UTC, so TIMESTAMP
+// values hash alike on servers in different zones; binary results, so the
+// connection's character set does not matter; no write timeout for a slow
+// reader.
+const SessionSetup = "SET SESSION time_zone = '+00:00', net_write_timeout = 3600, character_set_results = binary"
+
+func (s *sqlRows) Next() ([][]byte, error) {
+	if !s.rows.Next() {
+		if err := s.rows.Err(); err != nil {
+			return nil, fmt.Errorf("%s: read rows: %w", s.side, err)
+		}
+		return nil, nil
+	}
+	if err := s.rows.Scan(s.dest...); err != nil {
+		return nil, fmt.Errorf("%s: read rows: %w", s.side, err)
+	}
+	for i, v := range s.raw {
+		s.vals[i] = v
+	}
+	return s.vals, nil
+}
+
 // close stops the query (canceling it, so an unread rest is not drained) and
 // closes the connection instead of returning it to the pool with this session's
 // settings.
-func (s *stream) close() {
+func (s *sqlRows) close() {
 	s.cancel()
 	if s.rows != nil {
 		s.rows.Close()
@@ -412,23 +523,32 @@ func (s *stream) close() {
 	s.conn.Close()
 }
 
-// next reads the next row, or sets ok false at the end. It fails when the row's key
-// is not greater than the previous one: then the servers' order and this
-// package's comparison disagree, and a merge would report wrong differences.
-func (s *stream) next(keys []keyCol) error {
-	if s.ok = s.rows.Next(); !s.ok {
-		if err := s.rows.Err(); err != nil {
-			return fmt.Errorf("%s: read rows: %w", s.side, err)
-		}
+// cursor is one side of a merge: its current row and that row's key in sort
+// form, checked to grow strictly.
+type cursor struct {
+	side string
+	rows Rows
+	vals [][]byte
+	cur  [][]byte // sort forms of the current row's key, owned
+	prev [][]byte // sort forms of the previous row's key, owned
+	n    int64
+	ok   bool
+}
+
+// next reads the next row, or sets ok false at the end.
+func (s *cursor) next(keys []keyCol) error {
+	vals, err := s.rows.Next()
+	if err != nil {
+		return err
+	}
+	if s.ok = vals != nil; !s.ok {
 		return nil
 	}
-	if err := s.rows.Scan(s.dest...); err != nil {
-		return fmt.Errorf("%s: read rows: %w", s.side, err)
-	}
+	s.vals = vals
 	s.cur, s.prev = s.prev, s.cur
 	for i, k := range keys {
 		var err error
-		if s.cur[i], err = sortForm(s.cur[i][:0], k.kind, s.raw[k.sortAt]); err != nil {
+		if s.cur[i], err = sortForm(s.cur[i][:0], k.kind, s.vals[k.sortAt]); err != nil {
 			return fmt.Errorf("%s: key %s: %w", s.side, s.display(keys), err)
 		}
 	}
@@ -440,13 +560,8 @@ func (s *stream) next(keys []keyCol) error {
 	return nil
 }
 
-// hash is the current row's hash; valid until the next call to next.
-func (s *stream) hash() []byte {
-	return s.raw[len(s.raw)-1]
-}
-
 // display shows the current row's key as "(a=1, b='x')".
-func (s *stream) display(keys []keyCol) string {
+func (s *cursor) display(keys []keyCol) string {
 	var b strings.Builder
 	b.WriteByte('(')
 	for i, k := range keys {
@@ -455,7 +570,7 @@ func (s *stream) display(keys []keyCol) string {
 		}
 		b.WriteString(k.name)
 		b.WriteByte('=')
-		v := s.raw[k.showAt]
+		v := s.vals[k.showAt]
 		switch k.kind {
 		case keyNumber, keyFloat:
 			b.Write(v)

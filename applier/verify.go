@@ -1,0 +1,239 @@
+package applier
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
+	"github.com/rowlift/rowlift/internal/verify"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// verifier compares one table's verify chunks with the target. A chunk sits in
+// the stream exactly at its fence and is checked once everything before it has
+// committed and before anything after it is applied, so the target is exactly
+// at the chunk's source snapshot: the comparison is exact under live traffic
+// with no long snapshot on either side. With repair it rewrites the keys that
+// differ from the source's rows in the transaction that records the chunk.
+type verifier struct {
+	db   *sql.DB
+	play *player
+	t    *targetTable
+	plan *verify.Plan
+	key  rowcodec.Key
+	// keyExprs select the key as the copy streams it, for deleting extra rows.
+	keyExprs []string
+	state    state.TableVerify
+	// lower is the last verified key (nil: from the table's start).
+	lower     [][]byte
+	maxPacket int
+	log       *zap.Logger
+}
+
+func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, tv state.TableVerify, maxPacket int, log *zap.Logger) (*verifier, error) {
+	tt, err := schema.Load(ctx, db, t.database, t.table)
+	if err != nil {
+		return nil, fmt.Errorf("verify %s: target: %w", t.name, err)
+	}
+	names := make([]string, len(t.fields.GetFields()))
+	for i, f := range t.fields.GetFields() {
+		names[i] = f.GetName()
+	}
+	plan, err := verify.NewPlan(ctx, db, tt, names)
+	if err != nil {
+		return nil, permanent("verify %s: target: %v", t.name, err)
+	}
+	v := &verifier{db: db, play: play, t: t, plan: plan, state: tv, maxPacket: maxPacket, log: log.With(zap.String("table", t.name))}
+	for _, idx := range t.fields.GetPkColumns() {
+		f := t.fields.GetFields()[idx]
+		v.key.Idents = append(v.key.Idents, rowcodec.Ident(f.GetName()))
+		v.key.Kinds = append(v.key.Kinds, rowcodec.KindOf(f.GetDataType()))
+		v.key.Charsets = append(v.key.Charsets, f.GetCharset())
+		v.keyExprs = append(v.keyExprs, rowcodec.SelectExpr(f.GetName(), f.GetDataType()))
+	}
+	if tv.LastPK != nil {
+		if v.lower, err = rowcodec.Values(nil, tv.LastPK); err != nil {
+			return nil, fmt.Errorf("verify %s: last key: %w", t.name, err)
+		}
+	}
+	return v, nil
+}
+
+// query selects the target's rows of the chunk's key range: after the last
+// verified key, up to the chunk's last key (to the end on the table's last
+// chunk, so extra rows above the source's last key are found).
+func (v *verifier) query(c *rowliftv1.Chunk) (string, error) {
+	buf := []byte("SELECT " + v.plan.Columns())
+	for _, e := range v.keyExprs {
+		buf = append(buf, ", "...)
+		buf = append(buf, e...)
+	}
+	buf = append(buf, " FROM "...)
+	buf = append(buf, v.t.ident...)
+	where := " WHERE "
+	if v.lower != nil {
+		buf = append(buf, where...)
+		buf = v.key.AppendAfter(buf, v.lower)
+		where = " AND "
+	}
+	if !c.GetTableDone() {
+		upper, err := rowcodec.Values(nil, c.GetLastPk())
+		if err != nil || len(upper) != len(v.key.Idents) {
+			return "", permanent("verify %s: chunk's last key does not fit the key (%v)", v.t.name, err)
+		}
+		buf = append(buf, where...)
+		buf = v.key.AppendUpTo(buf, upper)
+	}
+	buf = append(buf, " ORDER BY "...)
+	buf = append(buf, v.plan.OrderBy()...)
+	return string(buf), nil
+}
+
+// check compares one verify chunk with the target, repairs if asked, and
+// commits what it found with the table's verify progress.
+func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) error {
+	q, err := v.query(c)
+	if err != nil {
+		return err
+	}
+	conn, err := v.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", v.t.name, err)
+	}
+	defer conn.Close()
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	src := &chunkRows{rows: c.GetRows(), width: v.plan.Width()}
+	found := state.VerifyChunk{Done: c.GetTableDone()}
+	var res verify.Result
+	w.reset()
+	repair := &rowliftv1.Transaction{Gtid: "verify repair of " + v.t.name}
+	err = func() error {
+		rows, err := conn.QueryContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("verify %s: target: %w", v.t.name, err)
+		}
+		defer rows.Close()
+		dst := &targetRows{rows: rows, width: v.plan.Width() + len(v.keyExprs)}
+		_, _, err = v.plan.Merge(src, dst, func(d verify.Diff) error {
+			res.Add(d, state.MaxVerifyExamples)
+			if !v.state.Repair {
+				return nil
+			}
+			found.Repaired++
+			v.log.Warn("verify repairs a key that differs from the source", zap.String("difference", d.String()))
+			if d.Kind == verify.Extra {
+				return w.addRewrite(repair, v.t, &rowliftv1.RowChange{Before: v.keyRow(dst.vals[v.plan.Width():])})
+			}
+			return w.addRewrite(repair, v.t, &rowliftv1.RowChange{After: src.current()})
+		})
+		return err
+	}()
+	if err != nil {
+		return err
+	}
+	found.RowsCompared = int64(len(c.GetRows()))
+	found.Missing, found.Extra, found.Different, found.Examples = res.Missing, res.Extra, res.Different, res.Examples
+	if len(c.GetRows()) > 0 {
+		found.LastPK = c.GetLastPk()
+	}
+	if err := w.exec(ctx, conn, v.maxPacket); err != nil {
+		return fmt.Errorf("verify %s: repair: %w", v.t.name, err)
+	}
+	if err := state.SaveVerifyChunk(ctx, conn, v.play.workflow, v.play.source, v.play.owner, v.t.name, v.state.StartedAtUS, found); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("verify %s: commit: %w", v.t.name, err)
+	}
+	committed = true
+	if found.LastPK != nil {
+		v.lower, _ = rowcodec.Values(nil, found.LastPK)
+	}
+	if !res.Identical() {
+		v.log.Warn("verify found differences", zap.Int64("missing", res.Missing), zap.Int64("extra", res.Extra),
+			zap.Int64("different", res.Different), zap.Strings("examples", res.Examples))
+	}
+	if found.Done {
+		v.log.Info("table verified")
+	}
+	return nil
+}
+
+// keyRow is a row of the table's streamed width holding only key values, for
+// the delete of an extra row.
+func (v *verifier) keyRow(key [][]byte) *rowliftv1.Row {
+	vals := make([][]byte, len(v.t.fields.GetFields()))
+	for i, idx := range v.t.fields.GetPkColumns() {
+		vals[idx] = key[i]
+	}
+	row := &rowliftv1.Row{}
+	rowcodec.Pack(row, vals)
+	return row
+}
+
+// chunkRows are a verify chunk's source rows as one side of a merge: the
+// select list first, then the key or, with repair, the whole row.
+type chunkRows struct {
+	rows  []*rowliftv1.Row
+	width int
+	next  int
+	vals  [][]byte
+}
+
+func (s *chunkRows) Next() ([][]byte, error) {
+	if s.next == len(s.rows) {
+		return nil, nil
+	}
+	var err error
+	if s.vals, err = rowcodec.Values(s.vals[:0], s.rows[s.next]); err != nil || len(s.vals) < s.width {
+		return nil, permanent("verify chunk row %d has %d values, want at least %d (%v)", s.next, len(s.vals), s.width, err)
+	}
+	s.next++
+	return s.vals[:s.width], nil
+}
+
+// current is the source row last returned, as the streamed row after the
+// select list (a verify with repair sends it whole).
+func (s *chunkRows) current() *rowliftv1.Row {
+	row := &rowliftv1.Row{}
+	rowcodec.Pack(row, s.vals[s.width:])
+	return row
+}
+
+// targetRows are the target's rows of a chunk's range as the other side.
+type targetRows struct {
+	rows  *sql.Rows
+	width int
+	raw   []sql.RawBytes
+	dest  []any
+	vals  [][]byte
+}
+
+func (s *targetRows) Next() ([][]byte, error) {
+	if s.raw == nil {
+		s.raw, s.dest, s.vals = make([]sql.RawBytes, s.width), make([]any, s.width), make([][]byte, s.width)
+		for i := range s.raw {
+			s.dest[i] = &s.raw[i]
+		}
+	}
+	if !s.rows.Next() {
+		return nil, s.rows.Err()
+	}
+	if err := s.rows.Scan(s.dest...); err != nil {
+		return nil, err
+	}
+	for i, v := range s.raw {
+		s.vals[i] = v
+	}
+	return s.vals, nil
+}

@@ -1,0 +1,187 @@
+package state
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// TableVerify is the verify of one table from one source, as its stream last
+// committed it.
+type TableVerify struct {
+	Source string
+	Table  string
+	// StartedAtUS tells verifies apart: a new one restarts the stream.
+	StartedAtUS  int64
+	Repair       bool
+	LastPK       *rowliftv1.Row // nil before the first chunk
+	Done         bool
+	RowsCompared int64
+	Missing      int64
+	Extra        int64
+	Different    int64
+	Repaired     int64
+	// Examples are the first differing (or repaired) keys, like
+	// "missing on target: (id=5)".
+	Examples     []string
+	FinishedAtUS int64
+	UpdatedAtUS  int64
+}
+
+// VerifyChunk is what one verify chunk found, committed with its progress.
+type VerifyChunk struct {
+	LastPK       *rowliftv1.Row // nil: the chunk had no rows
+	Done         bool
+	RowsCompared int64
+	Missing      int64
+	Extra        int64
+	Different    int64
+	Repaired     int64
+	Examples     []string
+}
+
+// MaxVerifyExamples is how many differing keys a table's verify keeps.
+const MaxVerifyExamples = 20
+
+// StartVerify starts a verify of every table from every source of a workflow,
+// all at once in one transaction, unless one is running and restart is false;
+// it reports whether it started one. A finished verify is always replaced.
+func (s *Store) StartVerify(ctx context.Context, workflow string, sources, tables []string, repair, restart bool) (bool, error) {
+	started := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var running int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+Schema+".verify WHERE workflow = ? AND NOT done FOR UPDATE",
+			workflow).Scan(&running); err != nil {
+			return fmt.Errorf("read verify of %q: %w", workflow, err)
+		}
+		if running > 0 && !restart {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+Schema+".verify WHERE workflow = ?", workflow); err != nil {
+			return fmt.Errorf("start verify of %q: %w", workflow, err)
+		}
+		now := time.Now().UnixMicro()
+		for _, src := range sources {
+			for _, t := range tables {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".verify (workflow, source, table_name, started_at_us, repair, examples, updated_at_us) "+
+					"VALUES (?, ?, ?, ?, ?, '[]', ?)", workflow, src, t, now, repair, now); err != nil {
+					return fmt.Errorf("start verify of %q: %w", workflow, err)
+				}
+			}
+		}
+		started = true
+		return nil
+	})
+	return started, err
+}
+
+// Verify returns the verify of a workflow's tables from one source, or from
+// every source when source is empty; none when no verify was ever started.
+func (s *Store) Verify(ctx context.Context, workflow, source string) ([]TableVerify, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT source, table_name, started_at_us, repair, last_pk, done, rows_compared, missing, extra, different, "+
+		"repaired, examples, finished_at_us, updated_at_us FROM "+Schema+".verify WHERE workflow = ? AND (? = '' OR source = ?) ORDER BY source, table_name",
+		workflow, source, source)
+	if err != nil {
+		return nil, fmt.Errorf("read verify of %q: %w", workflow, err)
+	}
+	defer rows.Close()
+	var out []TableVerify
+	for rows.Next() {
+		var v TableVerify
+		var lastPK, examples []byte
+		if err := rows.Scan(&v.Source, &v.Table, &v.StartedAtUS, &v.Repair, &lastPK, &v.Done, &v.RowsCompared, &v.Missing, &v.Extra,
+			&v.Different, &v.Repaired, &examples, &v.FinishedAtUS, &v.UpdatedAtUS); err != nil {
+			return nil, fmt.Errorf("read verify of %q: %w", workflow, err)
+		}
+		if lastPK != nil {
+			v.LastPK = &rowliftv1.Row{}
+			if err := proto.Unmarshal(lastPK, v.LastPK); err != nil {
+				return nil, fmt.Errorf("decode verify last_pk of %s.%s: %w", workflow, v.Table, err)
+			}
+		}
+		if err := json.Unmarshal(examples, &v.Examples); err != nil {
+			return nil, fmt.Errorf("decode verify examples of %s.%s: %w", workflow, v.Table, err)
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// VerifyGenerations returns, per (workflow, source) stream with a verify that
+// is not done, when that verify started: the applier restarts a stream whose
+// value changed, so the streamer learns of the verify.
+func (s *Store) VerifyGenerations(ctx context.Context) (map[[2]string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, MAX(started_at_us) FROM "+Schema+".verify WHERE NOT done GROUP BY workflow, source")
+	if err != nil {
+		return nil, fmt.Errorf("read verifies: %w", err)
+	}
+	defer rows.Close()
+	out := map[[2]string]int64{}
+	for rows.Next() {
+		var w, src string
+		var at int64
+		if err := rows.Scan(&w, &src, &at); err != nil {
+			return nil, fmt.Errorf("read verifies: %w", err)
+		}
+		out[[2]string{w, src}] = at
+	}
+	return out, rows.Err()
+}
+
+// SaveVerifyChunk adds, inside the caller's transaction (the one that repaired
+// the chunk's rows, if any), what a verify chunk found and moves the table's
+// verify past it; it fails with ErrNotOwner when the stream was taken over.
+// started must be the verify's: a chunk of a verify that was replaced meanwhile
+// changes nothing.
+func SaveVerifyChunk(ctx context.Context, tx Execer, workflow, source string, owner int64, table string, started int64, c VerifyChunk) error {
+	if err := checkOwner(ctx, tx, workflow, source, owner); err != nil {
+		return err
+	}
+	var examples []byte
+	if err := tx.QueryRowContext(ctx, "SELECT examples FROM "+Schema+".verify WHERE workflow = ? AND source = ? AND table_name = ? AND started_at_us = ? FOR UPDATE",
+		workflow, source, table, started).Scan(&examples); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("save verify of %s: the verify was replaced or removed meanwhile: %w", table, ErrNotOwner)
+		}
+		return fmt.Errorf("save verify of %s: %w", table, err)
+	}
+	var list []string
+	if err := json.Unmarshal(examples, &list); err != nil {
+		return fmt.Errorf("decode verify examples of %s: %w", table, err)
+	}
+	for _, e := range c.Examples {
+		if len(list) < MaxVerifyExamples {
+			list = append(list, e)
+		}
+	}
+	examples, err := json.Marshal(list)
+	if err != nil {
+		return fmt.Errorf("encode verify examples of %s: %w", table, err)
+	}
+	var pk []byte
+	if c.LastPK != nil {
+		if pk, err = proto.Marshal(c.LastPK); err != nil {
+			return fmt.Errorf("encode verify last_pk of %s: %w", table, err)
+		}
+	}
+	now := time.Now().UnixMicro()
+	var finished int64
+	if c.Done {
+		finished = now
+	}
+	_, err = tx.ExecContext(ctx, "UPDATE "+Schema+".verify SET last_pk = COALESCE(?, last_pk), done = ?, rows_compared = rows_compared + ?, "+
+		"missing = missing + ?, extra = extra + ?, different = different + ?, repaired = repaired + ?, examples = ?, finished_at_us = ?, "+
+		"updated_at_us = ? WHERE workflow = ? AND source = ? AND table_name = ?", pk, c.Done, c.RowsCompared, c.Missing, c.Extra, c.Different,
+		c.Repaired, examples, finished, now, workflow, source, table)
+	if err != nil {
+		return fmt.Errorf("save verify of %s: %w", table, err)
+	}
+	return nil
+}

@@ -38,6 +38,23 @@ func (s *Server) idle(ctx context.Context, name string, home *target) (*state.Jo
 	return j, nil
 }
 
+// settled locates a workflow, refuses while a cutover of it runs, and reads
+// every target's record of it.
+func (s *Server) settled(ctx context.Context, ref *rowliftv1.WorkflowRef) (*rowliftv1.WorkflowSpec, []*target, []view, error) {
+	spec, targets, err := s.locate(ctx, ref)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if _, err := s.idle(ctx, spec.GetName(), targets[0]); err != nil {
+		return nil, nil, nil, err
+	}
+	views, err := s.read(ctx, spec.GetName(), targets)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return spec, targets, views, nil
+}
+
 // CompleteWorkflow ends a switched workflow: its reverse workflow and state
 // go, and the frozen source tables are kept or dropped.
 func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRequest) (*rowliftv1.CompleteResponse, error) {
@@ -97,18 +114,11 @@ func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRe
 // back): the workflow, its reverse workflow and their state go; the target
 // tables are kept or dropped.
 func (s *Server) CancelWorkflow(ctx context.Context, req *rowliftv1.CancelRequest) (*rowliftv1.CancelResponse, error) {
-	spec, targets, err := s.locate(ctx, req.GetWorkflow())
+	spec, targets, views, err := s.settled(ctx, req.GetWorkflow())
 	if err != nil {
 		return nil, err
 	}
 	name := spec.GetName()
-	if _, err := s.idle(ctx, name, targets[0]); err != nil {
-		return nil, err
-	}
-	views, err := s.read(ctx, name, targets)
-	if err != nil {
-		return nil, err
-	}
 	for _, v := range views {
 		if v.wf != nil && v.wf.State == state.Switched {
 			return nil, status.Errorf(codes.FailedPrecondition, "cannot cancel workflow %q: its writes go to target %s since its switch; "+

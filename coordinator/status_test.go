@@ -148,12 +148,13 @@ func TestVerifyStatusSumsTargetsAndSources(t *testing.T) {
 	require.Nil(t, verifyStatus(spec, []view{{target: "t1"}}, 100), "never verified")
 	views := []view{
 		{target: "t1", verifies: []state.TableVerify{
-			{Table: "a", StartedAtUS: 10, Repair: true, Done: true, RowsCompared: 40, Missing: 1, Repaired: 1, FinishedAtUS: 50, Examples: []string{"missing on target: (id=1)"}},
-			{Table: "b", StartedAtUS: 10, Repair: true, RowsCompared: 10},
+			{Table: "a", StartedAtUS: 10, Repair: true, Done: true, FinishedAtUS: 50, Examples: []string{"missing on target: (id=1)"},
+				VerifyCounts: state.VerifyCounts{RowsCompared: 40, Missing: 1, Repaired: 1}},
+			{Table: "b", StartedAtUS: 10, Repair: true, VerifyCounts: state.VerifyCounts{RowsCompared: 10}},
 		}},
 		{target: "t2", verifies: []state.TableVerify{
-			{Table: "a", StartedAtUS: 9, Repair: true, Done: true, RowsCompared: 30, Extra: 2, Different: 3, Repaired: 5, FinishedAtUS: 60},
-			{Table: "b", StartedAtUS: 9, Repair: true, Done: true, RowsCompared: 5, FinishedAtUS: 70},
+			{Table: "a", StartedAtUS: 9, Repair: true, Done: true, FinishedAtUS: 60, VerifyCounts: state.VerifyCounts{RowsCompared: 30, Extra: 2, Different: 3, Repaired: 5}},
+			{Table: "b", StartedAtUS: 9, Repair: true, Done: true, FinishedAtUS: 70, VerifyCounts: state.VerifyCounts{RowsCompared: 5}},
 		}},
 	}
 	v := verifyStatus(spec, views, 100)

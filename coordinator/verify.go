@@ -15,7 +15,7 @@ import (
 // streams with it, and the streamers send verify chunks; progress and results
 // are in status.verify.
 func (s *Server) VerifyWorkflow(ctx context.Context, req *rowliftv1.VerifyRequest) (*rowliftv1.Workflow, error) {
-	spec, targets, err := s.locate(ctx, req.GetWorkflow())
+	spec, targets, views, err := s.settled(ctx, req.GetWorkflow())
 	if err != nil {
 		return nil, err
 	}
@@ -23,13 +23,6 @@ func (s *Server) VerifyWorkflow(ctx context.Context, req *rowliftv1.VerifyReques
 	if n := len(spec.GetSources()); n > 1 {
 		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target; verify compares one source "+
 			"with its targets and cannot yet tell which source a target row came from: verify each source's tables with a workflow of its own", name, n)
-	}
-	if _, err := s.idle(ctx, name, targets[0]); err != nil {
-		return nil, err
-	}
-	views, err := s.read(ctx, name, targets)
-	if err != nil {
-		return nil, err
 	}
 	for _, v := range views {
 		if err := verifiable(name, v); err != nil {

@@ -13,21 +13,27 @@ import (
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
+// VerifyCounts are what a verify found: rows compared, keys missing on the
+// target, extra there, different, and rewritten by a repair.
+type VerifyCounts struct {
+	RowsCompared int64
+	Missing      int64
+	Extra        int64
+	Different    int64
+	Repaired     int64
+}
+
 // TableVerify is the verify of one table from one source, as its stream last
 // committed it.
 type TableVerify struct {
 	Source string
 	Table  string
 	// StartedAtUS tells verifies apart: a new one restarts the stream.
-	StartedAtUS  int64
-	Repair       bool
-	LastPK       *rowliftv1.Row // nil before the first chunk
-	Done         bool
-	RowsCompared int64
-	Missing      int64
-	Extra        int64
-	Different    int64
-	Repaired     int64
+	StartedAtUS int64
+	Repair      bool
+	LastPK      *rowliftv1.Row // nil before the first chunk
+	Done        bool
+	VerifyCounts
 	// Examples are the first differing (or repaired) keys, like
 	// "missing on target: (id=5)".
 	Examples     []string
@@ -37,14 +43,10 @@ type TableVerify struct {
 
 // VerifyChunk is what one verify chunk found, committed with its progress.
 type VerifyChunk struct {
-	LastPK       *rowliftv1.Row // nil: the chunk had no rows
-	Done         bool
-	RowsCompared int64
-	Missing      int64
-	Extra        int64
-	Different    int64
-	Repaired     int64
-	Examples     []string
+	LastPK *rowliftv1.Row // nil: the chunk had no rows
+	Done   bool
+	VerifyCounts
+	Examples []string
 }
 
 // MaxVerifyExamples is how many differing keys a table's verify keeps.

@@ -56,10 +56,10 @@ func TestVerifyProgress(t *testing.T) {
 		}
 		return tx.Commit()
 	}
-	require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{LastPK: key(500), RowsCompared: 500, Missing: 25, Repaired: 25, Examples: examples}))
-	require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{Done: true, RowsCompared: 0, Extra: 1, Repaired: 1, Examples: []string{"extra on target: (id=900)"}}))
-	require.ErrorIs(t, save(owner+1, tv.StartedAtUS, state.VerifyChunk{RowsCompared: 7}), state.ErrNotOwner)
-	require.ErrorIs(t, save(owner, tv.StartedAtUS+1, state.VerifyChunk{RowsCompared: 7}), state.ErrNotOwner, "a chunk of a replaced verify")
+	require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{LastPK: key(500), Examples: examples, VerifyCounts: state.VerifyCounts{RowsCompared: 500, Missing: 25, Repaired: 25}}))
+	require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{Done: true, VerifyCounts: state.VerifyCounts{Extra: 1, Repaired: 1}, Examples: []string{"extra on target: (id=900)"}}))
+	require.ErrorIs(t, save(owner+1, tv.StartedAtUS, state.VerifyChunk{VerifyCounts: state.VerifyCounts{RowsCompared: 7}}), state.ErrNotOwner)
+	require.ErrorIs(t, save(owner, tv.StartedAtUS+1, state.VerifyChunk{VerifyCounts: state.VerifyCounts{RowsCompared: 7}}), state.ErrNotOwner, "a chunk of a replaced verify")
 
 	rows, err = store.Verify(ctx, "v", "-80")
 	require.NoError(t, err)

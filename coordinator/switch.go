@@ -41,6 +41,9 @@ const (
 	// resumeEvery is how often the coordinator looks for cutovers that a dead
 	// coordinator left unfinished.
 	resumeEvery = 2 * time.Second
+	// leaseMargin is how long a LOCK freeze's lease outlasts the switch's
+	// timeout, so the lock holds until the deadline's rollback releases it.
+	leaseMargin = 10 * time.Second
 )
 
 // The directions of a cutover.
@@ -294,11 +297,25 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_UNSPECIFIED {
 		j.Mode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
 	}
+	if err := checkLockLease(j.Mode, timeout); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "cannot %s workflow %q: %v", direction, name, err)
+	}
 	if prev != nil && prev.Step == string(cutover.Done) && prev.Mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME {
 		// The side gaining the writes is the one the last cutover renamed.
 		j.UnfreezeMode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
 	}
 	return j, nil
+}
+
+// checkLockLease refuses a LOCK freeze whose lease (the timeout plus
+// leaseMargin) would exceed the streamers' cap, before anything is frozen.
+func checkLockLease(mode rowliftv1.FreezeMode, timeout time.Duration) error {
+	if mode != rowliftv1.FreezeMode_FREEZE_MODE_LOCK || timeout+leaseMargin <= frozen.MaxLockLease {
+		return nil
+	}
+	return fmt.Errorf("--timeout %s is too long for --freeze lock: the lock blocks every writer of the tables for up to the timeout "+
+		"plus %s, and a lock's lease is capped at %s; use --timeout %s or less, or --freeze rename", timeout, leaseMargin,
+		frozen.MaxLockLease, frozen.MaxLockLease-leaseMargin)
 }
 
 func (s *Server) viewsOf(p *pair, spec *rowliftv1.WorkflowSpec) []view {
@@ -326,6 +343,14 @@ func (s *Server) drive(ctx context.Context, j *state.Journal) error {
 		if cutover.Step(j.Step) == cutover.Frozen {
 			if facts.Applied, facts.Stuck, err = s.applied(ctx, sd, j.FreezePositions); err != nil {
 				return err
+			}
+			if facts.Applied && j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK {
+				if facts.Applied, err = s.lockHeld(ctx, j, sd, store, log); err != nil {
+					// Never park on a lock that may be gone; the deadline
+					// rolls back if the streamers stay unreachable.
+					log.Warn("cannot check the freeze lock before the park; retrying", zap.Error(err))
+					facts.Applied = false
+				}
 			}
 		}
 		action, next, why := cutover.Next(cutover.Step(j.Step), facts)
@@ -368,6 +393,45 @@ func (s *Server) drive(ctx context.Context, j *state.Journal) error {
 		}
 		log.Info("cutover step", zap.String("step", j.Step), zap.String("action", string(action)), zap.Int64("write_pause_ms", j.WritePauseMS()))
 	}
+}
+
+// lockHeld checks, right before the park, that the LOCK freeze whose
+// positions the journal holds still holds, by freezing again: a streamer that
+// holds it renews its lease and answers the position at which it was taken,
+// and one that lost it (restarted, lease passed, session killed) locks again
+// at a later position. Writers went on while the tables were unlocked, so the
+// freeze positions move there (recorded, so a resumed cutover waits for them
+// too) and the stopping workflow must apply them before the park: false.
+func (s *Server) lockHeld(ctx context.Context, j *state.Journal, sd side, store *state.Store, log *zap.Logger) (bool, error) {
+	pos, err := s.freeze(ctx, sd.old, j.Mode, false, j.TimeoutMS)
+	if err != nil {
+		return false, err
+	}
+	var lost []string
+	for src, p := range pos {
+		same, err := covers(j.FreezePositions[src], p)
+		if err != nil {
+			return false, fmt.Errorf("compare the freeze positions of %s: %w", src, err)
+		}
+		if !same {
+			lost = append(lost, src)
+		}
+	}
+	if len(lost) == 0 {
+		return true, nil
+	}
+	slices.Sort(lost)
+	moved := *j
+	moved.FreezePositions = pos
+	moved.Message = fmt.Sprintf("the freeze lock on %s was lost (streamer restarted, lease passed or session killed) and taken again; "+
+		"writes made meanwhile are applied before the switch", strings.Join(lost, ", "))
+	if err := record(context.WithoutCancel(ctx), store, &moved); err != nil {
+		return false, fmt.Errorf("record the new freeze positions: %w", err)
+	}
+	*j = moved
+	log.Warn("freeze lock lost before the park and taken again: waiting for the new freeze positions", zap.Strings("sources", lost),
+		zap.String("positions", strings.Join(formatPositions(pos), ", ")))
+	return false, nil
 }
 
 // record saves the journal; tests pause here to kill processes at a step.
@@ -490,7 +554,7 @@ func (s *Server) freeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode 
 			defer conn.Close()
 			client := rowliftv1.NewStreamerClient(conn)
 			req := &rowliftv1.FreezeRequest{Workflow: spec.GetName(), Database: spec.GetSourceDatabase(), Tables: tables, Mode: mode,
-				LeaseMs: timeoutMS + 10_000}
+				LeaseMs: timeoutMS + leaseMargin.Milliseconds()}
 			call := client.Freeze
 			if unfreeze {
 				call = client.Unfreeze

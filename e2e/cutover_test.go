@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,10 +18,13 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -35,8 +40,23 @@ type pairEnv struct {
 	revAddr                        string
 	cli                            *cli
 	srcStore                       *state.Store
-	route                          atomic.Pointer[sql.DB]
-	names                          []string
+	// appSrc and appDst are the application's pools on the source and the
+	// target: the writers connect as a user of their own, which a routing hook
+	// can shut out of a side.
+	appSrc, appDst *sql.DB
+	route          atomic.Pointer[sql.DB]
+	names          []string
+	keys           int
+	// freeze is the --freeze of every cutover ("": the default, rename).
+	freeze string
+	// committed counts the writers' commits as they happen; writing is how
+	// many writers run now, runs how many times writers were started.
+	committed atomic.Int64
+	writing   int
+	runs      uint64
+	// hookDir holds the files by which a lock cutover's routing hook and the
+	// test hand the writers over.
+	hookDir string
 }
 
 // newPairEnv starts everything and a workflow "race" over the race tables
@@ -44,8 +64,9 @@ type pairEnv struct {
 // coordinator.
 func newPairEnv(t *testing.T, keys int, coordHooks []string) *pairEnv {
 	t.Helper()
-	p := &pairEnv{env: newEnv(t)}
+	p := &pairEnv{env: newEnv(t), keys: keys}
 	p.names = createRaceTables(p.env, keys)
+	p.appSrc, p.appDst = p.appPool(p.src, p.srcDB), p.appPool(p.dst, p.dstDB)
 	port, err := sandbox.FreePort()
 	require.NoError(t, err)
 	p.revAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -65,63 +86,171 @@ func newPairEnv(t *testing.T, keys int, coordHooks []string) *pairEnv {
 	})
 	p.srcStore, err = state.Open(context.Background(), p.srcDB)
 	require.NoError(t, err)
-	p.route.Store(p.srcDB)
+	p.route.Store(p.appSrc)
 	p.cli.ok("workflow", "create", "--name", "race", "--source", "main="+p.streamerAddr, "--target", "main", "--source-database", "race",
 		"--tables", strings.Join(p.names, ","), "--chunk-rows", "500", "--reverse-target", "main=origin", "--reverse-streamer", "main="+p.revAddr, "--start")
 	p.cli.ok("workflow", "watch", "race", "--until", "running", "--interval", "200ms", "--timeout", "2m")
 	return p
 }
 
+// appPool creates the application's user on a server (admin is a root pool
+// to it) and returns a pool of the application's sessions there.
+func (p *pairEnv) appPool(server *sandbox.Server, admin *sql.DB) *sql.DB {
+	p.t.Helper()
+	sandboxtest.Exec(p.t, admin, "CREATE USER app@'%'", "GRANT ALL ON race.* TO app@'%'")
+	db, err := sql.Open("mysql", "app@tcp("+server.Addr()+")/")
+	require.NoError(p.t, err)
+	p.t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // writers starts routed race writers; stop ends them and returns how many
 // transactions they committed.
 func (p *pairEnv) writers(keys int) (stop func() int) {
 	ctx, cancel := context.WithCancel(context.Background())
-	wait := startRoutedWriters(ctx, func() *sql.DB { return p.route.Load() }, testSeed(p.t), 1, keys)
+	wait := startRoutedWriters(ctx, func() *sql.DB { return p.route.Load() }, testSeed(p.t), 1+p.runs*raceWriters, keys, &p.committed)
+	p.runs++
+	p.writing = raceWriters
 	return func() int {
 		cancel()
+		p.writing = 0
 		return wait()
 	}
 }
 
-var writePause = regexp.MustCompile(`(?m)^write pause: (\d+) ms$`)
-
-// cutover runs `rowlift workflow switch|reverse race`, re-routes the writers
-// to the side that now takes writes, and returns the write pause it printed.
-func (p *pairEnv) cutover(direction string, args ...string) int {
+// waitWrites waits until the writers commit again: after a cutover, where
+// they were routed to. A writer may count a commit it made before the wait
+// started (just before a cutover, on the other side) after it, so each must
+// have committed one more.
+func (p *pairEnv) waitWrites(what string) {
 	p.t.Helper()
-	out := p.cli.ok(append([]string{"workflow", direction, "race", "--timeout", "60s"}, args...)...)
-	m := writePause.FindStringSubmatch(out)
-	require.NotNil(p.t, m, "no write pause in %q", out)
-	p.reroute(direction)
+	from := p.committed.Load()
+	p.waitFor(what, time.Minute, func() (bool, string) {
+		n := p.committed.Load()
+		return n > from+int64(p.writing), fmt.Sprintf("%d commits since", n-from)
+	})
+}
+
+var (
+	writePause     = regexp.MustCompile(`(?m)^write pause: (\d+) ms$`)
+	freezePosition = regexp.MustCompile(`(?m)^freeze position: main: (\S+)$`)
+)
+
+// switched is what a cutover printed.
+type switched struct {
+	pause int
+	// freezePos is the position of the side that lost the writes at the freeze.
+	freezePos string
+}
+
+// cutover runs `rowlift workflow switch|reverse race` with p.freeze, hands
+// the writers over to the side that now takes writes, and returns what it
+// printed.
+func (p *pairEnv) cutover(direction string, args ...string) switched {
+	p.t.Helper()
+	r := p.startCutover(direction, args...)()
+	require.Zero(p.t, r.code, "rowlift workflow %s failed: %s", direction, r.stderr)
+	require.Empty(p.t, r.stderr)
+	m := writePause.FindStringSubmatch(r.stdout)
+	require.NotNil(p.t, m, "no write pause in %q", r.stdout)
+	f := freezePosition.FindStringSubmatch(r.stdout)
+	require.NotNil(p.t, f, "no freeze position in %q", r.stdout)
+	if p.freeze == "lock" {
+		require.Contains(p.t, r.stdout, "hook: routed "+direction+" after a write pause of ")
+	}
 	ms, _ := strconv.Atoi(m[1])
-	return ms
+	return switched{pause: ms, freezePos: f[1]}
+}
+
+// startCutover starts `rowlift workflow switch|reverse race` with p.freeze.
+// finish, on the test's goroutine, waits for it and hands the writers over to
+// the side that takes the writes once it succeeded, or, under a lock freeze,
+// while its routing hook runs (see handOver).
+func (p *pairEnv) startCutover(direction string, args ...string) (finish func() result) {
+	p.t.Helper()
+	args = append([]string{"workflow", direction, "race", "--timeout", "60s"}, args...)
+	if p.freeze != "" {
+		args = append(args, "--freeze", p.freeze)
+	}
+	lock := p.freeze == "lock"
+	if lock {
+		if p.hookDir == "" {
+			p.hookDir = p.t.TempDir()
+		}
+		// The hook waits until the test has handed the writers over.
+		args = append(args, "--hook-cmd", fmt.Sprintf(`touch '%[1]s/hooked'; while [ ! -e '%[1]s/routed' ]; do sleep 0.05; done; `+
+			`rm '%[1]s/hooked' '%[1]s/routed'; echo "routed $ROWLIFT_DIRECTION after a write pause of $ROWLIFT_WRITE_PAUSE_MS ms"`, p.hookDir))
+	}
+	done := make(chan result, 1)
+	go func() { done <- p.cli.run(args...) }()
+	return func() result {
+		p.t.Helper()
+		if !lock {
+			r := <-done
+			if r.code == 0 {
+				p.reroute(direction)
+			}
+			return r
+		}
+		var ended *result
+		p.waitFor("the routing hook of the "+direction, 2*time.Minute, func() (bool, string) {
+			select {
+			case r := <-done:
+				ended = &r
+				return true, ""
+			default:
+			}
+			_, err := os.Stat(filepath.Join(p.hookDir, "hooked"))
+			return err == nil, fmt.Sprint(err)
+		})
+		if ended != nil {
+			return *ended // failed or rolled back: no hook, nothing to hand over
+		}
+		p.handOver(direction)
+		require.NoError(p.t, os.WriteFile(filepath.Join(p.hookDir, "routed"), nil, 0o644))
+		return <-done
+	}
 }
 
 func (p *pairEnv) reroute(direction string) {
 	if direction == "switch" {
-		p.route.Store(p.dstDB)
+		p.route.Store(p.appDst)
 	} else {
-		p.route.Store(p.srcDB)
+		p.route.Store(p.appSrc)
 	}
 }
 
-// frozenSide checks that db holds the race tables only under their frozen
-// names, and live is the other side's.
+// frozenSide checks the race tables on db, the side that lost the writes: only
+// under their frozen names after a rename freeze; only under their own names
+// after a lock or none freeze, which rename nothing.
 func (p *pairEnv) frozenSide(db *sql.DB) {
 	p.t.Helper()
+	want, what := [2]int{0, 1}, "renamed to its frozen twin"
+	if p.freeze == "lock" || p.freeze == "none" {
+		want, what = [2]int{1, 0}, "left in place"
+	}
 	for _, n := range p.names {
 		fz, err := frozen.Name(n)
 		require.NoError(p.t, err)
 		var live, twin int
 		require.NoError(p.t, db.QueryRow("SELECT SUM(TABLE_NAME = ?), SUM(TABLE_NAME = ?) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'race'",
 			n, fz).Scan(&live, &twin))
-		require.Equal(p.t, [2]int{0, 1}, [2]int{live, twin}, "race.%s on the frozen side: live and frozen twin", n)
+		require.Equal(p.t, want, [2]int{live, twin}, "race.%s on the frozen side, %s: live and frozen twin", n, what)
 	}
+}
+
+// twin is table n's name on the side that lost the writes.
+func (p *pairEnv) twin(n string) string {
+	if p.freeze == "lock" || p.freeze == "none" {
+		return n
+	}
+	fz, _ := frozen.Name(n)
+	return fz
 }
 
 // identical waits until the workflow that follows the writes has applied
 // everything of the side that takes them, then compares every live table there
-// with its frozen twin on the other side.
+// with its twin on the other side (see twin).
 func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow string, other *sql.DB) {
 	p.t.Helper()
 	var pos string
@@ -140,10 +269,19 @@ func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow stri
 		return got.Contain(want), "applied " + streams[0].Position
 	})
 	for _, n := range p.names {
-		fz, _ := frozen.Name(n)
-		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: fz})
+		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: p.twin(n)})
 		require.NoError(p.t, err)
 		require.True(p.t, r.Identical(), r.String())
+	}
+}
+
+// identicalAfter is identical once a cutover in direction moved the writes.
+func (p *pairEnv) identicalAfter(direction string) {
+	p.t.Helper()
+	if direction == "switch" {
+		p.identical(p.dstDB, p.srcStore, "race_reverse", p.srcDB)
+	} else {
+		p.identical(p.srcDB, p.store, "race", p.dstDB)
 	}
 }
 
@@ -173,16 +311,21 @@ func TestSwitchReverseCycles(t *testing.T) {
 	}
 	p.reroute("switch")
 	require.Contains(t, p.cli.fails(1, "workflow", "verify", "race"), "verify the workflow that replicates the writes now (race_reverse after a switch)")
-	show := p.cli.ok("workflow", "show", "race", "--output", "json")
-	require.Contains(t, show, `"state": "WORKFLOW_STATE_SWITCHED"`)
-	require.Contains(t, show, `"step": "done"`)
+	out = p.cli.ok("workflow", "verify", "race_reverse", "--wait", "--interval", "200ms")
+	require.Contains(t, out, "verify done: ", "the reverse workflow verifies the source's frozen tables against the target")
+	require.Contains(t, out, "no difference")
+	// Parsed: protojson varies its spacing from build to build on purpose.
+	var shown rowliftv1.Workflow
+	require.NoError(t, protojson.Unmarshal([]byte(p.cli.ok("workflow", "show", "race", "--output", "json")), &shown))
+	require.Equal(t, rowliftv1.WorkflowState_WORKFLOW_STATE_SWITCHED, shown.GetStatus().GetState())
+	require.Equal(t, "done", shown.GetStatus().GetCutover().GetStep())
 
 	cycles := envInt("ROWLIFT_CUTOVER_CYCLES", 10)
 	var pauses []int
 	for i := 0; i < 2*cycles; i++ {
 		time.Sleep(200 * time.Millisecond) // writes on the new side flow back
 		direction := []string{"reverse", "switch"}[i%2]
-		pauses = append(pauses, p.cutover(direction))
+		pauses = append(pauses, p.cutover(direction).pause)
 		if direction == "reverse" {
 			p.frozenSide(p.dstDB)
 		} else {

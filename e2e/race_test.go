@@ -106,7 +106,8 @@ func raceStatements(rng *rand.Rand, keys int) []string {
 
 // raceWriter runs random transactions of one to three changes until ctx ends;
 // errors (a source being killed, a unique collision) just skip the transaction.
-func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int) int {
+// It counts each commit in committed as it happens, and returns its own count.
+func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int, committed *atomic.Int64) int {
 	n := 0
 	for ctx.Err() == nil {
 		var stmts []string
@@ -134,6 +135,7 @@ func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int
 		}()
 		if ok {
 			n++
+			committed.Add(1)
 		}
 		// Below what the serial applier replays, so the copy can end: a writer
 		// rate it cannot keep up with measures throughput (issue 5), not safety.
@@ -142,23 +144,27 @@ func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int
 	return n
 }
 
-// startRaceWriters runs four race writers on the source until ctx ends (their
-// random streams start at stream); wait waits for them and returns how many
-// transactions they committed.
+// raceWriters is how many race writers run at once.
+const raceWriters = 4
+
+// startRaceWriters runs raceWriters race writers on the source until ctx ends
+// (their random streams start at stream); wait waits for them and returns how
+// many transactions they committed.
 func startRaceWriters(ctx context.Context, e *env, seed, stream uint64, keys int) (wait func() int) {
-	return startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, stream, keys)
+	return startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, stream, keys, new(atomic.Int64))
 }
 
 // startRoutedWriters is startRaceWriters writing each transaction wherever db
-// points at the time, as an application re-routed by a cutover would.
-func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uint64, keys int) (wait func() int) {
+// points at the time, as an application re-routed by a cutover would, and
+// counting each commit in committed as it happens.
+func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uint64, keys int, committed *atomic.Int64) (wait func() int) {
 	var wg sync.WaitGroup
 	var writes atomic.Int64
-	for i := range uint64(4) {
+	for i := range uint64(raceWriters) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			writes.Add(int64(raceWriter(ctx, db, rand.New(rand.NewPCG(seed, stream+i)), keys)))
+			writes.Add(int64(raceWriter(ctx, db, rand.New(rand.NewPCG(seed, stream+i)), keys, committed)))
 		}()
 	}
 	return func() int {

@@ -89,6 +89,10 @@ func checkFreezeRequest(req *rowliftv1.FreezeRequest) error {
 		return errors.New("request names no tables")
 	case req.GetLeaseMs() < 0:
 		return fmt.Errorf("lease_ms %d is negative", req.GetLeaseMs())
+	case req.GetMode() == rowliftv1.FreezeMode_FREEZE_MODE_LOCK && req.GetLeaseMs() > frozen.MaxLockLease.Milliseconds():
+		return fmt.Errorf("lease_ms %d is over the cap of %s for a LOCK freeze: the lock blocks every writer of the tables until "+
+			"its lease ends if the coordinator is lost; ask for a shorter lease (a switch's --timeout) or freeze with RENAME",
+			req.GetLeaseMs(), frozen.MaxLockLease)
 	}
 	if _, known := rowliftv1.FreezeMode_name[int32(req.GetMode())]; !known {
 		return fmt.Errorf("unknown freeze mode %d", req.GetMode())
@@ -257,6 +261,9 @@ type tableLock struct {
 	tables  []string
 	timer   *time.Timer
 	expires time.Time
+	// pos is the source's position when the lock was granted: every write the
+	// tables had while it holds is at or before it.
+	pos *rowliftv1.Position
 }
 
 // tableLocks holds the LOCK freezes by workflow, and the workflows whose
@@ -271,9 +278,16 @@ func newTableLocks() *tableLocks {
 	return &tableLocks{byWorkflow: map[string]*tableLock{}, acquiring: map[string]bool{}}
 }
 
+// lockSessionTimeout is the wait_timeout of a lock's session, over the longest
+// lease: a server whose wait_timeout is shorter would otherwise close the idle
+// session, and with it the lock, while the cutover still counts on it.
+const lockSessionTimeout = frozen.MaxLockLease + time.Minute
+
 // lockTables takes LOCK TABLES ... READ on a session of its own and keeps it
-// until Unfreeze or the lease ends; a workflow that holds it already has its
-// lease refreshed.
+// until Unfreeze or the lease ends. A workflow that holds it already has its
+// lease refreshed and gets the position at which it was taken; one whose lock
+// went with its session (killed, or closed by the server) locks again, as a
+// change, at a new position.
 func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, log *zap.Logger) (*rowliftv1.FreezeResponse, error) {
 	workflow := req.GetWorkflow()
 	lease := time.Duration(req.GetLeaseMs()) * time.Millisecond
@@ -285,16 +299,25 @@ func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, l
 		names = append(names, strings.ToLower(req.GetDatabase()+"."+t))
 	}
 	slices.Sort(names)
-	refreshed, err := s.refreshLock(workflow, names, lease)
-	if err != nil {
-		return nil, err
-	}
-	if refreshed {
-		pos, err := s.position(ctx, s.db)
+	for {
+		held, err := s.heldLock(workflow, names)
 		if err != nil {
 			return nil, err
 		}
-		return &rowliftv1.FreezeResponse{Position: pos}, nil
+		if held == nil {
+			break // marked as locking
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = held.conn.PingContext(pctx)
+		cancel()
+		if err == nil {
+			if s.extendLease(workflow, held, lease) {
+				return &rowliftv1.FreezeResponse{Position: held.pos}, nil
+			}
+			continue // released meanwhile
+		}
+		log.Warn("the freeze lock's session is gone (killed, or closed by the server): locking again", zap.Error(err))
+		s.dropLock(workflow, held)
 	}
 	// The workflow is marked as locking, so a second freeze of it cannot lock
 	// too, while other workflows' freezes and lease expiries go on.
@@ -318,6 +341,9 @@ func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, l
 	if err != nil {
 		return nil, err
 	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", int(lockSessionTimeout/time.Second))); err != nil {
+		return nil, s.sourceError("set wait_timeout", err)
+	}
 	var list []string
 	for _, t := range req.GetTables() {
 		list = append(list, rowcodec.QualifiedIdent(req.GetDatabase(), t)+" READ")
@@ -327,8 +353,7 @@ func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, l
 	}
 	// Every write to the tables committed before the lock was granted, and
 	// is in the binlog: the position covers them.
-	pos, err := s.position(ctx, conn)
-	if err != nil {
+	if held.pos, err = s.position(ctx, conn); err != nil {
 		return nil, err
 	}
 	s.locks.mu.Lock()
@@ -336,29 +361,51 @@ func (s *Server) lockTables(ctx context.Context, req *rowliftv1.FreezeRequest, l
 	s.locks.byWorkflow[workflow] = held
 	s.locks.mu.Unlock()
 	ok = true
-	return &rowliftv1.FreezeResponse{Position: pos, Changed: true}, nil
+	return &rowliftv1.FreezeResponse{Position: held.pos, Changed: true}, nil
 }
 
-// refreshLock extends the lease of the workflow's lock when it holds one on
-// the same tables (refreshed), or else marks the workflow as locking; a
-// workflow that holds another lock or is locking already is refused.
-func (s *Server) refreshLock(workflow string, names []string, lease time.Duration) (refreshed bool, err error) {
+// heldLock returns the workflow's lock when it holds one on the same tables,
+// or else marks the workflow as locking and returns nil; a workflow that holds
+// another lock or is locking already is refused.
+func (s *Server) heldLock(workflow string, names []string) (*tableLock, error) {
 	s.locks.mu.Lock()
 	defer s.locks.mu.Unlock()
 	held := s.locks.byWorkflow[workflow]
 	switch {
 	case held != nil && !slices.Equal(held.tables, names):
-		return false, status.Errorf(codes.FailedPrecondition, "workflow %s holds a freeze lock on %s already, not on %s: unfreeze it first",
+		return nil, status.Errorf(codes.FailedPrecondition, "workflow %s holds a freeze lock on %s already, not on %s: unfreeze it first",
 			workflow, strings.Join(held.tables, ", "), strings.Join(names, ", "))
 	case held != nil:
-		held.expires = time.Now().Add(lease)
-		held.timer.Reset(lease)
-		return true, nil
+		return held, nil
 	case s.locks.acquiring[workflow]:
-		return false, status.Errorf(codes.Aborted, "a freeze of workflow %s is already waiting for its lock: retry once it is done", workflow)
+		return nil, status.Errorf(codes.Aborted, "a freeze of workflow %s is already waiting for its lock: retry once it is done", workflow)
 	}
 	s.locks.acquiring[workflow] = true
-	return false, nil
+	return nil, nil
+}
+
+// extendLease restarts the lease of the workflow's lock held, unless it was
+// released meanwhile (false).
+func (s *Server) extendLease(workflow string, held *tableLock, lease time.Duration) bool {
+	s.locks.mu.Lock()
+	defer s.locks.mu.Unlock()
+	if s.locks.byWorkflow[workflow] != held {
+		return false
+	}
+	held.expires = time.Now().Add(lease)
+	held.timer.Reset(lease)
+	return true
+}
+
+// dropLock forgets a lock whose session is gone and closes what is left of it.
+func (s *Server) dropLock(workflow string, held *tableLock) {
+	s.locks.mu.Lock()
+	if s.locks.byWorkflow[workflow] == held {
+		delete(s.locks.byWorkflow, workflow)
+	}
+	s.locks.mu.Unlock()
+	held.timer.Stop()
+	discard(held.conn)
 }
 
 // unlockTables releases a workflow's LOCK freeze, if it holds one.

@@ -16,16 +16,18 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/schema"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// freezeSource starts a server with d.t1 and d.t2 and a streamer Server on it.
-func freezeSource(t *testing.T) (*Server, *sql.DB) {
+// freezeSource starts a server (with extra options args) with d.t1 and d.t2
+// and a streamer Server on it.
+func freezeSource(t *testing.T, args ...string) (*Server, *sql.DB) {
 	t.Helper()
-	srv := sandboxtest.Start(t, sandbox.Options{})
+	srv := sandboxtest.Start(t, sandbox.Options{Args: args})
 	admin := sandboxtest.Open(t, srv, "")
 	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
 		"CREATE TABLE d.t1 (id INT PRIMARY KEY, v INT)", "CREATE TABLE d.t2 (id INT PRIMARY KEY, v INT)",
@@ -255,6 +257,89 @@ func TestFreezeLock(t *testing.T) {
 	_, err = s.Freeze(ctx, &rowliftv1.FreezeRequest{Workflow: "wf3", Database: "d", Tables: []string{"nope"}, Mode: rowliftv1.FreezeMode_FREEZE_MODE_LOCK})
 	require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, "nope")
+}
+
+// TestFreezeLeaseCap: a LOCK freeze's lease is capped, so a lost coordinator
+// cannot leave writers blocked for long; other modes hold no lease.
+func TestFreezeLeaseCap(t *testing.T) {
+	capMs := frozen.MaxLockLease.Milliseconds()
+	req := func(mode rowliftv1.FreezeMode, leaseMs int64) *rowliftv1.FreezeRequest {
+		return &rowliftv1.FreezeRequest{Workflow: "wf", Database: "d", Tables: []string{"t1"}, Mode: mode, LeaseMs: leaseMs}
+	}
+	require.NoError(t, checkFreezeRequest(req(rowliftv1.FreezeMode_FREEZE_MODE_LOCK, capMs)))
+	require.NoError(t, checkFreezeRequest(req(rowliftv1.FreezeMode_FREEZE_MODE_RENAME, capMs+1)))
+	require.NoError(t, checkFreezeRequest(req(rowliftv1.FreezeMode_FREEZE_MODE_NONE, capMs+1)))
+	for _, over := range []int64{capMs + 1, 1 << 62} {
+		err := checkFreezeRequest(req(rowliftv1.FreezeMode_FREEZE_MODE_LOCK, over))
+		require.ErrorContains(t, err, fmt.Sprintf("lease_ms %d is over the cap of 5m0s for a LOCK freeze", over))
+	}
+	// Refused as a bad request, before the source is asked for anything.
+	s, err := New(Config{SourceDSN: "rowlift@tcp(127.0.0.1:1)/"})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Freeze(context.Background(), req(rowliftv1.FreezeMode_FREEZE_MODE_LOCK, capMs+1))
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+}
+
+// TestFreezeLockSession: a LOCK freeze outlives the server's wait_timeout (one
+// second here) while its lease runs, and a refresh answers the position at
+// which the lock was taken; once its session is killed, writers go through,
+// and the next freeze notices, locks again and answers a position that covers
+// what they wrote.
+func TestFreezeLockSession(t *testing.T) {
+	s, admin := freezeSource(t, "--wait-timeout=1")
+	ctx := context.Background()
+	lock := &rowliftv1.FreezeRequest{Workflow: "wf", Database: "d", Tables: []string{"t1"},
+		Mode: rowliftv1.FreezeMode_FREEZE_MODE_LOCK, LeaseMs: 60000}
+	first, err := s.Freeze(ctx, lock)
+	require.NoError(t, err)
+	require.True(t, first.GetChanged())
+
+	// A session opened after the lock's last statement, closed by the server
+	// for idling: the lock's session has idled longer.
+	canary, err := admin.Conn(ctx)
+	require.NoError(t, err)
+	var canaryID int64
+	require.NoError(t, canary.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&canaryID))
+	require.Eventually(t, func() bool {
+		var n int
+		err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", canaryID).Scan(&n)
+		return err == nil && n == 0
+	}, 30*time.Second, 50*time.Millisecond, "the server closes an idle session")
+	canary.Close()
+	probe, err := admin.Conn(ctx)
+	require.NoError(t, err)
+	defer probe.Close()
+	_, err = probe.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1")
+	require.NoError(t, err)
+	_, err = probe.ExecContext(ctx, "INSERT INTO d.t1 VALUES (2, 2)")
+	require.ErrorContains(t, err, "Lock wait timeout exceeded", "the lock holds past the server's wait_timeout")
+
+	sandboxtest.Exec(t, admin, "INSERT INTO d.t2 VALUES (2, 2)") // not locked: the position moves
+	again, err := s.Freeze(ctx, lock)
+	require.NoError(t, err)
+	require.False(t, again.GetChanged(), "a refresh of the lease")
+	require.Equal(t, first.GetPosition().GetGtidSet(), again.GetPosition().GetGtidSet(), "the position at which the lock was taken")
+
+	s.locks.mu.Lock()
+	held := s.locks.byWorkflow["wf"]
+	s.locks.mu.Unlock()
+	var lockID int64
+	require.NoError(t, held.conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&lockID))
+	sandboxtest.Exec(t, admin, fmt.Sprintf("KILL %d", lockID))
+	sandboxtest.Exec(t, admin, "INSERT INTO d.t1 VALUES (3, 3)") // the lock went with its session
+	written := currentPos(t, admin)
+	relocked, err := s.Freeze(ctx, lock)
+	require.NoError(t, err)
+	require.True(t, relocked.GetChanged(), "locked again")
+	require.True(t, gtidSet(t, relocked.GetPosition().GetGtidSet()).Contain(gtidSet(t, written)),
+		"the new position %s covers the write made while unlocked (%s)", relocked.GetPosition().GetGtidSet(), written)
+	_, err = probe.ExecContext(ctx, "INSERT INTO d.t1 VALUES (4, 4)")
+	require.ErrorContains(t, err, "Lock wait timeout exceeded", "locked again")
+	resp, err := s.Unfreeze(ctx, lock)
+	require.NoError(t, err)
+	require.True(t, resp.GetChanged())
+	sandboxtest.Exec(t, admin, "INSERT INTO d.t1 VALUES (4, 4)")
 }
 
 func TestFreezeUnreachableSource(t *testing.T) {

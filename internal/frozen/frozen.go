@@ -6,6 +6,7 @@ package frozen
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -13,6 +14,13 @@ import (
 
 // maxIdent is MySQL's and MariaDB's limit on a table name, in characters.
 const maxIdent = 64
+
+// MaxLockLease caps the lease of a LOCK freeze (FreezeRequest.lease_ms), which
+// the streamer and the coordinator both check: the lock blocks every writer of
+// the tables, and its lease is what frees them when the coordinator that took
+// it is lost, so a long one would leave them blocked for long. A cutover that
+// may wait longer freezes by renaming, which blocks no one.
+const MaxLockLease = 5 * time.Minute
 
 // Name is the name a cutover renames table to while writes are frozen,
 // "_<table>_frozen" (gh-ost's style), so applications get "doesn't exist"

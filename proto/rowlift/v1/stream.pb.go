@@ -91,7 +91,8 @@ type FreezeRequest struct {
 	Tables []string   `protobuf:"bytes,3,rep,name=tables,proto3" json:"tables,omitempty"`
 	Mode   FreezeMode `protobuf:"varint,4,opt,name=mode,proto3,enum=rowlift.v1.FreezeMode" json:"mode,omitempty"`
 	// LOCK only: the streamer releases the lock by itself after this many
-	// milliseconds (zero: 30000), so a lost coordinator never leaves the source frozen.
+	// milliseconds (zero: 30000; at most 300000), so a lost coordinator never
+	// leaves the source frozen.
 	LeaseMs       int64 `protobuf:"varint,5,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -65,7 +65,10 @@ type StreamerClient interface {
 	// connection of the streamer until Unfreeze or until lease_ms passes; NONE
 	// changes nothing (the caller has stopped writes). Freezing frozen tables
 	// changes nothing and returns the current position, so a retried or resumed
-	// cutover can call it again.
+	// cutover can call it again; a LOCK freeze that holds has its lease renewed
+	// and returns the position at which its lock was taken, and one whose lock
+	// went (streamer restarted, lease passed, session killed) locks again, as a
+	// change, at a new position.
 	Freeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*FreezeResponse, error)
 	// Unfreeze undoes Freeze: renames the frozen tables back (or releases the
 	// lock) and returns the source position after it. Unfreezing tables that are
@@ -175,7 +178,10 @@ type StreamerServer interface {
 	// connection of the streamer until Unfreeze or until lease_ms passes; NONE
 	// changes nothing (the caller has stopped writes). Freezing frozen tables
 	// changes nothing and returns the current position, so a retried or resumed
-	// cutover can call it again.
+	// cutover can call it again; a LOCK freeze that holds has its lease renewed
+	// and returns the position at which its lock was taken, and one whose lock
+	// went (streamer restarted, lease passed, session killed) locks again, as a
+	// change, at a new position.
 	Freeze(context.Context, *FreezeRequest) (*FreezeResponse, error)
 	// Unfreeze undoes Freeze: renames the frozen tables back (or releases the
 	// lock) and returns the source position after it. Unfreezing tables that are

@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/state"
+)
+
+// The cutover's other freeze modes, beside the default rename of
+// cutover_test.go: --freeze lock (LOCK TABLES ... READ held by the streamer
+// for the write pause) and --freeze none (the caller stopped the writes).
+// Neither renames the tables of the side that loses the writes: they stay
+// where they are, writable once a lock is released, so it is the routing
+// that must keep writers off them (see handOver and strayWrite).
+
+// sides returns the servers that lose and gain the writes in a cutover.
+func (p *pairEnv) sides(direction string) (losing, gaining *sql.DB) {
+	if direction == "switch" {
+		return p.srcDB, p.dstDB
+	}
+	return p.dstDB, p.srcDB
+}
+
+// waitBlocked waits until every running writer waits for a table lock on db:
+// a LOCK freeze blocks writers rather than failing them.
+func (p *pairEnv) waitBlocked(db *sql.DB, what string) {
+	p.t.Helper()
+	p.waitFor("every writer to wait for the freeze lock "+what, time.Minute, func() (bool, string) {
+		var n int
+		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'app' AND STATE = 'Waiting for table metadata lock'").Scan(&n)
+		return err == nil && n == p.writing, fmt.Sprintf("%d of %d writers wait (%v)", n, p.writing, err)
+	})
+}
+
+// handOver is the test's side of the routing hook of a lock cutover, which the
+// coordinator runs before it releases the lock: every writer waits for the
+// lock (blocked, not failed); the application is let in on the gaining side
+// and re-routed there, then shut out of the losing side (account locked,
+// sessions killed). Without the last step the statements queued behind the
+// lock would commit on the losing side as soon as the lock goes, where nothing
+// streams them any more: rowlift leaves those tables in place and writable.
+func (p *pairEnv) handOver(direction string) {
+	p.t.Helper()
+	losing, gaining := p.sides(direction)
+	if p.writing > 0 {
+		p.waitBlocked(losing, "in the routing hook")
+	}
+	sandboxtest.Exec(p.t, gaining, "ALTER USER app@'%' ACCOUNT UNLOCK")
+	p.reroute(direction)
+	sandboxtest.Exec(p.t, losing, "ALTER USER app@'%' ACCOUNT LOCK")
+	p.waitFor("the application's sessions on the losing side to end", time.Minute, func() (bool, string) {
+		rows, err := losing.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'app'")
+		if err != nil {
+			return false, err.Error()
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return false, err.Error()
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		for _, id := range ids {
+			_, _ = losing.Exec(fmt.Sprintf("KILL %d", id)) // gone already: fine
+		}
+		return len(ids) == 0, fmt.Sprintf("sessions %v", ids)
+	})
+}
+
+// strayWrite commits a row on the side that lost the writes, as a writer the
+// routing missed would, and removes it again. After a lock or none freeze
+// nothing stops it (the tables are there and unlocked), and nothing moves it:
+// the stopping workflow is parked, its streams short of it.
+func (p *pairEnv) strayWrite(direction string) {
+	p.t.Helper()
+	ctx := context.Background()
+	losing, _ := p.sides(direction)
+	store, stopped := p.store, "race"
+	if direction == "reverse" {
+		store, stopped = p.srcStore, "race_reverse"
+	}
+	conn, err := losing.Conn(ctx)
+	require.NoError(p.t, err)
+	defer conn.Close()
+	// A lock left in place fails the write rather than hang the test.
+	_, err = conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 10")
+	require.NoError(p.t, err)
+	key := 10 * p.keys // no writer's
+	_, err = conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'stray', NULL)", key))
+	require.NoError(p.t, err, "a write into race.ints on the side that lost the writes")
+	var gtid string
+	require.NoError(p.t, conn.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&gtid))
+	stray, err := gomysql.ParseMariadbGTIDSet(gtid)
+	require.NoError(p.t, err)
+	w, err := store.Workflow(ctx, stopped)
+	require.NoError(p.t, err)
+	require.Equal(p.t, state.Switched, w.State, "%s is parked", stopped)
+	streams, err := store.Streams(ctx, stopped)
+	require.NoError(p.t, err)
+	for _, st := range streams {
+		applied, err := gomysql.ParseMariadbGTIDSet(st.Position)
+		require.NoError(p.t, err)
+		require.False(p.t, applied.Contain(stray), "%s applied the stray write %s", stopped, gtid)
+	}
+	_, err = conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM race.ints WHERE id = %d", key))
+	require.NoError(p.t, err)
+}
+
+// covers reports whether GTID set a contains b.
+func covers(t *testing.T, a, b string) bool {
+	t.Helper()
+	sa, err := gomysql.ParseMariadbGTIDSet(a)
+	require.NoError(t, err)
+	sb, err := gomysql.ParseMariadbGTIDSet(b)
+	require.NoError(t, err)
+	return sa.Contain(sb)
+}
+
+// freezeCycles switches and reverses the race workflow n times each with
+// p.freeze. With live writers they write through every cutover (a lock
+// freeze blocks them, the routing hook moves them); otherwise they stop before
+// it, as --freeze none requires, and start again on the gaining side after.
+// After each cutover: the write pause was printed, the freeze position covers
+// every write the losing side had before it, the losing side's tables are as
+// the freeze leaves them (in place) and take a stray write that goes nowhere,
+// and once the writers have written on the gaining side and stopped, the
+// workflow that follows them has brought the losing side to identical.
+func (p *pairEnv) freezeCycles(n int, live bool) {
+	p.t.Helper()
+	for i := range 2 * n {
+		direction := []string{"switch", "reverse"}[i%2]
+		losing, _ := p.sides(direction)
+		stop := p.writers(p.keys)
+		p.waitWrites("writes before the " + direction)
+		if !live {
+			stop()
+		}
+		var before string
+		require.NoError(p.t, losing.QueryRow("SELECT @@gtid_binlog_pos").Scan(&before))
+		sw := p.cutover(direction)
+		require.True(p.t, covers(p.t, sw.freezePos, before), "freeze position %s covers the writes before the %s (%s)", sw.freezePos, direction, before)
+		p.frozenSide(losing)
+		p.strayWrite(direction)
+		if !live {
+			stop = p.writers(p.keys)
+		}
+		p.waitWrites("writes after the " + direction)
+		writes := stop()
+		p.identicalAfter(direction)
+		p.t.Logf("%s %d with --freeze %s: write pause %d ms, %d writes, identical", direction, i/2+1, p.freeze, sw.pause, writes)
+	}
+}
+
+// TestSwitchFreezeLock switches and reverses under live writers with --freeze
+// lock, three times each: the writers block on the lock during the pause, the
+// routing hook moves them while it holds, and both sides end identical after
+// every cutover. The side that lost the writes keeps its tables in place and,
+// once the lock is released, writable: nothing but the routing keeps a
+// writer from writing there, into tables nothing streams from any more.
+func TestSwitchFreezeLock(t *testing.T) {
+	p := newPairEnv(t, 900, nil)
+	p.freeze = "lock"
+	p.freezeCycles(envInt("ROWLIFT_FREEZE_CYCLES", 3), true)
+}
+
+// TestSwitchFreezeNone switches and reverses with --freeze none, three times
+// each, the writers stopped before each cutover as that mode requires: the
+// cutover records the position, which covers every write, and completes; the
+// sides end identical and the move stays reversible.
+func TestSwitchFreezeNone(t *testing.T) {
+	p := newPairEnv(t, 900, nil)
+	p.freeze = "none"
+	p.freezeCycles(envInt("ROWLIFT_FREEZE_CYCLES", 3), false)
+}
+
+// TestLockFreezeStreamerKilled kills the source's streamer with SIGKILL while
+// its LOCK freeze holds. The switch waits at step frozen (the forward applier
+// is down, so the freeze position cannot be applied yet); the lock dies with
+// the streamer's session and the blocked writers go on. Once both come back,
+// the coordinator notices the lost lock before the park, locks again and
+// waits for the new freeze position, which covers the writes made while the
+// tables were unlocked; the switch completes and the sides end identical.
+func TestLockFreezeStreamerKilled(t *testing.T) {
+	p := newPairEnv(t, 900, nil)
+	p.freeze = "lock"
+	stop := p.writers(p.keys)
+	p.waitWrites("writes before the switch")
+	p.applier.kill()
+	p.waitWrites("writes the target has not applied")
+
+	finish := p.startCutover("switch", "--max-lag", "1h")
+	p.waitFor("the switch to freeze", time.Minute, func() (bool, string) {
+		step := p.journalStep()
+		return step == "switch/frozen", step
+	})
+	p.waitBlocked(p.srcDB, "at step frozen")
+	j, err := p.store.Journal(context.Background(), "race")
+	require.NoError(t, err)
+	first := j.FreezePositions["main"]
+
+	p.streamer.kill()
+	p.waitWrites("the writers to go on: the lock died with the streamer's session")
+	var unlocked string
+	require.NoError(t, p.srcDB.QueryRow("SELECT @@gtid_binlog_pos").Scan(&unlocked))
+	require.False(t, covers(t, first, unlocked), "writes made while unlocked are past the first freeze position %s", first)
+	p.streamer.restart()
+	p.applier.restart()
+
+	r := finish()
+	require.Zero(t, r.code, "the switch completes: %s", r.stderr)
+	require.Contains(t, r.stdout, "hook: routed switch")
+	j, err = p.store.Journal(context.Background(), "race")
+	require.NoError(t, err)
+	require.Equal(t, "done", j.Step)
+	require.Contains(t, j.Message, "the freeze lock on main was lost")
+	require.True(t, covers(t, j.FreezePositions["main"], unlocked), "the new freeze position %s covers the writes made while unlocked (%s)",
+		j.FreezePositions["main"], unlocked)
+	require.Contains(t, r.stdout, "freeze position: main: "+j.FreezePositions["main"])
+	require.Contains(t, p.coord.logText(), "freeze lock lost before the park and taken again")
+	p.frozenSide(p.srcDB)
+
+	p.waitWrites("writes on the target")
+	require.Positive(t, stop())
+	p.identicalAfter("switch")
+}

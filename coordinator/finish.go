@@ -87,7 +87,7 @@ func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRe
 	for i, t := range p.reverseAt {
 		for _, tbl := range p.forward.GetTables() {
 			table := tbl.GetName()
-			if j != nil && j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME {
+			if j != nil && j.Renamed() {
 				table, _ = frozen.Name(table) // checked by loadPair
 			}
 			where := fmt.Sprintf("%s:%s.%s", p.forward.GetSources()[i].GetName(), db, table)

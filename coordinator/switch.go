@@ -300,7 +300,7 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	if err := checkLockLease(j.Mode, timeout); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "cannot %s workflow %q: %v", direction, name, err)
 	}
-	if prev != nil && prev.Step == string(cutover.Done) && prev.Mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME {
+	if prev != nil && prev.Step == string(cutover.Done) && prev.Renamed() {
 		// The side gaining the writes is the one the last cutover renamed.
 		j.UnfreezeMode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
 	}
@@ -481,10 +481,15 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 		j.StartPositions = pos
 		j.WritableAtUS = time.Now().UnixMicro()
 	case cutover.Follow:
+		if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK {
+			if err := s.renameLocked(ctx, j, sd, store, log); err != nil {
+				return err
+			}
+		}
 		spec := proto.Clone(sd.new).(*rowliftv1.WorkflowSpec)
 		for _, t := range spec.GetTables() {
 			t.TargetTable = ""
-			if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME {
+			if j.Renamed() {
 				t.TargetTable, _ = frozen.Name(t.GetName()) // checked by checkSwitchable
 			}
 		}
@@ -500,11 +505,13 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 			}
 		}
 	case cutover.Finish:
-		if j.HookCmd != "" {
+		if j.HookCmd != "" && !j.LockRenamed { // a lock freeze's hook ran while it held
 			j.HookOutput = runHook(ctx, j)
 			log.Info("routing hook ran", zap.String("output", j.HookOutput))
 		}
-		if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK {
+		if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK && !j.LockRenamed {
+			// A journal of an older coordinator, whose following workflow writes
+			// into the tables in place: release the lock as it did.
 			if _, err := s.freeze(ctx, sd.old, j.Mode, true, j.TimeoutMS); err != nil {
 				return err
 			}
@@ -515,6 +522,53 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 		}
 		log.Warn("cutover rolled back; the frozen side is unfrozen and keeps the writes")
 	}
+	return nil
+}
+
+// renameLocked ends a LOCK freeze the way a RENAME freeze ends, once the
+// stopping workflow is parked and the gaining side takes writes. Left in place
+// once unlocked, the frozen side's tables would take the writes queued behind
+// the lock, and any later ones, where no workflow streams them, and collide
+// with the following workflow's. So, with the lock renewed (or taken again if
+// it was lost, which the journal then reports), the routing hook runs while
+// the writers wait; then the streamers rename the tables to their frozen names
+// while the lock still holds (the writers queued behind it get "doesn't
+// exist") and release it. The following workflow writes into the renamed
+// tables, as after a RENAME freeze. The rename is in the frozen side's binlog
+// after the freeze positions, where the parked workflow no longer reads: it
+// restarts past it, at the positions after the next cutover's unfreeze.
+//
+// Repeated after a crash, the hook runs again and the rename changes nothing
+// (renewing a lock on tables already renamed fails, and is not needed).
+func (s *Server) renameLocked(ctx context.Context, j *state.Journal, sd side, store *state.Store, log *zap.Logger) error {
+	pos, err := s.freeze(ctx, sd.old, j.Mode, false, j.TimeoutMS)
+	if err != nil {
+		log.Warn("cannot renew the freeze lock before the routing hook (the tables may be renamed already)", zap.Error(err))
+	}
+	var lost []string
+	for src, p := range pos {
+		if same, err := covers(j.FreezePositions[src], p); err == nil && !same {
+			lost = append(lost, src)
+		}
+	}
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		j.Message = fmt.Sprintf("the freeze lock on %s was lost after the park (coordinator away past its lease, or streamer restarted) "+
+			"and taken again: writes made to the frozen tables meanwhile (up to %s) were not streamed; verify the reverse workflow",
+			strings.Join(lost, ", "), strings.Join(formatPositions(pos), ", "))
+		log.Warn("freeze lock lost after the park", zap.Strings("sources", lost), zap.String("positions", strings.Join(formatPositions(pos), ", ")))
+		if err := record(context.WithoutCancel(ctx), store, j); err != nil {
+			return fmt.Errorf("record the lost lock: %w", err)
+		}
+	}
+	if j.HookCmd != "" {
+		j.HookOutput = runHook(ctx, j)
+		log.Info("routing hook ran", zap.String("output", j.HookOutput))
+	}
+	if _, err := s.freeze(ctx, sd.old, rowliftv1.FreezeMode_FREEZE_MODE_RENAME, false, j.TimeoutMS); err != nil {
+		return fmt.Errorf("rename the tables frozen by the lock: %w", err)
+	}
+	j.LockRenamed = true
 	return nil
 }
 

@@ -206,9 +206,13 @@ func (p *pairEnv) startCutover(direction string, args ...string) (finish func() 
 		if ended != nil {
 			return *ended // failed or rolled back: no hook, nothing to hand over
 		}
-		p.handOver(direction)
+		checkQueued := p.handOver(direction)
 		require.NoError(p.t, os.WriteFile(filepath.Join(p.hookDir, "routed"), nil, 0o644))
-		return <-done
+		r := <-done
+		if r.code == 0 {
+			checkQueued()
+		}
+		return r
 	}
 }
 
@@ -221,12 +225,13 @@ func (p *pairEnv) reroute(direction string) {
 }
 
 // frozenSide checks the race tables on db, the side that lost the writes: only
-// under their frozen names after a rename freeze; only under their own names
-// after a lock or none freeze, which rename nothing.
+// under their frozen names after a rename or lock freeze (a lock freeze ends
+// with the rename); only under their own names after a none freeze, which
+// renames nothing.
 func (p *pairEnv) frozenSide(db *sql.DB) {
 	p.t.Helper()
 	want, what := [2]int{0, 1}, "renamed to its frozen twin"
-	if p.freeze == "lock" || p.freeze == "none" {
+	if p.freeze == "none" {
 		want, what = [2]int{1, 0}, "left in place"
 	}
 	for _, n := range p.names {
@@ -241,7 +246,7 @@ func (p *pairEnv) frozenSide(db *sql.DB) {
 
 // twin is table n's name on the side that lost the writes.
 func (p *pairEnv) twin(n string) string {
-	if p.freeze == "lock" || p.freeze == "none" {
+	if p.freeze == "none" {
 		return n
 	}
 	fz, _ := frozen.Name(n)

@@ -10,16 +10,19 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/state"
 )
 
 // The cutover's other freeze modes, beside the default rename of
 // cutover_test.go: --freeze lock (LOCK TABLES ... READ held by the streamer
 // for the write pause) and --freeze none (the caller stopped the writes).
-// Neither renames the tables of the side that loses the writes: they stay
-// where they are, writable once a lock is released, so it is the routing
-// that must keep writers off them (see handOver and strayWrite).
+// A lock freeze ends as a rename freeze does: before the lock is released, the
+// tables of the side that lost the writes are renamed to their frozen twins,
+// so what was queued behind the lock, and any writer the routing missed, gets
+// "doesn't exist" there (see handOver and strayWrite). A none freeze renames
+// nothing: the tables stay writable, and only the routing keeps writers off
+// them.
 
 // sides returns the servers that lose and gain the writes in a cutover.
 func (p *pairEnv) sides(direction string) (losing, gaining *sql.DB) {
@@ -29,63 +32,79 @@ func (p *pairEnv) sides(direction string) (losing, gaining *sql.DB) {
 	return p.dstDB, p.srcDB
 }
 
-// waitBlocked waits until every running writer waits for a table lock on db:
-// a LOCK freeze blocks writers rather than failing them.
-func (p *pairEnv) waitBlocked(db *sql.DB, what string) {
+// waitBlocked waits until every running writer, and extra more sessions of
+// the application, wait for a table lock on db: a LOCK freeze blocks writers
+// rather than failing them.
+func (p *pairEnv) waitBlocked(db *sql.DB, extra int, what string) {
 	p.t.Helper()
 	p.waitFor("every writer to wait for the freeze lock "+what, time.Minute, func() (bool, string) {
 		var n int
 		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'app' AND STATE = 'Waiting for table metadata lock'").Scan(&n)
-		return err == nil && n == p.writing, fmt.Sprintf("%d of %d writers wait (%v)", n, p.writing, err)
+		return err == nil && n == p.writing+extra, fmt.Sprintf("%d of %d writers wait (%v)", n, p.writing+extra, err)
 	})
 }
 
 // handOver is the test's side of the routing hook of a lock cutover, which the
-// coordinator runs before it releases the lock: every writer waits for the
-// lock (blocked, not failed); the application is let in on the gaining side
-// and re-routed there, then shut out of the losing side (account locked,
-// sessions killed). Without the last step the statements queued behind the
-// lock would commit on the losing side as soon as the lock goes, where nothing
-// streams them any more: rowlift leaves those tables in place and writable.
-func (p *pairEnv) handOver(direction string) {
+// coordinator runs while the lock holds: every writer waits for the lock
+// (blocked, not failed), as does one more statement queued behind it (an
+// INSERT of a key no writer uses), and the application is re-routed to the
+// gaining side. Nothing shuts the application out of the losing side: rowlift
+// renames its tables before it releases the lock, so the statements queued
+// there fail with "doesn't exist" (the writers retry where they are routed
+// now) instead of committing where nothing streams them. queuedKey is the
+// queued INSERT's key; checkQueued checks it failed so, once the cutover is done.
+func (p *pairEnv) handOver(direction string) (checkQueued func()) {
 	p.t.Helper()
-	losing, gaining := p.sides(direction)
-	if p.writing > 0 {
-		p.waitBlocked(losing, "in the routing hook")
+	ctx := context.Background()
+	losing, _ := p.sides(direction)
+	app := p.appSrc
+	if direction == "reverse" {
+		app = p.appDst
 	}
-	sandboxtest.Exec(p.t, gaining, "ALTER USER app@'%' ACCOUNT UNLOCK")
+	conn, err := app.Conn(ctx)
+	require.NoError(p.t, err)
+	// Bounds a lock never released, so a broken cutover fails the test
+	// rather than hang it.
+	_, err = conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 600")
+	require.NoError(p.t, err)
+	key := 10*p.keys + 1 // no writer's
+	queued := make(chan error, 1)
+	go func() {
+		defer conn.Close()
+		_, err := conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'queued', NULL)", key))
+		queued <- err
+	}()
+	p.waitBlocked(losing, 1, "in the routing hook")
 	p.reroute(direction)
-	sandboxtest.Exec(p.t, losing, "ALTER USER app@'%' ACCOUNT LOCK")
-	p.waitFor("the application's sessions on the losing side to end", time.Minute, func() (bool, string) {
-		rows, err := losing.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'app'")
-		if err != nil {
-			return false, err.Error()
-		}
-		var ids []int64
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return false, err.Error()
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		for _, id := range ids {
-			_, _ = losing.Exec(fmt.Sprintf("KILL %d", id)) // gone already: fine
-		}
-		return len(ids) == 0, fmt.Sprintf("sessions %v", ids)
-	})
+	return func() {
+		p.t.Helper()
+		err := <-queued
+		require.Error(p.t, err, "the INSERT queued behind the lock on the side that lost the writes must not commit")
+		require.Contains(p.t, err.Error(), "doesn't exist", "the INSERT queued behind the lock")
+		fz, err := frozen.Name("ints")
+		require.NoError(p.t, err)
+		var n int
+		require.NoError(p.t, losing.QueryRow(fmt.Sprintf("SELECT COUNT(*) FROM race.%s WHERE id = %d", fz, key)).Scan(&n))
+		require.Zero(p.t, n, "the queued INSERT is nowhere on the side that lost the writes")
+	}
 }
 
-// strayWrite commits a row on the side that lost the writes, as a writer the
-// routing missed would, and removes it again. After a lock or none freeze
-// nothing stops it (the tables are there and unlocked), and nothing moves it:
-// the stopping workflow is parked, its streams short of it.
+// strayWrite writes a row on the side that lost the writes, as a writer the
+// routing missed (or re-routed back naively) would. After a lock freeze it
+// fails with "doesn't exist": the tables were renamed before the lock was
+// released. After a none freeze nothing stops it (the tables are there), and
+// nothing moves it: the stopping workflow is parked, its streams short of it;
+// the row is removed again.
 func (p *pairEnv) strayWrite(direction string) {
 	p.t.Helper()
 	ctx := context.Background()
 	losing, _ := p.sides(direction)
+	if p.freeze == "lock" {
+		_, err := losing.ExecContext(ctx, fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'stray', NULL)", 10*p.keys))
+		require.Error(p.t, err, "a write into race.ints on the side that lost the writes under a lock freeze")
+		require.Contains(p.t, err.Error(), "doesn't exist")
+		return
+	}
 	store, stopped := p.store, "race"
 	if direction == "reverse" {
 		store, stopped = p.srcStore, "race_reverse"
@@ -133,7 +152,8 @@ func covers(t *testing.T, a, b string) bool {
 // it, as --freeze none requires, and start again on the gaining side after.
 // After each cutover: the write pause was printed, the freeze position covers
 // every write the losing side had before it, the losing side's tables are as
-// the freeze leaves them (in place) and take a stray write that goes nowhere,
+// the freeze leaves them (renamed after a lock, where a stray write fails;
+// in place after none, where a stray write goes through and nowhere),
 // and once the writers have written on the gaining side and stopped, the
 // workflow that follows them has brought the losing side to identical.
 func (p *pairEnv) freezeCycles(n int, live bool) {
@@ -165,9 +185,10 @@ func (p *pairEnv) freezeCycles(n int, live bool) {
 // TestSwitchFreezeLock switches and reverses under live writers with --freeze
 // lock, three times each: the writers block on the lock during the pause, the
 // routing hook moves them while it holds, and both sides end identical after
-// every cutover. The side that lost the writes keeps its tables in place and,
-// once the lock is released, writable: nothing but the routing keeps a
-// writer from writing there, into tables nothing streams from any more.
+// every cutover. Before the lock is released the tables of the side that lost
+// the writes are renamed to their frozen twins, as a rename freeze leaves
+// them: a statement queued behind the lock there fails with "doesn't exist"
+// instead of committing, and so does a writer the routing missed.
 func TestSwitchFreezeLock(t *testing.T) {
 	p := newPairEnv(t, 900, nil)
 	p.freeze = "lock"
@@ -190,7 +211,9 @@ func TestSwitchFreezeNone(t *testing.T) {
 // the streamer's session and the blocked writers go on. Once both come back,
 // the coordinator notices the lost lock before the park, locks again and
 // waits for the new freeze position, which covers the writes made while the
-// tables were unlocked; the switch completes and the sides end identical.
+// tables were unlocked; the switch completes, the source's tables renamed to
+// their frozen twins (a statement queued behind the new lock fails with
+// "doesn't exist"), and the sides end identical.
 func TestLockFreezeStreamerKilled(t *testing.T) {
 	p := newPairEnv(t, 900, nil)
 	p.freeze = "lock"
@@ -204,7 +227,7 @@ func TestLockFreezeStreamerKilled(t *testing.T) {
 		step := p.journalStep()
 		return step == "switch/frozen", step
 	})
-	p.waitBlocked(p.srcDB, "at step frozen")
+	p.waitBlocked(p.srcDB, 0, "at step frozen")
 	j, err := p.store.Journal(context.Background(), "race")
 	require.NoError(t, err)
 	first := j.FreezePositions["main"]
@@ -229,6 +252,7 @@ func TestLockFreezeStreamerKilled(t *testing.T) {
 	require.Contains(t, r.stdout, "freeze position: main: "+j.FreezePositions["main"])
 	require.Contains(t, p.coord.logText(), "freeze lock lost before the park and taken again")
 	p.frozenSide(p.srcDB)
+	p.strayWrite("switch")
 
 	p.waitWrites("writes on the target")
 	require.Positive(t, stop())

@@ -28,8 +28,13 @@ type Journal struct {
 	// gaining them was frozen by the previous cutover (NONE when it was not).
 	Mode         rowliftv1.FreezeMode `json:"mode"`
 	UnfreezeMode rowliftv1.FreezeMode `json:"unfreeze_mode"`
-	TimeoutMS    int64                `json:"timeout_ms"`
-	HookCmd      string               `json:"hook_cmd,omitempty"`
+	// LockRenamed: a LOCK freeze was turned into the RENAME one at the end of
+	// the pause (the frozen side's tables are renamed to their frozen names,
+	// as after a RENAME freeze). Journals written before this was done leave
+	// the tables of a LOCK freeze in place.
+	LockRenamed bool   `json:"lock_renamed,omitempty"`
+	TimeoutMS   int64  `json:"timeout_ms"`
+	HookCmd     string `json:"hook_cmd,omitempty"`
 	// FreezePositions are, per shard of the frozen side, its position right
 	// after the freeze: the stopping workflow must apply them. StartPositions
 	// are, per shard of the side gaining writes, where the starting workflow
@@ -165,4 +170,10 @@ func (s *Store) UnfinishedJournals(ctx context.Context) ([]string, error) {
 		out = append(out, name)
 	}
 	return out, rows.Err()
+}
+
+// Renamed reports whether the cutover left the frozen side's tables renamed
+// to their frozen names: a RENAME freeze, or a LOCK one turned into it.
+func (j *Journal) Renamed() bool {
+	return j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME || j.LockRenamed
 }

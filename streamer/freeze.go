@@ -68,7 +68,13 @@ func (s *Server) freeze(ctx context.Context, req *rowliftv1.FreezeRequest, freez
 			resp, err = s.unlockTables(ctx, req)
 		}
 	default:
-		resp, err = s.renameTables(ctx, req, freeze)
+		var held *tableLock
+		if freeze {
+			if held, err = s.takeLock(req); err != nil {
+				break
+			}
+		}
+		resp, err = s.renameTables(ctx, req, freeze, held, log)
 	}
 	if err != nil {
 		log.Warn(op+" failed", zap.Error(err))
@@ -141,7 +147,34 @@ func (s *Server) sourceError(what string, err error) error {
 // name (or back) in one atomic RENAME TABLE, after checking that all tables
 // are in the state the rename starts from; all already in the end state
 // changes nothing.
-func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest, freeze bool) (*rowliftv1.FreezeResponse, error) {
+//
+// held is the workflow's LOCK freeze, when a RENAME freeze turns it into a
+// rename (a LOCK cutover's end, so that the side it froze ends like a
+// RENAME cutover's): the rename runs on a session of its own, and the lock is
+// released only once the rename waits for the tables. The rename's exclusive
+// metadata lock goes ahead of the writers queued behind the lock, which then
+// find the tables gone ("doesn't exist") instead of writing into tables
+// nobody streams. renameTables always releases held.
+func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest, freeze bool, held *tableLock,
+	log *zap.Logger) (resp *rowliftv1.FreezeResponse, err error) {
+	if held != nil {
+		defer func() {
+			if held.conn != nil {
+				release(held)
+			}
+			if err != nil {
+				// The tables were left writable: lock them again so the writers
+				// keep waiting for the retry, rather than write where no one reads.
+				relock := &rowliftv1.FreezeRequest{Workflow: req.GetWorkflow(), Database: req.GetDatabase(), Tables: req.GetTables(),
+					Mode: rowliftv1.FreezeMode_FREEZE_MODE_LOCK, LeaseMs: time.Until(held.expires).Milliseconds()}
+				if relock.LeaseMs > 0 {
+					if _, lerr := s.lockTables(context.WithoutCancel(ctx), relock, log); lerr != nil {
+						log.Warn("cannot lock the tables again after a failed rename: writers go on into the tables", zap.Error(lerr))
+					}
+				}
+			}
+		}()
+	}
 	db := req.GetDatabase()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -207,7 +240,12 @@ func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest,
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if _, err := conn.ExecContext(ctx, stmt); err != nil {
+	if held == nil {
+		_, err = conn.ExecContext(ctx, stmt)
+	} else {
+		err = s.renameBehindLock(ctx, db, req.GetTables(), held)
+	}
+	if err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && (me.Number == 1050 || me.Number == 1146) { // table exists, doesn't exist
 			return nil, status.Errorf(codes.FailedPrecondition, "%s on source %s: %v: the tables changed meanwhile; retry", stmt, s.cfg.Addr, err)
@@ -220,6 +258,124 @@ func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest,
 		return nil, err
 	}
 	return &rowliftv1.FreezeResponse{Position: pos, Changed: true}, nil
+}
+
+// renameBehindLock renames the tables of database db to their frozen names
+// while the lock held (on the same tables) still holds, and releases held once
+// every rename waits for it. A waiting exclusive metadata lock is granted
+// before the writers' that wait too, so no writer gets into a table before its
+// rename; the writers then find it gone ("doesn't exist"). One RENAME TABLE
+// takes its tables' locks one after the other, waiting for each: it would be
+// queued on its first table only, and the writers of the others would go first
+// once the lock goes. So each table is renamed by a statement of its own, on a
+// session of its own, all queued before the lock goes. If one fails, the
+// others are renamed back (the caller locks the tables again) and the first
+// error is returned.
+func (s *Server) renameBehindLock(ctx context.Context, db string, tables []string, held *tableLock) error {
+	type renamer struct {
+		table string
+		conn  *sql.Conn
+		id    int64
+		done  chan error
+	}
+	var rs []*renamer
+	defer func() {
+		for _, r := range rs {
+			discard(r.conn)
+		}
+	}()
+	for _, t := range tables {
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		r := &renamer{table: t, conn: conn, done: make(chan error, 1)}
+		rs = append(rs, r)
+		if _, err := s.boundLockWait(ctx, conn, s.lockWait); err != nil {
+			return err
+		}
+		if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&r.id); err != nil {
+			return err
+		}
+	}
+	for _, r := range rs {
+		stmt, err := frozen.Statement(db, []string{r.table}, true)
+		if err != nil {
+			return err
+		}
+		go func() {
+			_, err := r.conn.ExecContext(ctx, stmt)
+			r.done <- err
+		}()
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for queued := 0; queued < len(rs); {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+		queued = 0
+		for _, r := range rs {
+			var st sql.NullString
+			err := s.db.QueryRowContext(ctx, "SELECT STATE FROM information_schema.PROCESSLIST WHERE ID = ?", r.id).Scan(&st)
+			switch {
+			case err != nil && !errors.Is(err, sql.ErrNoRows):
+				// The renames run, or time out, on their own.
+				queued = len(rs)
+			case strings.HasPrefix(st.String, "Waiting for table metadata lock"), len(r.done) > 0:
+				// Queued, or done (only when the lock was gone already).
+				queued++
+			}
+		}
+	}
+	release(held)
+	held.conn = nil
+	var first error
+	var renamed []string
+	for _, r := range rs {
+		if err := <-r.done; err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		renamed = append(renamed, r.table)
+	}
+	if first != nil && len(renamed) > 0 {
+		back, err := frozen.Statement(db, renamed, false)
+		if err == nil {
+			_, err = rs[0].conn.ExecContext(context.WithoutCancel(ctx), back)
+		}
+		if err != nil {
+			s.log.Warn("cannot rename back the tables renamed before a rename failed", zap.Strings("renamed", renamed), zap.Error(err))
+		}
+	}
+	return first
+}
+
+// takeLock removes and returns the workflow's LOCK freeze, for a RENAME
+// freeze to turn into a rename, if it holds one on the request's tables: its
+// lease no longer runs. A workflow without one gets nil.
+func (s *Server) takeLock(req *rowliftv1.FreezeRequest) (*tableLock, error) {
+	var names []string
+	for _, t := range req.GetTables() {
+		names = append(names, strings.ToLower(req.GetDatabase()+"."+t))
+	}
+	slices.Sort(names)
+	s.locks.mu.Lock()
+	defer s.locks.mu.Unlock()
+	held := s.locks.byWorkflow[req.GetWorkflow()]
+	switch {
+	case held == nil:
+		return nil, nil
+	case !slices.Equal(held.tables, names):
+		return nil, status.Errorf(codes.FailedPrecondition, "workflow %s holds a freeze lock on %s, not on %s: unfreeze it first",
+			req.GetWorkflow(), strings.Join(held.tables, ", "), strings.Join(names, ", "))
+	}
+	delete(s.locks.byWorkflow, req.GetWorkflow())
+	held.timer.Stop()
+	return held, nil
 }
 
 // boundLockWait sets the session's lock_wait_timeout to wait (whole seconds,

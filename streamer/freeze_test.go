@@ -404,3 +404,65 @@ func TestBinlogMarksFreezeRenames(t *testing.T) {
 	}
 	require.Equal(t, []bool{true, true, false}, freeze, "%q", statements)
 }
+
+// TestFreezeLockThenRename: a RENAME freeze of a workflow that holds a LOCK
+// freeze renames the tables while the lock holds, then releases it; a writer
+// queued behind the lock gets "doesn't exist" instead of writing into the
+// table. A lock already gone (its session killed) is renamed all the same.
+func TestFreezeLockThenRename(t *testing.T) {
+	s, admin := freezeSource(t)
+	ctx := context.Background()
+	lock := &rowliftv1.FreezeRequest{Workflow: "wf", Database: "d", Tables: []string{"t1", "t2"},
+		Mode: rowliftv1.FreezeMode_FREEZE_MODE_LOCK, LeaseMs: 20000}
+	rename := &rowliftv1.FreezeRequest{Workflow: "wf", Database: "d", Tables: []string{"t1", "t2"},
+		Mode: rowliftv1.FreezeMode_FREEZE_MODE_RENAME}
+	_, err := s.Freeze(ctx, lock)
+	require.NoError(t, err)
+	written := write(admin, "INSERT INTO d.t1 VALUES (2, 2)")
+	// One RENAME TABLE of both would wait for t1 only, letting this in first.
+	written2 := write(admin, "INSERT INTO d.t2 VALUES (2, 2)")
+	require.Eventually(t, func() bool {
+		var n int
+		err := admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock'").Scan(&n)
+		return err == nil && n == 2
+	}, 20*time.Second, 20*time.Millisecond, "both writers wait for the lock")
+
+	_, err = s.Freeze(ctx, &rowliftv1.FreezeRequest{Workflow: "wf", Database: "d", Tables: []string{"t1"}, Mode: rowliftv1.FreezeMode_FREEZE_MODE_RENAME})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "other tables than the lock's: %v", err)
+	resp, err := s.Freeze(ctx, rename)
+	require.NoError(t, err)
+	require.True(t, resp.GetChanged())
+	for i, w := range []<-chan error{written, written2} {
+		err = <-w
+		require.Error(t, err, "the queued write to t%d must not commit", i+1)
+		require.Contains(t, err.Error(), "doesn't exist")
+		var n int
+		require.NoError(t, admin.QueryRow(fmt.Sprintf("SELECT COUNT(*) FROM d._t%d_frozen", i+1)).Scan(&n))
+		require.Equal(t, 1, n, "only the row written before the lock")
+	}
+	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contain(gtidSet(t, lastRenameGTID(t, admin))), "the position covers the renames")
+	s.locks.mu.Lock()
+	require.Empty(t, s.locks.byWorkflow, "the lock is released")
+	s.locks.mu.Unlock()
+	again, err := s.Freeze(ctx, rename)
+	require.NoError(t, err)
+	require.False(t, again.GetChanged())
+	_, err = s.Unfreeze(ctx, rename)
+	require.NoError(t, err)
+	sandboxtest.Exec(t, admin, "INSERT INTO d.t1 VALUES (2, 2)")
+
+	// The lock's session killed: the rename does not wait for it.
+	_, err = s.Freeze(ctx, lock)
+	require.NoError(t, err)
+	s.locks.mu.Lock()
+	held := s.locks.byWorkflow["wf"]
+	s.locks.mu.Unlock()
+	var lockID int64
+	require.NoError(t, held.conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&lockID))
+	sandboxtest.Exec(t, admin, fmt.Sprintf("KILL %d", lockID))
+	resp, err = s.Freeze(ctx, rename)
+	require.NoError(t, err)
+	require.True(t, resp.GetChanged())
+	_, err = admin.Exec("INSERT INTO d.t1 VALUES (3, 3)")
+	require.ErrorContains(t, err, "doesn't exist")
+}

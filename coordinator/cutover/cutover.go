@@ -14,7 +14,10 @@
 //   - past the deadline it never waits: it rolls back, so a source is never
 //     left frozen by a timeout;
 //   - the following workflow is started only after the stopping one applied
-//     every freeze position and was parked.
+//     every freeze position and was parked;
+//   - a lock freeze ends renamed (like a rename freeze) when the cutover is
+//     Done, and the lock is never released before that rename, nor the
+//     tables renamed before the park or when rolling back.
 package cutover
 
 // Step is where a cutover is; the journal records it after the step's action.
@@ -31,9 +34,11 @@ const (
 	Applied Step = "applied"
 	// Writable: the gaining side takes writes; its start positions are recorded.
 	Writable Step = "writable"
-	// Started: the following workflow runs from the start positions.
+	// Started: the following workflow runs from the start positions; under a
+	// lock freeze the routing hook ran while the lock held, then the frozen
+	// side's tables were renamed as a rename freeze does, then unlocked.
 	Started Step = "started"
-	// Done: the routing hook ran and a lock freeze was released.
+	// Done: the routing hook ran.
 	Done Step = "done"
 	// RolledBack: the switch did not happen; the losing side was unfrozen.
 	RolledBack Step = "rolled_back"
@@ -55,9 +60,11 @@ const (
 	Park Action = "park"
 	// UnfreezeGaining lets the gaining side take writes, recording its positions.
 	UnfreezeGaining Action = "unfreeze_gaining"
-	// Follow starts the following workflow at the gaining side's positions.
+	// Follow starts the following workflow at the gaining side's positions;
+	// under a lock freeze it first runs the routing hook while the lock holds,
+	// then renames the frozen tables, still under the lock, and releases it.
 	Follow Action = "follow"
-	// Finish runs the routing hook and releases a lock freeze.
+	// Finish runs the routing hook (a lock freeze's ran in Follow).
 	Finish Action = "finish"
 	// Rollback unfreezes the losing side; the stopping workflow goes on.
 	Rollback Action = "rollback"

@@ -10,6 +10,13 @@ import (
 // world is what a cutover's actions change: the two sides and the workflows.
 type world struct {
 	frozen, gainingWritable, parked, lockHeld bool
+	// renamed: the lock freeze was turned into a rename (its tables renamed
+	// while the lock held, then unlocked); released: the lock was released
+	// without renaming the tables, leaving them writable (a rollback).
+	renamed, released bool
+	// hookedLocked: the routing hook ran while the lock held (a lock freeze's
+	// runs in Follow, before the rename).
+	hookedLocked bool
 	// early: parked or followed before the freeze position was applied.
 	early                              bool
 	follows, hooks, rollbacks, freezes int
@@ -59,14 +66,18 @@ func run(t *testing.T, next func(Step, Facts) (Action, Step, string), w *world, 
 			w.gainingWritable = true
 		case Follow:
 			w.early = w.early || !applied
+			w.hookedLocked = w.hookedLocked || w.lockHeld
+			w.hooks++
+			w.renamed = true // idempotent: renamed tables stay renamed
+			w.lockHeld = false
 			if w.follows == 0 {
 				w.follows = 1 // Follow is idempotent: a started workflow is left alone
 			}
 		case Finish:
 			w.hooks++
-			w.lockHeld = false
 		case Rollback:
 			w.frozen, w.lockHeld = false, false
+			w.released = true
 			w.rollbacks++
 		}
 		op++
@@ -83,11 +94,12 @@ func run(t *testing.T, next func(Step, Facts) (Action, Step, string), w *world, 
 func check(w *world, end Step, deadline int64) error {
 	switch end {
 	case Done:
-		if !w.frozen || !w.parked || !w.gainingWritable || w.follows != 1 || w.hooks == 0 || w.lockHeld || w.rollbacks > 0 || w.early {
+		if !w.frozen || !w.parked || !w.gainingWritable || w.follows != 1 || w.hooks == 0 || w.lockHeld || !w.renamed || !w.hookedLocked || w.released ||
+			w.rollbacks > 0 || w.early {
 			return fmt.Errorf("done in a partial state: %+v", *w)
 		}
 	case RolledBack:
-		if w.frozen || w.lockHeld || w.parked || w.gainingWritable || w.follows > 0 {
+		if w.frozen || w.lockHeld || w.renamed || w.parked || w.gainingWritable || w.follows > 0 {
 			return fmt.Errorf("rolled back in a partial state: %+v", *w)
 		}
 		if w.appliedAt >= 0 && w.appliedAt <= deadline/2 && w.stuckAt < 0 {
@@ -149,6 +161,12 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 			}
 			return Next(s, f)
 		},
+		"skips following (and the lock's rename)": func(s Step, f Facts) (Action, Step, string) {
+			if s == Writable {
+				return Finish, Done, ""
+			}
+			return Next(s, f)
+		},
 		"follows before applied": func(s Step, f Facts) (Action, Step, string) {
 			if s == Frozen {
 				return Park, Applied, ""
@@ -191,12 +209,15 @@ func runQuiet(next func(Step, Facts) (Action, Step, string), w *world, deadline 
 			w.gainingWritable = true
 		case Follow:
 			w.early = w.early || !applied
+			w.hookedLocked = w.hookedLocked || w.lockHeld
+			w.hooks++
+			w.renamed, w.lockHeld = true, false
 			w.follows++
 		case Finish:
 			w.hooks++
-			w.lockHeld = false
 		case Rollback:
 			w.frozen, w.lockHeld = false, false
+			w.released = true
 			w.rollbacks++
 		}
 		journal = step

@@ -554,7 +554,7 @@ func (s *Server) renameLocked(ctx context.Context, j *state.Journal, sd side, st
 	if len(lost) > 0 {
 		slices.Sort(lost)
 		j.Message = fmt.Sprintf("the freeze lock on %s was lost after the park (coordinator away past its lease, or streamer restarted) "+
-			"and taken again: writes made to the frozen tables meanwhile (up to %s) were not streamed; verify the reverse workflow",
+			"and taken again: writes made to the frozen tables meanwhile (up to %s) may have escaped the stream; verify the reverse workflow",
 			strings.Join(lost, ", "), strings.Join(formatPositions(pos), ", "))
 		log.Warn("freeze lock lost after the park", zap.Strings("sources", lost), zap.String("positions", strings.Join(formatPositions(pos), ", ")))
 		if err := record(context.WithoutCancel(ctx), store, j); err != nil {

@@ -68,7 +68,11 @@ type StreamerClient interface {
 	// cutover can call it again; a LOCK freeze that holds has its lease renewed
 	// and returns the position at which its lock was taken, and one whose lock
 	// went (streamer restarted, lease passed, session killed) locks again, as a
-	// change, at a new position.
+	// change, at a new position. A RENAME freeze of a workflow that holds a LOCK
+	// freeze of the same tables (a LOCK cutover's end) renames them while the
+	// lock holds, each by a RENAME TABLE of its own queued behind the lock, then
+	// releases the lock: the writers queued behind it get "table doesn't exist"
+	// instead of writing into tables nobody streams.
 	Freeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*FreezeResponse, error)
 	// Unfreeze undoes Freeze: renames the frozen tables back (or releases the
 	// lock) and returns the source position after it. Unfreezing tables that are
@@ -181,7 +185,11 @@ type StreamerServer interface {
 	// cutover can call it again; a LOCK freeze that holds has its lease renewed
 	// and returns the position at which its lock was taken, and one whose lock
 	// went (streamer restarted, lease passed, session killed) locks again, as a
-	// change, at a new position.
+	// change, at a new position. A RENAME freeze of a workflow that holds a LOCK
+	// freeze of the same tables (a LOCK cutover's end) renames them while the
+	// lock holds, each by a RENAME TABLE of its own queued behind the lock, then
+	// releases the lock: the writers queued behind it get "table doesn't exist"
+	// instead of writing into tables nobody streams.
 	Freeze(context.Context, *FreezeRequest) (*FreezeResponse, error)
 	// Unfreeze undoes Freeze: renames the frozen tables back (or releases the
 	// lock) and returns the source position after it. Unfreezing tables that are

@@ -310,7 +310,10 @@ func (s *Server) renameBehindLock(ctx context.Context, db string, tables []strin
 	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for queued := 0; queued < len(rs); {
+	// A rename held up by something else than the lock (a backup lock, say)
+	// must not keep the tables locked past the renames' own lock wait.
+	giveUp := time.Now().Add(s.lockWait)
+	for queued := 0; queued < len(rs) && time.Now().Before(giveUp); {
 		select {
 		case <-ctx.Done():
 		case <-tick.C:

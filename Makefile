@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply soak clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover soak clean
 
 ## setup: install a MariaDB server if none is present, download modules, build pinned tools
 setup:
@@ -66,7 +66,7 @@ proto-check: proto
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
 ## bench: run every benchmark program; each prints rowlift beside a baseline from the same run
-bench: bench-sandbox bench-copy bench-lag bench-apply
+bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
@@ -90,6 +90,13 @@ bench-lag:
 APPLYFLAGS ?=
 bench-apply:
 	$(GO) run ./benchmarks/apply $(APPLYFLAGS)
+
+## bench-cutover: -switches switch/reverse pairs through the Control API under a steady write load routed
+## to the side that takes writes: the write pause as rowlift reports it and as the writers saw it, and
+## the call's time, beside CHECKSUM TABLE and verify of the moved table (CUTOVERFLAGS=e.g. -switches 20 -rate 1000)
+CUTOVERFLAGS ?=
+bench-cutover:
+	$(GO) run ./benchmarks/cutover $(CUTOVERFLAGS)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
 ## the applier, streamer and source server each (a failing

@@ -25,6 +25,28 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// TestDemoCutover runs `rowlift demo --cutover`: after the copy and the
+// comparison, the rest of a move under the writer (verify when the build has
+// it, switch, reverse, switch, complete), a write pause for each cutover, and
+// a final comparison that ends the output.
+func TestDemoCutover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b, err := exec.CommandContext(ctx, rowliftBin, "demo", "--rows", "20000", "--cutover").CombinedOutput()
+	out := string(b)
+	require.NoError(t, err, "demo output:\n%s", out)
+	steps := []string{"identical:       yes", "\nverify: ", "\nswitch: writes go to the target", "\nreverse: writes go to the source",
+		"\nswitch: writes go to the target", "\ncomplete: demo-move_reverse", "\nfinal comparison"}
+	rest := out
+	for _, step := range steps {
+		i := strings.Index(rest, step)
+		require.GreaterOrEqual(t, i, 0, "%q missing, or out of order, in the demo output:\n%s", step, out)
+		rest = rest[i+len(step):]
+	}
+	require.Len(t, regexp.MustCompile(`(?m)^write pause: \d+ ms$`).FindAllString(out, -1), 3, "a write pause per cutover:\n%s", out)
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "\nidentical: yes"), "the output ends with identical: yes:\n%s", out)
+}
+
 // TestDemoInterrupted: Ctrl-C during the demo stops it cleanly, with its
 // servers removed.
 func TestDemoInterrupted(t *testing.T) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -166,20 +164,6 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintf(w, "%s: %s\n", res.Name, d)
 		}
 	}
-	r.printLogProblems(w)
+	benchkit.PrintLogProblems(w, r.LogProblems)
 	fmt.Fprintln(w, "results written to", f.Out)
-}
-
-func (r *report) printLogProblems(w io.Writer) {
-	if len(r.LogProblems) == 0 {
-		fmt.Fprintln(w, "rowlift logs: no warnings or errors")
-		return
-	}
-	for _, proc := range slices.Sorted(maps.Keys(r.LogProblems)) {
-		lines := r.LogProblems[proc]
-		fmt.Fprintf(w, "rowlift %s log: %d warning/error lines:\n", proc, len(lines))
-		for _, line := range lines {
-			fmt.Fprintln(w, "  "+line)
-		}
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -247,9 +246,7 @@ func (b *bench) summarize(rate float64, samples []lagSample, s span) window {
 	}
 	w.AppliedRate = float64(last.visible-first.visible) / (float64(last.atUS-first.atUS) / 1e6)
 	slices.Sort(lags)
-	rank := func(p float64) float64 {
-		return float64(lags[int(math.Ceil(p*float64(len(lags))))-1]) / 1e3
-	}
-	w.LagP50Ms, w.LagP99Ms, w.LagMaxMs = rank(0.50), rank(0.99), float64(lags[len(lags)-1])/1e3
+	w.LagP50Ms, w.LagP99Ms = float64(benchkit.Rank(lags, 0.50))/1e3, float64(benchkit.Rank(lags, 0.99))/1e3
+	w.LagMaxMs = float64(lags[len(lags)-1]) / 1e3
 	return w
 }

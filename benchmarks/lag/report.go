@@ -66,28 +66,11 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "%-12s %9.2f %9.2f %9.2f %9.2f %9.2f\n", p.name, p.cpu.Streamer, p.cpu.Applier, p.cpu.Source, p.cpu.Target, p.cpu.Bench)
 	}
 	fmt.Fprintln(w, "lag: probe time minus the source commit time (INSERT returned) of the oldest row the target does not show yet, every 10 ms")
-	r.printLogProblems(w)
+	benchkit.PrintLogProblems(w, r.LogProblems)
 	fmt.Fprintln(w, "results written to", f.Out)
 }
 
 func printLoad(row func(what, rowlift, baseline string), l window) {
 	row("  lag p50 / p99 / max, ms", fmt.Sprintf("%.1f / %.1f / %.1f", l.LagP50Ms, l.LagP99Ms, l.LagMaxMs), fmt.Sprintf("(%d samples)", l.LagSamples))
 	row("  written / applied, transactions/s", fmt.Sprintf("%.0f / %.0f", l.WriteRate, l.AppliedRate), fmt.Sprintf("%.0f target", l.TargetRate))
-}
-
-func (r *report) printLogProblems(w io.Writer) {
-	if len(r.LogProblems) == 0 {
-		fmt.Fprintln(w, "rowlift logs: no warnings or errors")
-		return
-	}
-	for _, role := range []string{"streamer", "applier"} {
-		lines := r.LogProblems[role]
-		if len(lines) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "rowlift %s log: %d warning/error lines:\n", role, len(lines))
-		for _, line := range lines {
-			fmt.Fprintln(w, "  "+line)
-		}
-	}
 }

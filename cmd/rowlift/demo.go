@@ -24,6 +24,8 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/coordinator"
+	"github.com/rowlift/rowlift/internal/controlclient"
+	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -55,20 +57,22 @@ var demoTables = []struct{ name, ddl, fill string }{
 
 func demoCommand() *command {
 	var rows int
-	var keep bool
+	var keep, cutover bool
 	return &command{
 		name:    "demo",
 		summary: "move a table set between two throwaway MariaDB servers under live writes, and compare",
-		usage:   "[--rows N]",
+		usage:   "[--rows N] [--cutover]",
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&rows, "rows", 1_000_000, "rows in the large sample table, e.g. --rows 100000")
 			fs.BoolVar(&keep, "keep", false, "keep the servers running after the summary until Ctrl-C, to look around, e.g. --keep")
+			fs.BoolVar(&cutover, "cutover", false, "go on to the end of the move: verify, switch (the writer follows to the target), reverse,\n"+
+				"switch again and complete, with the write pause of each, then compare again, e.g. --cutover")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, stdout io.Writer) error {
 			if rows < 1 {
 				return usagef("--rows must be at least 1")
 			}
-			d := &demo{out: stdout, rows: rows}
+			d := &demo{out: stdout, rows: rows, cutover: cutover}
 			defer d.close()
 			err := d.run(ctx)
 			if ctx.Err() != nil {
@@ -86,17 +90,24 @@ func demoCommand() *command {
 
 // demo is one run of `rowlift demo`: everything it starts, to stop at the end.
 type demo struct {
-	out      io.Writer
-	rows     int
-	dir      string
-	src, dst *sandbox.Server
-	srcDB    *sql.DB
-	// streamerAddr is where the demo's streamer listens.
-	streamerAddr string
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup
-	servers      []*grpc.Server
-	closers      []func()
+	out  io.Writer
+	rows int
+	// cutover runs the roles the other way round too, and the cutover steps.
+	cutover      bool
+	dir          string
+	src, dst     *sandbox.Server
+	srcDB, dstDB *sql.DB
+	// route is where the writer writes: the side that takes the writes.
+	route atomic.Pointer[sql.DB]
+	// nextID is the next new key of demo.events, kept from one writer to the next.
+	nextID int64
+	// streamerAddr and reverseStreamerAddr are where the streamers next to the
+	// source and (with cutover) next to the target listen.
+	streamerAddr, reverseStreamerAddr string
+	cancel                            context.CancelFunc
+	wg                                sync.WaitGroup
+	servers                           []*grpc.Server
+	closers                           []func()
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
@@ -117,6 +128,11 @@ func (d *demo) run(ctx context.Context) error {
 	if d.srcDB, err = sql.Open("mysql", d.src.DSN("")); err != nil {
 		return err
 	}
+	if d.dstDB, err = sql.Open("mysql", d.dst.DSN("")); err != nil {
+		return fmt.Errorf("open the target: %w", err)
+	}
+	d.route.Store(d.srcDB)
+	d.nextID = int64(d.rows) + 1
 	start := time.Now()
 	d.say("filling the source: demo.events (%s rows), demo.customers, demo.all_types", formatCount(int64(d.rows)))
 	for _, t := range demoTables {
@@ -136,19 +152,17 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	writing, stopWriting := context.WithCancel(ctx)
-	d.cancel = stopWriting
 	var writes atomic.Int64
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		d.write(writing, &writes)
-	}()
+	d.startWriter(ctx, &writes)
 
 	spec := &rowliftv1.WorkflowSpec{
 		Name: "demo-move", SourceDatabase: "demo",
 		Sources: []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: d.streamerAddr}},
 		Targets: []*rowliftv1.TargetShard{{Name: "main"}},
+	}
+	if d.cutover {
+		spec.Sources[0].ReverseTarget = demoOrigin
+		spec.Targets[0].ReverseStreamerAddress = d.reverseStreamerAddr
 	}
 	for _, t := range demoTables {
 		spec.Tables = append(spec.Tables, &rowliftv1.TableSpec{Name: t.name})
@@ -167,8 +181,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	copyTime := time.Since(copyStart)
 
-	d.cancel() // stop the writer
-	d.wg.Wait()
+	d.stopWriter()
 	var pos string
 	if err := d.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		return err
@@ -178,7 +191,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	identical, err := d.compare(ctx)
+	identical, err := d.compare(ctx, d.srcDB, d.dstDB, false)
 	if err != nil {
 		return err
 	}
@@ -193,66 +206,112 @@ func (d *demo) run(ctx context.Context) error {
 	if !identical {
 		return errors.New("the target differs from the source")
 	}
+	if d.cutover {
+		return d.runCutover(ctx, control, spec.GetName())
+	}
 	return nil
 }
+
+// demoOrigin is the coordinator's name for the source server, where the
+// reverse workflow of --cutover writes; the target is "main".
+const demoOrigin = "origin"
 
 // startRoles runs the streamer, the applier and the coordinator in this
 // process, logging to files in the demo's directory, and returns a client of
 // the coordinator's Control API: the demo drives the workflow as a user would.
+// With cutover it also runs a streamer next to the target and an applier next
+// to the source, for the reverse workflow, and the coordinator knows the
+// source server as demoOrigin.
 func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) {
-	logger := func(role string) (*zap.Logger, error) {
-		cfg := zap.NewProductionConfig()
-		cfg.OutputPaths = []string{filepath.Join(d.dir, role+".log")}
-		cfg.ErrorOutputPaths = cfg.OutputPaths
-		return cfg.Build()
+	var err error
+	if d.streamerAddr, err = d.startStreamer(d.src, "streamer"); err != nil {
+		return nil, err
 	}
-	slog, err := logger("streamer")
+	targets := map[string]string{"main": d.dst.DSN("")}
+	if d.cutover {
+		if d.reverseStreamerAddr, err = d.startStreamer(d.dst, "reverse-streamer"); err != nil {
+			return nil, err
+		}
+		targets[demoOrigin] = d.src.DSN("")
+	}
+	clog, err := d.logger("coordinator")
 	if err != nil {
 		return nil, err
 	}
-	st, err := streamer.New(streamer.Config{SourceDSN: d.src.DSN(""), Logger: slog})
+	co, err := coordinator.New(coordinator.Config{Targets: targets, Logger: clog})
 	if err != nil {
-		return nil, err
-	}
-	d.closers = append(d.closers, func() { st.Close() })
-	d.streamerAddr, err = d.serve(func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, st) })
-	if err != nil {
-		return nil, err
-	}
-	clog, err := logger("coordinator")
-	if err != nil {
-		return nil, err
-	}
-	co, err := coordinator.New(coordinator.Config{Targets: map[string]string{"main": d.dst.DSN("")}, Logger: clog})
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	d.closers = append(d.closers, co.Close)
 	coordAddr, err := d.serve(func(gs *grpc.Server) { rowliftv1.RegisterControlServer(gs, co) })
 	if err != nil {
 		return nil, err
 	}
-	alog, err := logger("applier")
-	if err != nil {
+	// As `rowlift coordinator` does: it finishes a cutover a call left unfinished.
+	d.background(ctx, co.Run)
+	if err := d.startApplier(ctx, d.dst, "applier"); err != nil {
 		return nil, err
 	}
-	engine, err := applier.New(applier.Config{TargetDSN: d.dst.DSN(""), Logger: alog, PollInterval: 200 * time.Millisecond})
-	if err != nil {
-		return nil, err
+	if d.cutover {
+		if err := d.startApplier(ctx, d.src, "reverse-applier"); err != nil {
+			return nil, err
+		}
 	}
-	actx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = engine.Run(actx)
-	}()
-	d.closers = append(d.closers, func() { stop(); <-done })
 	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}
 	d.closers = append(d.closers, func() { conn.Close() })
 	return rowliftv1.NewControlClient(conn), nil
+}
+
+// logger logs to <name>.log in the demo's directory.
+func (d *demo) logger(name string) (*zap.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	cfg.OutputPaths = []string{filepath.Join(d.dir, name+".log")}
+	cfg.ErrorOutputPaths = cfg.OutputPaths
+	return cfg.Build()
+}
+
+// startStreamer serves a streamer of the server, logging as name, and returns
+// its address.
+func (d *demo) startStreamer(srv *sandbox.Server, name string) (string, error) {
+	log, err := d.logger(name)
+	if err != nil {
+		return "", err
+	}
+	st, err := streamer.New(streamer.Config{SourceDSN: srv.DSN(""), Logger: log})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	d.closers = append(d.closers, func() { st.Close() })
+	return d.serve(func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, st) })
+}
+
+// startApplier runs an applier engine for the server, logging as name.
+func (d *demo) startApplier(ctx context.Context, srv *sandbox.Server, name string) error {
+	log, err := d.logger(name)
+	if err != nil {
+		return err
+	}
+	engine, err := applier.New(applier.Config{TargetDSN: srv.DSN(""), Logger: log, PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	d.background(ctx, func(ctx context.Context) { _ = engine.Run(ctx) })
+	return nil
+}
+
+// background runs fn until the demo closes, not when ctx ends: on Ctrl-C the
+// demo stops its parts in order.
+func (d *demo) background(ctx context.Context, fn func(context.Context)) {
+	bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(bctx)
+	}()
+	d.closers = append(d.closers, func() { stop(); <-done })
 }
 
 // serve serves a gRPC service on a free local port and returns its address.
@@ -271,26 +330,8 @@ func (d *demo) serve(register func(*grpc.Server)) (string, error) {
 // watch shows the workflow's progress until its copy is done and it has caught
 // up, and returns the last status seen.
 func (d *demo) watch(ctx context.Context, control rowliftv1.ControlClient, name string) (*rowliftv1.Workflow, error) {
-	stream, err := control.WatchWorkflow(ctx, &rowliftv1.WatchWorkflowRequest{Workflow: &rowliftv1.WorkflowRef{Name: name}, IntervalMs: 500})
-	if err != nil {
-		return nil, fmt.Errorf("watch workflow: %s", status.Convert(err).Message())
-	}
 	show := watchOutput(d.out, "text")
-	for {
-		w, err := stream.Recv()
-		if err != nil {
-			return nil, fmt.Errorf("watch workflow: %s", status.Convert(err).Message())
-		}
-		if err := show(w, time.Now()); err != nil {
-			return nil, err
-		}
-		switch w.GetStatus().GetPhase() {
-		case rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING:
-			return w, nil
-		case rowliftv1.WorkflowPhase_WORKFLOW_PHASE_ERROR, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED:
-			return nil, fmt.Errorf("workflow %s: %s", w.GetStatus().GetPhase(), w.GetStatus().GetMessage())
-		}
-	}
+	return controlclient.WaitRunning(ctx, control, name, 500*time.Millisecond, func(w *rowliftv1.Workflow) error { return show(w, time.Now()) })
 }
 
 // waitApplied waits until the workflow's position covers pos.
@@ -325,16 +366,21 @@ func (d *demo) waitApplied(ctx context.Context, control rowliftv1.ControlClient,
 	}
 }
 
-// compare checks every table row by row on the servers.
-func (d *demo) compare(ctx context.Context) (bool, error) {
-	dst, err := sql.Open("mysql", d.dst.DSN(""))
-	if err != nil {
-		return false, err
-	}
-	defer dst.Close()
+// compare checks every table row by row, the side that takes the writes
+// (live) against the other one, whose tables have their frozen names when
+// otherFrozen.
+func (d *demo) compare(ctx context.Context, live, other *sql.DB, otherFrozen bool) (bool, error) {
 	identical := true
 	for _, t := range demoTables {
-		r, err := verify.Table(ctx, d.srcDB, dst, "demo", "demo", t.name, verify.Options{})
+		var opts verify.Options
+		if otherFrozen {
+			fz, err := frozen.Name(t.name)
+			if err != nil {
+				return false, err
+			}
+			opts.TargetTable = fz
+		}
+		r, err := verify.Table(ctx, live, other, "demo", "demo", t.name, opts)
 		if err != nil {
 			return false, fmt.Errorf("compare %s: %w", t.name, err)
 		}
@@ -344,19 +390,36 @@ func (d *demo) compare(ctx context.Context) (bool, error) {
 	return identical, nil
 }
 
-// write changes the source until ctx ends: updates, inserts and deletes on all
-// three tables, a few hundred transactions a second.
+// startWriter starts the writer, counting its transactions in writes.
+func (d *demo) startWriter(ctx context.Context, writes *atomic.Int64) {
+	writing, stop := context.WithCancel(ctx)
+	d.cancel = stop
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.write(writing, writes)
+	}()
+}
+
+// stopWriter stops the writer and waits until it has.
+func (d *demo) stopWriter() {
+	d.cancel()
+	d.wg.Wait()
+}
+
+// write changes the tables where route points until ctx ends: updates, inserts
+// and deletes on all three tables, a few hundred transactions a second. A
+// write that fails (its table frozen by a cutover) is skipped.
 func (d *demo) write(ctx context.Context, writes *atomic.Int64) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	next := int64(d.rows) + 1
 	for ctx.Err() == nil {
 		var q string
 		switch rng.IntN(6) {
 		case 0:
 			q = fmt.Sprintf("UPDATE demo.events SET amount = amount + 1, kind = 'order' WHERE id = %d", 1+rng.IntN(d.rows))
 		case 1:
-			q = fmt.Sprintf("INSERT INTO demo.events VALUES (%d, %d, 'view', 1.50, 'new', NOW(6))", next, rng.IntN(20000))
-			next++
+			q = fmt.Sprintf("INSERT INTO demo.events VALUES (%d, %d, 'view', 1.50, 'new', NOW(6))", d.nextID, rng.IntN(20000))
+			d.nextID++
 		case 2:
 			q = fmt.Sprintf("DELETE FROM demo.events WHERE id = %d", 1+rng.IntN(d.rows))
 		case 3:
@@ -364,10 +427,10 @@ func (d *demo) write(ctx context.Context, writes *atomic.Int64) {
 		case 4:
 			q = fmt.Sprintf("UPDATE demo.all_types SET d = d + 1, j = JSON_SET(j, '$.n', %d), ts = NOW(6) WHERE id = %d", rng.IntN(1000), 1+rng.IntN(2000))
 		default:
-			q = fmt.Sprintf("UPDATE demo.events SET id = %d WHERE id = %d", next, 1+rng.IntN(d.rows))
-			next++
+			q = fmt.Sprintf("UPDATE demo.events SET id = %d WHERE id = %d", d.nextID, 1+rng.IntN(d.rows))
+			d.nextID++
 		}
-		if _, err := d.srcDB.ExecContext(ctx, q); err == nil {
+		if _, err := d.route.Load().ExecContext(ctx, q); err == nil {
 			writes.Add(1)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -386,8 +449,10 @@ func (d *demo) close() {
 	for i := len(d.closers) - 1; i >= 0; i-- {
 		d.closers[i]()
 	}
-	if d.srcDB != nil {
-		d.srcDB.Close()
+	for _, pool := range []*sql.DB{d.srcDB, d.dstDB} {
+		if pool != nil {
+			pool.Close()
+		}
 	}
 	for _, s := range []*sandbox.Server{d.src, d.dst} {
 		if s != nil {

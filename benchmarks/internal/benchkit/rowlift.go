@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -31,8 +34,8 @@ const (
 	stateCheckInterval = 500 * time.Millisecond
 )
 
-// Build builds the rowlift binary into dir, and checks that it has the streamer
-// and applier roles before any data is loaded.
+// Build builds the rowlift binary into dir, and checks that it has the streamer,
+// applier and coordinator roles before any data is loaded.
 func Build(ctx context.Context, dir string) (string, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil || strings.TrimSpace(string(gomod)) == "" {
@@ -44,7 +47,7 @@ func Build(ctx context.Context, dir string) (string, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build rowlift: %w\n%s", err, out)
 	}
-	for _, role := range []string{"streamer", "applier"} {
+	for _, role := range []string{"streamer", "applier", "coordinator"} {
 		if out, err := exec.CommandContext(ctx, bin, role, "--help").CombinedOutput(); err != nil {
 			return "", fmt.Errorf("rowlift has no working %q subcommand: %w\n%s", role, err, out)
 		}
@@ -84,11 +87,8 @@ func StartProc(bin, logDir, role string, args ...string) (*Proc, error) {
 // listens, then starts an applier for the target polling every PollInterval, and
 // gives it time to settle.
 func StartRoles(ctx context.Context, bin, logDir, addr, sourceDSN, targetDSN string) (streamer, applier *Proc, err error) {
-	if streamer, err = StartProc(bin, logDir, "streamer", "--listen", addr, "--source-dsn", sourceDSN); err != nil {
+	if streamer, err = StartStreamer(ctx, bin, logDir, addr, sourceDSN); err != nil {
 		return nil, nil, err
-	}
-	if err := streamer.waitListening(ctx, addr); err != nil {
-		return nil, nil, errors.Join(err, streamer.Stop(), errors.New(streamer.LogTail()))
 	}
 	if applier, err = StartProc(bin, logDir, "applier", "--target-dsn", targetDSN, "--poll-interval", PollInterval.String()); err != nil {
 		return nil, nil, errors.Join(err, streamer.Stop())
@@ -226,7 +226,25 @@ func WaitCopied(ctx context.Context, store *state.Store, workflow string, procs 
 // benchmark that replays into several targets starts one of these and an
 // applier per target (StartApplier) instead of StartRoles' pair.
 func StartStreamer(ctx context.Context, bin, logDir, addr, sourceDSN string) (*Proc, error) {
-	p, err := StartProc(bin, logDir, "streamer", "--listen", addr, "--source-dsn", sourceDSN)
+	return startListening(ctx, bin, logDir, "streamer", addr, "--source-dsn", sourceDSN)
+}
+
+// StartCoordinator starts a coordinator listening on addr that knows the
+// target servers of targets (name to DSN), and waits until it listens. A
+// benchmark drives workflows through it, over the Control API, when it times
+// what an operator's command takes (a switch, a verify).
+func StartCoordinator(ctx context.Context, bin, logDir, addr string, targets map[string]string) (*Proc, error) {
+	var args []string
+	for _, name := range slices.Sorted(maps.Keys(targets)) {
+		args = append(args, "--target", name+"="+targets[name])
+	}
+	return startListening(ctx, bin, logDir, "coordinator", addr, args...)
+}
+
+// startListening starts bin with the role, --listen addr and args, and waits
+// until it listens.
+func startListening(ctx context.Context, bin, logDir, role, addr string, args ...string) (*Proc, error) {
+	p, err := StartProc(bin, logDir, role, append([]string{"--listen", addr}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +314,23 @@ func WaitApplied(ctx context.Context, store *state.Store, workflow, pos string, 
 		case <-ctx.Done():
 			return fmt.Errorf("wait for workflow %s to apply %s: %w", workflow, pos, context.Cause(ctx))
 		case <-tick.C:
+		}
+	}
+}
+
+// PrintLogProblems prints the warning and error lines of the rowlift logs
+// (LogProblems by process name), or that there were none: every result says
+// whether rowlift complained while it was measured.
+func PrintLogProblems(w io.Writer, problems map[string][]string) {
+	if len(problems) == 0 {
+		fmt.Fprintln(w, "rowlift logs: no warnings or errors")
+		return
+	}
+	for _, proc := range slices.Sorted(maps.Keys(problems)) {
+		lines := problems[proc]
+		fmt.Fprintf(w, "rowlift %s log: %d warning/error lines:\n", proc, len(lines))
+		for _, line := range lines {
+			fmt.Fprintln(w, "  "+line)
 		}
 	}
 }

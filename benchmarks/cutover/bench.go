@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	"github.com/rowlift/rowlift/internal/controlclient"
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+const (
+	// db holds the moved table on both servers.
+	db = "bench"
+	// workflow moves bench.stress_test_pk; its reverse is workflow + "_reverse".
+	workflow = "cutover"
+	// Target names the coordinator knows the servers by: the workflow's target
+	// is "main", and "origin" is the source server, where the reverse workflow
+	// writes.
+	targetName, originName = "main", "origin"
+	// waitTimeout bounds the waits for the copy and for the final catch-up.
+	waitTimeout = 5 * time.Minute
+)
+
+// bench is one run: the two servers, client pools on them, the rowlift
+// processes, and a Control API client of the coordinator.
+type bench struct {
+	cfg            config
+	source, target *sandbox.Server
+	srcDB, tgtDB   *sql.DB
+	// tgtStore reads the forward workflow's positions on the target.
+	tgtStore *state.Store
+	procs    []*benchkit.Proc
+	// names are the procs' names in the report: "forward streamer", ...
+	names   []string
+	conn    *grpc.ClientConn
+	control rowliftv1.ControlClient
+	spec    *rowliftv1.WorkflowSpec
+	tmp     string // rowlift binary and process logs
+	version string // SELECT VERSION() of the servers
+}
+
+// setup builds rowlift, starts both servers, seeds the source, starts the five
+// rowlift processes, and creates and starts the workflow through the
+// coordinator.
+func setup(ctx context.Context, cfg config) (b *bench, err error) {
+	b = &bench{cfg: cfg}
+	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-cutover-"); err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	bin, err := benchkit.Build(ctx, b.tmp)
+	if err != nil {
+		return b, err
+	}
+	progress("built %s", bin)
+	if err := b.startServers(ctx); err != nil {
+		return b, err
+	}
+	start := time.Now()
+	if err := benchkit.SeedStress(ctx, b.srcDB, db, cfg.Rows); err != nil {
+		return b, fmt.Errorf("seed source: %w", err)
+	}
+	progress("loaded %d rows into the source in %.1f s", cfg.Rows, time.Since(start).Seconds())
+	if err := b.startProcs(ctx, bin); err != nil {
+		return b, err
+	}
+	if err := b.startWorkflow(ctx); err != nil {
+		return b, fmt.Errorf("%w\n%s", err, b.logTails())
+	}
+	return b, nil
+}
+
+func (b *bench) startServers(ctx context.Context) error {
+	opts := b.cfg.Options()
+	var err error
+	if b.source, err = sandbox.Start(ctx, opts); err != nil {
+		return fmt.Errorf("start source server: %w", err)
+	}
+	if b.target, err = sandbox.Start(ctx, opts); err != nil {
+		return fmt.Errorf("start target server: %w", err)
+	}
+	// One round trip per statement, as an application's driver would take.
+	const params = "?interpolateParams=true"
+	if b.srcDB, err = sql.Open("mysql", b.source.DSN("")+params); err != nil {
+		return fmt.Errorf("open source: %w", err)
+	}
+	if b.tgtDB, err = sql.Open("mysql", b.target.DSN("")+params); err != nil {
+		return fmt.Errorf("open target: %w", err)
+	}
+	for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
+		pool.SetMaxIdleConns(b.cfg.Writers + 2)
+	}
+	if err := b.srcDB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&b.version); err != nil {
+		return fmt.Errorf("source version: %w", err)
+	}
+	if b.tgtStore, err = state.Open(ctx, b.tgtDB); err != nil {
+		return fmt.Errorf("target state: %w", err)
+	}
+	progress("servers up: source %s, target %s (%s)", b.source.Addr(), b.target.Addr(), b.version)
+	return nil
+}
+
+// startProcs starts a streamer and an applier next to each server (each pair
+// logging in a directory of its own) and a coordinator that knows both, and
+// connects to the coordinator.
+func (b *bench) startProcs(ctx context.Context, bin string) error {
+	var addrs [3]string
+	for i := range addrs {
+		port, err := sandbox.FreePort()
+		if err != nil {
+			return err
+		}
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	fwdAddr, revAddr, coordAddr := addrs[0], addrs[1], addrs[2]
+	for _, pair := range []struct {
+		name     string // and the directory of its logs
+		addr     string
+		from, to *sandbox.Server
+	}{
+		{"forward", fwdAddr, b.source, b.target},
+		{"reverse", revAddr, b.target, b.source},
+	} {
+		dir := filepath.Join(b.tmp, pair.name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("log dir: %w", err)
+		}
+		st, err := benchkit.StartStreamer(ctx, bin, dir, pair.addr, pair.from.DSN(""))
+		if err != nil {
+			return fmt.Errorf("%s streamer: %w", pair.name, err)
+		}
+		b.add(pair.name+" streamer", st)
+		ap, err := benchkit.StartApplier(bin, dir, pair.to.DSN(""))
+		if err != nil {
+			return fmt.Errorf("%s applier: %w", pair.name, err)
+		}
+		b.add(pair.name+" applier", ap)
+	}
+	co, err := benchkit.StartCoordinator(ctx, bin, b.tmp, coordAddr, map[string]string{targetName: b.target.DSN(""), originName: b.source.DSN("")})
+	if err != nil {
+		return err
+	}
+	b.add("coordinator", co)
+	if b.conn, err = grpc.NewClient(coordAddr, grpcopt.DialOptions()...); err != nil {
+		return fmt.Errorf("coordinator client: %w", err)
+	}
+	b.control = rowliftv1.NewControlClient(b.conn)
+	b.spec = &rowliftv1.WorkflowSpec{
+		Name:           workflow,
+		SourceDatabase: db,
+		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: fwdAddr, ReverseTarget: originName}},
+		Targets:        []*rowliftv1.TargetShard{{Name: targetName, ReverseStreamerAddress: revAddr}},
+		Tables:         []*rowliftv1.TableSpec{{Name: benchkit.StressTable}},
+		Options:        &rowliftv1.WorkflowOptions{},
+	}
+	return nil
+}
+
+func (b *bench) add(name string, p *benchkit.Proc) {
+	b.procs = append(b.procs, p)
+	b.names = append(b.names, name)
+}
+
+// startWorkflow creates and starts the workflow through the coordinator and
+// waits until its copy is done and it replays the binlog.
+func (b *bench) startWorkflow(ctx context.Context) error {
+	start := time.Now()
+	if _, err := b.control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: b.spec}); err != nil {
+		return fmt.Errorf("create workflow %s: %s", workflow, status.Convert(err).Message())
+	}
+	ref := &rowliftv1.WorkflowRef{Name: workflow}
+	if _, err := b.control.StartWorkflow(ctx, ref); err != nil {
+		return fmt.Errorf("start workflow %s: %s", workflow, status.Convert(err).Message())
+	}
+	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	if _, err := controlclient.WaitRunning(ctx, b.control, workflow, 100*time.Millisecond, nil); err != nil {
+		return err
+	}
+	progress("workflow %s copied %d rows and runs, %.1f s after its creation", workflow, b.cfg.Rows, time.Since(start).Seconds())
+	return nil
+}
+
+// logProblems returns the warning and error lines of the rowlift logs, by process.
+func (b *bench) logProblems() (map[string][]string, error) {
+	out := map[string][]string{}
+	for i, p := range b.procs {
+		lines, err := p.LogProblems()
+		if err != nil {
+			return nil, err
+		}
+		if len(lines) > 0 {
+			out[b.names[i]] = lines
+		}
+	}
+	return out, nil
+}
+
+// logTails is the end of every rowlift log, for errors.
+func (b *bench) logTails() string {
+	var tails []string
+	for _, p := range b.procs {
+		tails = append(tails, p.LogTail())
+	}
+	return strings.Join(tails, "\n")
+}
+
+// close stops the rowlift processes and the servers and removes the temp dir.
+func (b *bench) close() {
+	if b.conn != nil {
+		b.conn.Close()
+	}
+	var errs []error
+	for i := len(b.procs) - 1; i >= 0; i-- {
+		errs = append(errs, b.procs[i].Stop())
+	}
+	if err := errors.Join(errs...); err != nil {
+		progress("%v", err)
+	}
+	for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
+		if pool != nil {
+			pool.Close()
+		}
+	}
+	for _, s := range []*sandbox.Server{b.source, b.target} {
+		if s != nil {
+			if err := s.Remove(); err != nil {
+				progress("remove server: %v", err)
+			}
+		}
+	}
+	os.RemoveAll(b.tmp)
+}

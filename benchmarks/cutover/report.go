@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+)
+
+// report is what a run prints and stores as JSON.
+type report struct {
+	Timestamp     string           `json:"timestamp"`
+	Machine       benchkit.Machine `json:"machine"`
+	ServerVersion string           `json:"server_version"`
+	Flags         flags            `json:"flags"`
+	Load          loadResult       `json:"load"`
+	// Checksum is the baseline and Verify the workflow's verify, both under
+	// the load, before the cutovers.
+	Checksum checksumResult  `json:"checksum_table"`
+	Verify   verifyResult    `json:"verify"`
+	Cutovers []cutoverResult `json:"cutovers"`
+	// WritePauseMs, WritersMs and CallMs are the distributions of the
+	// cutovers' fields of the same names.
+	WritePauseMs dist `json:"write_pause_ms"`
+	WritersMs    dist `json:"writers_ms"`
+	CallMs       dist `json:"call_ms"`
+	// Identical says whether both sides held the same rows at the end;
+	// Differences is the comparison's summary when they did not.
+	Identical   bool   `json:"identical"`
+	Differences string `json:"differences,omitempty"`
+	// LogProblems are the warning and error lines of the rowlift logs, by process.
+	LogProblems map[string][]string `json:"log_problems"`
+}
+
+// flags is config with the interval readable.
+type flags struct {
+	config
+	Interval string `json:"interval"`
+}
+
+// dist is a distribution's nearest-rank percentiles and maximum.
+type dist struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func distOf(values []float64) dist {
+	if len(values) == 0 {
+		return dist{}
+	}
+	s := slices.Sorted(slices.Values(values))
+	return dist{P50: benchkit.Rank(s, 0.50), P99: benchkit.Rank(s, 0.99), Max: s[len(s)-1]}
+}
+
+func (b *bench) newReport() *report {
+	return &report{
+		Timestamp:     time.Now().UTC().Format(time.RFC3339),
+		Machine:       benchkit.MachineInfo(),
+		ServerVersion: b.version,
+		Flags:         flags{config: b.cfg, Interval: b.cfg.Interval.String()},
+	}
+}
+
+// summarize computes the distributions over the cutovers.
+func (r *report) summarize() {
+	var pause, writers, call []float64
+	for _, c := range r.Cutovers {
+		pause = append(pause, float64(c.WritePauseMs))
+		writers = append(writers, c.WritersMs)
+		call = append(call, c.CallMs)
+	}
+	r.WritePauseMs, r.WritersMs, r.CallMs = distOf(pause), distOf(writers), distOf(call)
+}
+
+func (r *report) print(w io.Writer) {
+	f, l := r.Flags, r.Load
+	fmt.Fprintf(w, "\n%s, nproc=%d, %s\n", r.ServerVersion, r.Machine.NProc, r.Machine.CPU)
+	fmt.Fprintf(w, "moved table: %s.%s, %d rows; every server: flush=%d buffer_pool=%s log_file_size=%s\n",
+		db, benchkit.StressTable, f.Rows, f.Flush, f.BufferPool, f.LogFileSize)
+	fmt.Fprintf(w, "load: single-row UPDATE/INSERT/DELETE autocommit transactions at %.0f/s over %d connections, routed to the side that takes writes;\n"+
+		"      %d writes at %.0f/s, %d of them retried (%d retries) because they met the table frozen or locked\n",
+		f.Rate, f.Writers, l.Writes, l.WriteRate, l.Blocked, l.Retries)
+
+	row := func(what string, cells ...string) {
+		fmt.Fprintf(w, "%-52s", what)
+		for _, c := range cells {
+			fmt.Fprintf(w, " %10s", c)
+		}
+		fmt.Fprintln(w)
+	}
+	ms := func(d dist) []string {
+		return []string{fmt.Sprintf("%.1f", d.P50), fmt.Sprintf("%.1f", d.P99), fmt.Sprintf("%.1f", d.Max)}
+	}
+	fmt.Fprintln(w)
+	row(fmt.Sprintf("%d cutovers (%d switches, %d reverses), %s apart, ms", len(r.Cutovers), f.Switches, f.Switches, f.Interval), "p50", "p99", "max")
+	row("write pause, as rowlift reports it", ms(r.WritePauseMs)...)
+	row("write pause, as the writers saw it", ms(r.WritersMs)...)
+	row("switch/reverse call (Control API)", ms(r.CallMs)...)
+
+	fmt.Fprintln(w)
+	c := r.Checksum
+	row(fmt.Sprintf("comparison of the %d rows, under the load", c.Rows), "seconds", "rows/s")
+	if r.Verify.Available {
+		v := r.Verify
+		row(fmt.Sprintf("verify (VerifyWorkflow), differences: %d", v.Missing+v.Extra+v.Different),
+			fmt.Sprintf("%.2f", v.WallS), fmt.Sprintf("%.0f", v.RowsPerS))
+	} else {
+		fmt.Fprintln(w, "verify: not available in this build")
+	}
+	row("CHECKSUM TABLE, one server after the other", fmt.Sprintf("%.2f", c.SequentialS), fmt.Sprintf("%.0f", c.SequentialRowsPerS))
+	row("CHECKSUM TABLE, both servers at once", fmt.Sprintf("%.2f", c.ParallelS), fmt.Sprintf("%.0f", c.ParallelRowsPerS))
+
+	fmt.Fprintf(w, "\n%-7s %3s %14s %14s %10s %14s\n", "cutover", "#", "pause, rowlift", "pause, writers", "call", "blocked writes")
+	count := map[string]int{}
+	for _, c := range r.Cutovers {
+		count[c.Direction]++
+		fmt.Fprintf(w, "%-7s %3d %11d ms %11.1f ms %7.1f ms %14d\n", c.Direction, count[c.Direction], c.WritePauseMs, c.WritersMs, c.CallMs, c.BlockedWrites)
+	}
+	fmt.Fprintln(w, "\nwrite pause as rowlift reports it: SwitchResponse.write_pause_ms, from the freeze until the other side could take writes")
+	fmt.Fprintln(w, "as the writers saw it: the longest a write took, first try to commit, among those in flight from the call until they were re-routed")
+	fmt.Fprintln(w, "verify and CHECKSUM TABLE: from the call until the result, rows of the table per second")
+	fmt.Fprintf(w, "identical: %s\n", map[bool]string{true: "yes", false: "NO"}[r.Identical])
+	if r.Differences != "" {
+		fmt.Fprintln(w, r.Differences)
+	}
+	benchkit.PrintLogProblems(w, r.LogProblems)
+	fmt.Fprintln(w, "results written to", f.Out)
+}

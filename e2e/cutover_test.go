@@ -57,6 +57,9 @@ type pairEnv struct {
 	// hookDir holds the files by which a lock cutover's routing hook and the
 	// test hand the writers over.
 	hookDir string
+	// strays counts stray writes: each takes a key of its own, since the
+	// workflow that resumes after the next cutover replays the earlier ones.
+	strays int
 }
 
 // newPairEnv starts everything and a workflow "race" over the race tables

@@ -99,8 +99,10 @@ func (p *pairEnv) strayWrite(direction string) {
 	p.t.Helper()
 	ctx := context.Background()
 	losing, _ := p.sides(direction)
+	p.strays++
+	key := 10*p.keys + p.strays // no writer's, and no earlier stray write's
 	if p.freeze == "lock" {
-		_, err := losing.ExecContext(ctx, fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'stray', NULL)", 10*p.keys))
+		_, err := losing.ExecContext(ctx, fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'stray', NULL)", key))
 		require.Error(p.t, err, "a write into race.ints on the side that lost the writes under a lock freeze")
 		require.Contains(p.t, err.Error(), "doesn't exist")
 		return
@@ -115,7 +117,6 @@ func (p *pairEnv) strayWrite(direction string) {
 	// A lock left in place fails the write rather than hang the test.
 	_, err = conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 10")
 	require.NoError(p.t, err)
-	key := 10 * p.keys // no writer's
 	_, err = conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'stray', NULL)", key))
 	require.NoError(p.t, err, "a write into race.ints on the side that lost the writes")
 	var gtid string

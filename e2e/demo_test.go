@@ -26,8 +26,8 @@ func TestDemo(t *testing.T) {
 }
 
 // TestDemoCutover runs `rowlift demo --cutover`: after the copy and the
-// comparison, the rest of a move under the writer (verify when the build has
-// it, switch, reverse, switch, complete), a write pause for each cutover, and
+// comparison, the rest of a move under the writer (verify, switch, reverse,
+// switch, complete), a write pause for each cutover, and
 // a final comparison that ends the output.
 func TestDemoCutover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -35,7 +35,7 @@ func TestDemoCutover(t *testing.T) {
 	b, err := exec.CommandContext(ctx, rowliftBin, "demo", "--rows", "20000", "--cutover").CombinedOutput()
 	out := string(b)
 	require.NoError(t, err, "demo output:\n%s", out)
-	steps := []string{"identical:       yes", "\nverify: ", "\nswitch: writes go to the target", "\nreverse: writes go to the source",
+	steps := []string{"identical:       yes", "\nverify: ", " rows compared, 0 differences found", "\nswitch: writes go to the target", "\nreverse: writes go to the source",
 		"\nswitch: writes go to the target", "\ncomplete: demo-move_reverse", "\nfinal comparison"}
 	rest := out
 	for _, step := range steps {

@@ -146,10 +146,8 @@ func checksum(ctx context.Context, pool *sql.DB, table string) error {
 	return nil
 }
 
-// verifyResult is the workflow's verify; Available is false when the
-// coordinator has none (it answers Unimplemented).
+// verifyResult is the workflow's verify.
 type verifyResult struct {
-	Available    bool    `json:"available"`
 	RowsCompared int64   `json:"rows_compared,omitempty"`
 	WallS        float64 `json:"wall_s,omitempty"`
 	RowsPerS     float64 `json:"rows_per_s,omitempty"`
@@ -163,14 +161,10 @@ type verifyResult struct {
 func (b *bench) verify(ctx context.Context) (verifyResult, error) {
 	start := time.Now()
 	v, err := controlclient.Verify(ctx, b.control, workflow, verifyPoll)
-	if errors.Is(err, controlclient.ErrVerifyUnavailable) {
-		progress("%v", err)
-		return verifyResult{}, nil
-	}
 	if err != nil {
 		return verifyResult{}, err
 	}
-	r := verifyResult{Available: true, RowsCompared: v.GetRowsCompared(), WallS: time.Since(start).Seconds(),
+	r := verifyResult{RowsCompared: v.GetRowsCompared(), WallS: time.Since(start).Seconds(),
 		Missing: v.GetMissing(), Extra: v.GetExtra(), Different: v.GetDifferent()}
 	r.RowsPerS = float64(r.RowsCompared) / r.WallS
 	progress("verify: %d rows compared in %.2f s, %d differences", r.RowsCompared, r.WallS, r.Missing+r.Extra+r.Different)

@@ -27,15 +27,11 @@ func (d *demo) runCutover(ctx context.Context, control rowliftv1.ControlClient, 
 	var writes atomic.Int64
 	d.startWriter(ctx, &writes)
 	v, err := controlclient.Verify(ctx, control, name, 200*time.Millisecond)
-	switch {
-	case errors.Is(err, controlclient.ErrVerifyUnavailable):
-		d.say("%v", err)
-	case err != nil:
+	if err != nil {
 		return err
-	default:
-		d.say("verify: %s rows compared, %s differences found", formatCount(v.GetRowsCompared()),
-			formatCount(v.GetMissing()+v.GetExtra()+v.GetDifferent()))
 	}
+	d.say("verify: %s rows compared, %s differences found", formatCount(v.GetRowsCompared()),
+		formatCount(v.GetMissing()+v.GetExtra()+v.GetDifferent()))
 	var reverseName string
 	for _, direction := range []string{"switch", "reverse", "switch"} {
 		select {

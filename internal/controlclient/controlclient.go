@@ -5,20 +5,13 @@ package controlclient
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
-
-// ErrVerifyUnavailable is Verify's error when the coordinator has no verify
-// (it answers Unimplemented), so that a caller can skip the step and say so
-// rather than fail.
-var ErrVerifyUnavailable = errors.New("verify: not available in this build")
 
 // WaitRunning watches the workflow, a status every interval, until its copy is
 // done and it replays the binlog (phase RUNNING), and returns that status. It
@@ -54,15 +47,10 @@ func WaitRunning(ctx context.Context, c rowliftv1.ControlClient, name string, in
 
 // Verify starts a verify of the workflow (VerifyWorkflow) and reads its status
 // every interval until the verify is done, and returns the verify's final
-// status: rows compared and the differences found. It returns
-// ErrVerifyUnavailable when the coordinator does not implement verify, and
-// fails when the workflow enters state ERROR before the verify is done.
+// status: rows compared and the differences found. It fails when the workflow enters state ERROR before the verify is done.
 func Verify(ctx context.Context, c rowliftv1.ControlClient, name string, interval time.Duration) (*rowliftv1.VerifyStatus, error) {
 	ref := &rowliftv1.WorkflowRef{Name: name}
 	if _, err := c.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref}); err != nil {
-		if status.Code(err) == codes.Unimplemented {
-			return nil, ErrVerifyUnavailable
-		}
 		return nil, fmt.Errorf("verify workflow %s: %s", name, status.Convert(err).Message())
 	}
 	tick := time.NewTicker(interval)

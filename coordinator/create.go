@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -236,7 +236,7 @@ func checkSpec(spec *rowliftv1.WorkflowSpec) error {
 		if t.GetKeyRange() == "" {
 			continue
 		}
-		if _, _, err := parseKeyRange(t.GetKeyRange()); err != nil {
+		if _, err := keyrange.Parse(t.GetKeyRange()); err != nil {
 			return fmt.Errorf("target %s: %w", t.GetName(), err)
 		}
 		return fmt.Errorf("target %s has key range %q, but resharding is not supported yet: leave key_range empty to move whole tables",
@@ -290,30 +290,4 @@ func unique[T any](what string, items []T, name func(T) string) error {
 		seen[n] = true
 	}
 	return nil
-}
-
-// parseKeyRange parses a Vitess-style key range ("-80", "80-", "40-80", "-"):
-// hexadecimal keyspace ID prefixes, start before end.
-func parseKeyRange(kr string) (start, end []byte, err error) {
-	lo, hi, ok := strings.Cut(kr, "-")
-	if !ok || strings.Contains(hi, "-") {
-		return nil, nil, fmt.Errorf("key range %q: want START-END in hexadecimal, either side empty (\"-80\", \"80-\", \"40-80\")", kr)
-	}
-	if start, err = hex.DecodeString(lo); err != nil {
-		return nil, nil, fmt.Errorf("key range %q: start %q is not an even number of hexadecimal digits", kr, lo)
-	}
-	if end, err = hex.DecodeString(hi); err != nil {
-		return nil, nil, fmt.Errorf("key range %q: end %q is not an even number of hexadecimal digits", kr, hi)
-	}
-	if len(end) > 0 && string(padded(start)) >= string(padded(end)) {
-		return nil, nil, fmt.Errorf("key range %q: start is not below end", kr)
-	}
-	return start, end, nil
-}
-
-// padded extends a keyspace ID prefix to 8 bytes, the width it compares at.
-func padded(b []byte) []byte {
-	out := make([]byte, 8)
-	copy(out, b)
-	return out
 }

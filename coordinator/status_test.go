@@ -125,24 +125,6 @@ func TestBuildStatusOverTargets(t *testing.T) {
 	require.InDelta(t, 90, st.GetEtaSeconds(), 1e-9, "the slower target: 9000 rows at 100 rows/s")
 }
 
-func TestParseKeyRange(t *testing.T) {
-	for _, ok := range []string{"-80", "80-", "40-80", "-", "4000-40ff"} {
-		_, _, err := parseKeyRange(ok)
-		require.NoError(t, err, ok)
-	}
-	for kr, want := range map[string]string{
-		"80":    "want START-END",
-		"8-":    `start "8" is not an even number`,
-		"-zz":   `end "zz" is not an even number`,
-		"80-40": "start is not below end",
-		"80-80": "start is not below end",
-		"1-2-3": "want START-END",
-	} {
-		_, _, err := parseKeyRange(kr)
-		require.ErrorContains(t, err, want, kr)
-	}
-}
-
 func TestVerifyStatusSumsTargetsAndSources(t *testing.T) {
 	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}, {Name: "b"}}}
 	require.Nil(t, verifyStatus(spec, []view{{target: "t1"}}, 100), "never verified")

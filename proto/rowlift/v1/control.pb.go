@@ -1111,9 +1111,13 @@ type TableSpec struct {
 	ShardingColumn string `protobuf:"bytes,3,opt,name=sharding_column,json=shardingColumn,proto3" json:"sharding_column,omitempty"`
 	// Name of the table on the target when it differs from name: a cutover sets
 	// it to the frozen name while the target side's tables are frozen.
-	TargetTable   string `protobuf:"bytes,4,opt,name=target_table,json=targetTable,proto3" json:"target_table,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TargetTable string `protobuf:"bytes,4,opt,name=target_table,json=targetTable,proto3" json:"target_table,omitempty"`
+	// Function that maps sharding_column to a keyspace ID (internal/vindex):
+	// hash (integers, Vitess's hash vindex), xxhash (any type) or numeric.
+	// Empty: hash.
+	ShardingFunction string `protobuf:"bytes,5,opt,name=sharding_function,json=shardingFunction,proto3" json:"sharding_function,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TableSpec) Reset() {
@@ -1170,6 +1174,13 @@ func (x *TableSpec) GetShardingColumn() string {
 func (x *TableSpec) GetTargetTable() string {
 	if x != nil {
 		return x.TargetTable
+	}
+	return ""
+}
+
+func (x *TableSpec) GetShardingFunction() string {
+	if x != nil {
+		return x.ShardingFunction
 	}
 	return ""
 }
@@ -2447,12 +2458,13 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fapplier_address\x18\x02 \x01(\tR\x0eapplierAddress\x12\x1b\n" +
 	"\tkey_range\x18\x03 \x01(\tR\bkeyRange\x128\n" +
-	"\x18reverse_streamer_address\x18\x04 \x01(\tR\x16reverseStreamerAddress\"\x85\x01\n" +
+	"\x18reverse_streamer_address\x18\x04 \x01(\tR\x16reverseStreamerAddress\"\xb2\x01\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12!\n" +
-	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\"\xcb\x04\n" +
+	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\x12+\n" +
+	"\x11sharding_function\x18\x05 \x01(\tR\x10shardingFunction\"\xcb\x04\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +

@@ -423,9 +423,12 @@ type TableRequest struct {
 	Copy *CopyProgress `protobuf:"bytes,4,opt,name=copy,proto3" json:"copy,omitempty"`
 	// Set while the workflow verifies this table: the streamer sends verify chunks
 	// (Chunk.verify) from after last_pk until the table's end. Unset: no verify.
-	Verify        *VerifyProgress `protobuf:"bytes,5,opt,name=verify,proto3" json:"verify,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Verify *VerifyProgress `protobuf:"bytes,5,opt,name=verify,proto3" json:"verify,omitempty"`
+	// Function mapping sharding_column to a keyspace ID (internal/vindex names).
+	// Empty: hash.
+	ShardingFunction string `protobuf:"bytes,6,opt,name=sharding_function,json=shardingFunction,proto3" json:"sharding_function,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TableRequest) Reset() {
@@ -491,6 +494,13 @@ func (x *TableRequest) GetVerify() *VerifyProgress {
 		return x.Verify
 	}
 	return nil
+}
+
+func (x *TableRequest) GetShardingFunction() string {
+	if x != nil {
+		return x.ShardingFunction
+	}
+	return ""
 }
 
 // VerifyProgress is a table's verify state as the target last committed it.
@@ -1845,13 +1855,14 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x06tables\x18\x03 \x03(\v2\x18.rowlift.v1.TableRequestR\x06tables\x121\n" +
 	"\tkey_range\x18\x04 \x01(\v2\x14.rowlift.v1.KeyRangeR\bkeyRange\x123\n" +
 	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\x12\x1a\n" +
-	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\xc7\x01\n" +
+	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\xf4\x01\n" +
 	"\fTableRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12,\n" +
 	"\x04copy\x18\x04 \x01(\v2\x18.rowlift.v1.CopyProgressR\x04copy\x122\n" +
-	"\x06verify\x18\x05 \x01(\v2\x1a.rowlift.v1.VerifyProgressR\x06verify\"f\n" +
+	"\x06verify\x18\x05 \x01(\v2\x1a.rowlift.v1.VerifyProgressR\x06verify\x12+\n" +
+	"\x11sharding_function\x18\x06 \x01(\tR\x10shardingFunction\"f\n" +
 	"\x0eVerifyProgress\x12(\n" +
 	"\alast_pk\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x16\n" +

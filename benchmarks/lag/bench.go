@@ -48,19 +48,15 @@ type bench struct {
 // starts the streamer and applier, and starts the workflow of bench.events.
 func setup(ctx context.Context, cfg config) (b *bench, err error) {
 	b = &bench{cfg: cfg, clkTck: benchkit.ClockTicks()}
-	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-lag-"); err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
+	var bin string
+	if b.tmp, bin, err = benchkit.TempBuild(ctx, "lag", progress); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			b.close()
 		}
 	}()
-	bin, err := benchkit.Build(ctx, b.tmp)
-	if err != nil {
-		return b, err
-	}
-	progress("built %s", bin)
 	if err := b.startServers(ctx); err != nil {
 		return b, err
 	}

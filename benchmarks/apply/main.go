@@ -32,10 +32,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
@@ -67,13 +65,7 @@ func main() {
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.StringVar(&cfg.Out, "out", "benchmarks/results/apply.json", "JSON result path")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, cfg)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "apply benchmark:", err)
-		os.Exit(1)
-	}
+	benchkit.Main("apply", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -117,6 +109,4 @@ func nativeThreads(list string) ([]int, error) {
 }
 
 // progress prints what the benchmark is doing, on stderr so stdout holds only the results.
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "apply benchmark: "+format+"\n", args...)
-}
+var progress = benchkit.Progressf("apply")

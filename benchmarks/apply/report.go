@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -13,10 +12,8 @@ import (
 
 // report is what a run prints and stores as JSON.
 type report struct {
-	Timestamp     string           `json:"timestamp"`
-	Machine       benchkit.Machine `json:"machine"`
-	ServerVersion string           `json:"server_version"`
-	Flags         config           `json:"flags"`
+	benchkit.Header
+	Flags config `json:"flags"`
 	// Backlog is the -k transactions as the source took them from one client.
 	Backlog loadResult `json:"backlog"`
 	Results []result   `json:"results"`
@@ -49,10 +46,8 @@ type result struct {
 
 func (b *bench) newReport() *report {
 	return &report{
-		Timestamp:     time.Now().UTC().Format(time.RFC3339),
-		Machine:       benchkit.MachineInfo(),
-		ServerVersion: b.version,
-		Flags:         b.cfg,
+		Header: benchkit.NewHeader(b.version),
+		Flags:  b.cfg,
 	}
 }
 
@@ -133,7 +128,7 @@ func (r *report) mismatch() error {
 
 func (r *report) print(w io.Writer) {
 	f, bl := r.Flags, r.Backlog
-	fmt.Fprintf(w, "\n%s, nproc=%d, %s\n", r.ServerVersion, r.Machine.NProc, r.Machine.CPU)
+	r.Header.Print(w)
 	fmt.Fprintf(w, "backlog: %d oltp_write_only-like transactions (4 row changes each) on %d tables of %d rows, written by one source connection in %.2f s (%.0f trx/s)\n",
 		bl.Transactions, f.Tables, f.Rows, bl.WallS, bl.PerS)
 	fmt.Fprintf(w, "every server: flush=%d sync_binlog=1 log_bin=ON buffer_pool=%s log_file_size=%s\n\n", f.Flush, f.BufferPool, f.LogFileSize)

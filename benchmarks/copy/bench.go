@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"time"
@@ -14,14 +13,12 @@ import (
 // bench is one benchmark run: the two servers, client pools on them, and what the
 // methods share.
 type bench struct {
-	cfg            config
-	source, target *sandbox.Server
-	srcDB, tgtDB   *sql.DB
-	tmp            string // rowlift binary and process logs
-	rowlift        string // path of the built rowlift binary; empty unless (d) runs
-	clkTck         float64
-	rowBytes       int64  // sum of the value bytes of every row, as text
-	version        string // SELECT VERSION() of the servers
+	cfg config
+	benchkit.Servers
+	tmp      string // rowlift binary and process logs
+	rowlift  string // path of the built rowlift binary; empty unless (d) runs
+	clkTck   float64
+	rowBytes int64 // sum of the value bytes of every row, as text
 }
 
 // method is one way of moving the table. run does its untimed preparation, calls
@@ -57,53 +54,21 @@ func setup(ctx context.Context, cfg config, selected map[string]bool) (b *bench,
 		}
 		progress("built %s", b.rowlift)
 	}
-	if err := b.startServers(ctx); err != nil {
+	if err := b.Start(ctx, cfg.Options(), "", progress); err != nil {
 		return b, err
 	}
 	return b, b.seedSource(ctx)
 }
 
-func (b *bench) startServers(ctx context.Context) error {
-	opts := b.cfg.Options()
-	var err error
-	if b.source, err = sandbox.Start(ctx, opts); err != nil {
-		return fmt.Errorf("start source server: %w", err)
-	}
-	if b.target, err = sandbox.Start(ctx, opts); err != nil {
-		return fmt.Errorf("start target server: %w", err)
-	}
-	if b.srcDB, err = sql.Open("mysql", b.source.DSN("")); err != nil {
-		return fmt.Errorf("open source: %w", err)
-	}
-	if b.tgtDB, err = sql.Open("mysql", b.target.DSN("")); err != nil {
-		return fmt.Errorf("open target: %w", err)
-	}
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&b.version); err != nil {
-		return fmt.Errorf("source version: %w", err)
-	}
-	progress("servers up: source %s, target %s (%s)", b.source.Addr(), b.target.Addr(), b.version)
-	return nil
-}
-
 // close stops the servers and removes the temp dir, or with -keep leaves both and
 // says where they are.
 func (b *bench) close() {
-	for _, db := range []*sql.DB{b.srcDB, b.tgtDB} {
-		if db != nil {
-			db.Close()
-		}
-	}
+	b.ClosePools()
 	if b.cfg.Keep {
 		b.printKept()
 		return
 	}
-	for _, s := range []*sandbox.Server{b.source, b.target} {
-		if s != nil {
-			if err := s.Remove(); err != nil {
-				progress("remove server: %v", err)
-			}
-		}
-	}
+	b.Remove(progress)
 	os.RemoveAll(b.tmp)
 }
 
@@ -111,7 +76,7 @@ func (b *bench) printKept() {
 	for _, s := range []struct {
 		role string
 		srv  *sandbox.Server
-	}{{"source", b.source}, {"target", b.target}} {
+	}{{"source", b.Source}, {"target", b.Target}} {
 		if s.srv != nil {
 			fmt.Printf("kept %s: dsn %s  socket %s  pid %d  dir %s\n", s.role, s.srv.DSN(""), s.srv.Socket, s.srv.Pid(), s.srv.Dir)
 		}
@@ -130,7 +95,7 @@ func (b *bench) runAll(ctx context.Context, selected map[string]bool) (map[strin
 				continue
 			}
 			progress("run %d/%d: %s", round, b.cfg.Runs, mt.name)
-			if err := benchkit.Quiesce(ctx, 0, b.srcDB, b.tgtDB); err != nil {
+			if err := benchkit.Quiesce(ctx, 0, b.SrcDB, b.TgtDB); err != nil {
 				return nil, err
 			}
 			m := &meter{b: b}
@@ -174,10 +139,10 @@ type meter struct {
 
 func (m *meter) start() error {
 	var err error
-	if m.src0, err = benchkit.ServerCPU(m.b.source, m.b.clkTck); err != nil {
+	if m.src0, err = benchkit.ServerCPU(m.b.Source, m.b.clkTck); err != nil {
 		return err
 	}
-	if m.tgt0, err = benchkit.ServerCPU(m.b.target, m.b.clkTck); err != nil {
+	if m.tgt0, err = benchkit.ServerCPU(m.b.Target, m.b.clkTck); err != nil {
 		return err
 	}
 	m.self0 = benchkit.SelfCPU()
@@ -188,11 +153,11 @@ func (m *meter) start() error {
 func (m *meter) stop() error {
 	wall := time.Since(m.t0).Seconds()
 	self := benchkit.SelfCPU()
-	src, err := benchkit.ServerCPU(m.b.source, m.b.clkTck)
+	src, err := benchkit.ServerCPU(m.b.Source, m.b.clkTck)
 	if err != nil {
 		return err
 	}
-	tgt, err := benchkit.ServerCPU(m.b.target, m.b.clkTck)
+	tgt, err := benchkit.ServerCPU(m.b.Target, m.b.clkTck)
 	if err != nil {
 		return err
 	}

@@ -14,9 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
@@ -49,13 +47,7 @@ func main() {
 	if cfg.Out == "" {
 		cfg.Out = fmt.Sprintf("benchmarks/results/copy-%d.json", cfg.Rows)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, cfg)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "copy benchmark:", err)
-		os.Exit(1)
-	}
+	benchkit.Main("copy", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -94,6 +86,4 @@ func selectMethods(list string) (map[string]bool, error) {
 }
 
 // progress prints what the benchmark is doing, on stderr so stdout holds only the results.
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "copy benchmark: "+format+"\n", args...)
-}
+var progress = benchkit.Progressf("copy")

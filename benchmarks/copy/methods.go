@@ -16,7 +16,7 @@ func (b *bench) scan(ctx context.Context, m *meter) error {
 	if err := m.start(); err != nil {
 		return err
 	}
-	rows, err := b.srcDB.QueryContext(ctx, "SELECT id, sig, c FROM "+sourceDB+"."+table+" ORDER BY id, c")
+	rows, err := b.SrcDB.QueryContext(ctx, "SELECT id, sig, c FROM "+sourceDB+"."+table+" ORDER BY id, c")
 	if err != nil {
 		return fmt.Errorf("scan: %w", err)
 	}
@@ -50,13 +50,13 @@ func (b *bench) loadTarget(ctx context.Context, m *meter) error {
 	if err := b.resetTarget(ctx, db); err != nil {
 		return err
 	}
-	if _, err := b.tgtDB.ExecContext(ctx, fmt.Sprintf(benchkit.StressDDL, db)); err != nil {
+	if _, err := b.TgtDB.ExecContext(ctx, fmt.Sprintf(benchkit.StressDDL, db)); err != nil {
 		return fmt.Errorf("create %s.%s: %w", db, table, err)
 	}
 	if err := m.start(); err != nil {
 		return err
 	}
-	if err := benchkit.LoadStress(ctx, b.tgtDB, db, 1, b.cfg.Rows); err != nil {
+	if err := benchkit.LoadStress(ctx, b.TgtDB, db, 1, b.cfg.Rows); err != nil {
 		return err
 	}
 	if err := m.stop(); err != nil {
@@ -83,7 +83,7 @@ func (b *bench) dumpPipe(ctx context.Context, m *meter) error {
 	}
 	script := fmt.Sprintf("set -o pipefail; '%s' --no-defaults -h127.0.0.1 -P%d -uroot --single-transaction --skip-lock-tables %s %s"+
 		" | '%s' --no-defaults -h127.0.0.1 -P%d -uroot %s",
-		dump, b.source.Port, sourceDB, table, client, b.target.Port, db)
+		dump, b.Source.Port, sourceDB, table, client, b.Target.Port, db)
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr

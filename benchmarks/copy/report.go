@@ -5,21 +5,18 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
 
 // report is what a run prints and stores as JSON.
 type report struct {
-	Timestamp     string           `json:"timestamp"`
-	Machine       benchkit.Machine `json:"machine"`
-	ServerVersion string           `json:"server_version"`
-	Flags         config           `json:"flags"`
-	RowBytes      int64            `json:"row_bytes"`
-	Methods       []methodResult   `json:"methods"`
-	Best          ratios           `json:"ratios_best"`
-	Median        ratios           `json:"ratios_median"`
+	benchkit.Header
+	Flags    config         `json:"flags"`
+	RowBytes int64          `json:"row_bytes"`
+	Methods  []methodResult `json:"methods"`
+	Best     ratios         `json:"ratios_best"`
+	Median   ratios         `json:"ratios_median"`
 }
 
 // methodResult is one method's runs; Median is the run of median wall time (the
@@ -40,11 +37,9 @@ type ratios struct {
 
 func (b *bench) report(results map[string][]sample) *report {
 	rep := &report{
-		Timestamp:     time.Now().UTC().Format(time.RFC3339),
-		Machine:       benchkit.MachineInfo(),
-		ServerVersion: b.version,
-		Flags:         b.cfg,
-		RowBytes:      b.rowBytes,
+		Header:   benchkit.NewHeader(b.Version),
+		Flags:    b.cfg,
+		RowBytes: b.rowBytes,
 	}
 	for _, mt := range b.methods() {
 		runs := results[mt.key]
@@ -87,7 +82,7 @@ func (r *report) ratios(pick func(methodResult) sample) ratios {
 
 func (r *report) print(w io.Writer) {
 	f := r.Flags
-	fmt.Fprintf(w, "\n%s, nproc=%d, %s\n", r.ServerVersion, r.Machine.NProc, r.Machine.CPU)
+	r.Header.Print(w)
 	fmt.Fprintf(w, "rows=%d  row bytes≈%.1f MB  chunk_rows=%s packet=%s workers=%s flush=%d  buffer_pool=%s log_file_size=%s\n",
 		f.Rows, float64(r.RowBytes)/1e6, orDefault(f.ChunkRows), orDefault(f.PacketBytes), orDefault(int64(f.Workers)),
 		f.Flush, f.BufferPool, f.LogFileSize)

@@ -24,7 +24,7 @@ func (b *bench) copyRowlift(ctx context.Context, m *meter) error {
 	if err := b.resetTarget(ctx, db); err != nil {
 		return err
 	}
-	store, err := state.Open(ctx, b.tgtDB)
+	store, err := state.Open(ctx, b.TgtDB)
 	if err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func (b *bench) copyRowlift(ctx context.Context, m *meter) error {
 		return err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	streamer, applier, err := benchkit.StartRoles(ctx, b.rowlift, b.tmp, addr, b.source.DSN(""), b.target.DSN(""))
+	streamer, applier, err := benchkit.StartRoles(ctx, b.rowlift, b.tmp, addr, b.Source.DSN(""), b.Target.DSN(""))
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ var targetDBs = []string{"bench_load", "bench_dump", "bench_rowlift"}
 // seedSource creates and loads the source table.
 func (b *bench) seedSource(ctx context.Context) error {
 	start := time.Now()
-	if err := benchkit.SeedStress(ctx, b.srcDB, sourceDB, b.cfg.Rows); err != nil {
+	if err := benchkit.SeedStress(ctx, b.SrcDB, sourceDB, b.cfg.Rows); err != nil {
 		return fmt.Errorf("seed source: %w", err)
 	}
 	progress("loaded %d rows (%.1f MB of values) into the source in %.1f s",
@@ -30,18 +30,18 @@ func (b *bench) seedSource(ctx context.Context) error {
 
 // checkCount fails unless db.stress_test_pk on the target holds exactly want rows.
 func (b *bench) checkCount(ctx context.Context, db string, want int64) error {
-	return benchkit.CheckCount(ctx, b.tgtDB, db+"."+table, want)
+	return benchkit.CheckCount(ctx, b.TgtDB, db+"."+table, want)
 }
 
 // resetTarget drops every method's copy on the target, so each method starts from
 // an empty server holding only its own database, and creates db.
 func (b *bench) resetTarget(ctx context.Context, db string) error {
 	for _, name := range targetDBs {
-		if _, err := b.tgtDB.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+		if _, err := b.TgtDB.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
 			return fmt.Errorf("reset target: %w", err)
 		}
 	}
-	if _, err := b.tgtDB.ExecContext(ctx, "CREATE DATABASE "+db); err != nil {
+	if _, err := b.TgtDB.ExecContext(ctx, "CREATE DATABASE "+db); err != nil {
 		return fmt.Errorf("reset target: %w", err)
 	}
 	return nil

@@ -39,9 +39,8 @@ const (
 // bench is one run: the two servers, client pools on them, the rowlift
 // processes, and a Control API client of the coordinator.
 type bench struct {
-	cfg            config
-	source, target *sandbox.Server
-	srcDB, tgtDB   *sql.DB
+	cfg config
+	benchkit.Servers
 	// tgtStore reads the forward workflow's positions on the target.
 	tgtStore *state.Store
 	procs    []*benchkit.Proc
@@ -51,7 +50,6 @@ type bench struct {
 	control rowliftv1.ControlClient
 	spec    *rowliftv1.WorkflowSpec
 	tmp     string // rowlift binary and process logs
-	version string // SELECT VERSION() of the servers
 }
 
 // setup builds rowlift, starts both servers, seeds the source, starts the five
@@ -59,24 +57,20 @@ type bench struct {
 // coordinator.
 func setup(ctx context.Context, cfg config) (b *bench, err error) {
 	b = &bench{cfg: cfg}
-	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-cutover-"); err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
+	var bin string
+	if b.tmp, bin, err = benchkit.TempBuild(ctx, "cutover", progress); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			b.close()
 		}
 	}()
-	bin, err := benchkit.Build(ctx, b.tmp)
-	if err != nil {
-		return b, err
-	}
-	progress("built %s", bin)
 	if err := b.startServers(ctx); err != nil {
 		return b, err
 	}
 	start := time.Now()
-	if err := benchkit.SeedStress(ctx, b.srcDB, db, cfg.Rows); err != nil {
+	if err := benchkit.SeedStress(ctx, b.SrcDB, db, cfg.Rows); err != nil {
 		return b, fmt.Errorf("seed source: %w", err)
 	}
 	progress("loaded %d rows into the source in %.1f s", cfg.Rows, time.Since(start).Seconds())
@@ -90,32 +84,17 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 }
 
 func (b *bench) startServers(ctx context.Context) error {
-	opts := b.cfg.Options()
-	var err error
-	if b.source, err = sandbox.Start(ctx, opts); err != nil {
-		return fmt.Errorf("start source server: %w", err)
-	}
-	if b.target, err = sandbox.Start(ctx, opts); err != nil {
-		return fmt.Errorf("start target server: %w", err)
-	}
 	// One round trip per statement, as an application's driver would take.
-	const params = "?interpolateParams=true"
-	if b.srcDB, err = sql.Open("mysql", b.source.DSN("")+params); err != nil {
-		return fmt.Errorf("open source: %w", err)
+	if err := b.Start(ctx, b.cfg.Options(), "?interpolateParams=true", progress); err != nil {
+		return err
 	}
-	if b.tgtDB, err = sql.Open("mysql", b.target.DSN("")+params); err != nil {
-		return fmt.Errorf("open target: %w", err)
-	}
-	for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
+	for _, pool := range []*sql.DB{b.SrcDB, b.TgtDB} {
 		pool.SetMaxIdleConns(b.cfg.Writers + 2)
 	}
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&b.version); err != nil {
-		return fmt.Errorf("source version: %w", err)
-	}
-	if b.tgtStore, err = state.Open(ctx, b.tgtDB); err != nil {
+	var err error
+	if b.tgtStore, err = state.Open(ctx, b.TgtDB); err != nil {
 		return fmt.Errorf("target state: %w", err)
 	}
-	progress("servers up: source %s, target %s (%s)", b.source.Addr(), b.target.Addr(), b.version)
 	return nil
 }
 
@@ -137,8 +116,8 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 		addr     string
 		from, to *sandbox.Server
 	}{
-		{"forward", fwdAddr, b.source, b.target},
-		{"reverse", revAddr, b.target, b.source},
+		{"forward", fwdAddr, b.Source, b.Target},
+		{"reverse", revAddr, b.Target, b.Source},
 	} {
 		dir := filepath.Join(b.tmp, pair.name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -155,7 +134,7 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 		}
 		b.add(pair.name+" applier", ap)
 	}
-	co, err := benchkit.StartCoordinator(ctx, bin, b.tmp, coordAddr, map[string]string{targetName: b.target.DSN(""), originName: b.source.DSN("")})
+	co, err := benchkit.StartCoordinator(ctx, bin, b.tmp, coordAddr, map[string]string{targetName: b.Target.DSN(""), originName: b.Source.DSN("")})
 	if err != nil {
 		return err
 	}
@@ -236,17 +215,7 @@ func (b *bench) close() {
 	if err := errors.Join(errs...); err != nil {
 		progress("%v", err)
 	}
-	for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
-		if pool != nil {
-			pool.Close()
-		}
-	}
-	for _, s := range []*sandbox.Server{b.source, b.target} {
-		if s != nil {
-			if err := s.Remove(); err != nil {
-				progress("remove server: %v", err)
-			}
-		}
-	}
+	b.ClosePools()
+	b.Remove(progress)
 	os.RemoveAll(b.tmp)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
@@ -28,21 +27,14 @@ type write struct {
 }
 
 // load is single-row autocommit transactions on the moved table at a fixed
-// rate, spread over writers that share one schedule: the n-th write is due at
-// start + n/rate, and a late one goes at once, so a stall is made up for. Each
-// write goes wherever route points at the time, as an application's would
-// after it is re-routed, and is tried again until it commits when it meets
-// the table frozen ("doesn't exist") or locked.
+// rate, on benchkit.Load's shared schedule. Each write goes wherever route
+// points at the time, as an application's would after it is re-routed, and is
+// tried again until it commits when it meets the table frozen ("doesn't
+// exist") or locked.
 type load struct {
+	*benchkit.Load
 	b     *bench
-	rate  float64
-	start time.Time
-	seq   atomic.Int64
 	route atomic.Pointer[sql.DB]
-	stop  chan struct{}
-	g     *errgroup.Group
-	// ctx ends when the load fails (or the run is cancelled).
-	ctx context.Context
 
 	mu     sync.Mutex
 	writes []write
@@ -50,48 +42,28 @@ type load struct {
 
 // startLoad starts the writers on the source.
 func (b *bench) startLoad(ctx context.Context) *load {
-	l := &load{b: b, rate: b.cfg.Rate, start: time.Now(), stop: make(chan struct{})}
-	l.route.Store(b.srcDB)
-	l.g, l.ctx = errgroup.WithContext(ctx)
-	for i := range b.cfg.Writers {
-		rng := rand.New(rand.NewPCG(1, uint64(i)))
-		l.g.Go(func() error { return l.write(l.ctx, rng) })
-	}
+	l := &load{b: b}
+	l.route.Store(b.SrcDB)
+	l.Load = benchkit.StartLoad(ctx, b.cfg.Rate, b.cfg.Writers, func(ctx context.Context, i int, w *benchkit.Writer) error {
+		return l.write(ctx, rand.New(rand.NewPCG(1, uint64(i))), w)
+	})
 	return l
-}
-
-// hold lets the load run for d; it fails when the load does.
-func (l *load) hold(d time.Duration) error {
-	select {
-	case <-l.ctx.Done():
-		return fmt.Errorf("load: %w", context.Cause(l.ctx))
-	case <-time.After(d):
-		return nil
-	}
 }
 
 // finish stops the writers and returns every write, in the order they committed.
 func (l *load) finish() ([]write, error) {
-	close(l.stop)
-	if err := l.g.Wait(); err != nil {
-		return nil, fmt.Errorf("load: %w", err)
+	if err := l.Finish(); err != nil {
+		return nil, err
 	}
 	return l.writes, nil
 }
 
 // write runs writes by the schedule until the load stops.
-func (l *load) write(ctx context.Context, rng *rand.Rand) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+func (l *load) write(ctx context.Context, rng *rand.Rand, wr *benchkit.Writer) error {
 	for {
-		n := l.seq.Add(1) - 1
-		timer.Reset(time.Until(l.start.Add(time.Duration(float64(n) / l.rate * float64(time.Second)))))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.stop:
-			return nil
-		case <-timer.C:
+		n, ok, err := wr.Next(ctx)
+		if !ok {
+			return err
 		}
 		q, args := l.statement(n, rng)
 		w := write{startUS: time.Now().UnixMicro()}
@@ -104,13 +76,9 @@ func (l *load) write(ctx context.Context, rng *rand.Rand) error {
 				return fmt.Errorf("write %d (%s): %w", n, q, err)
 			}
 			w.retries++
-			timer.Reset(retryPause)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-l.stop:
-				return nil // the load stops between cutovers: nothing blocks then
-			case <-timer.C:
+			// The load stops between cutovers: nothing blocks then.
+			if ok, err := wr.Pause(ctx, retryPause); !ok {
+				return err
 			}
 		}
 		w.endUS = time.Now().UnixMicro()

@@ -34,8 +34,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
@@ -62,13 +60,7 @@ func main() {
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.StringVar(&cfg.Out, "out", "benchmarks/results/cutover.json", "JSON result path")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, cfg)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cutover benchmark:", err)
-		os.Exit(1)
-	}
+	benchkit.Main("cutover", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -95,6 +87,4 @@ func run(ctx context.Context, cfg config) error {
 }
 
 // progress prints what the benchmark is doing, on stderr so stdout holds only the results.
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "cutover benchmark: "+format+"\n", args...)
-}
+var progress = benchkit.Progressf("cutover")

@@ -57,19 +57,19 @@ func (b *bench) measureAll(ctx context.Context) (*report, error) {
 
 // underLoad runs every measurement that needs the load, in the load's context.
 func (b *bench) underLoad(l *load, rep *report) error {
-	if err := l.hold(warmup); err != nil {
+	if err := l.Hold(warmup); err != nil {
 		return err
 	}
 	var err error
-	if rep.Checksum, err = b.checksums(l.ctx); err != nil {
+	if rep.Checksum, err = b.checksums(l.Context()); err != nil {
 		return err
 	}
-	if rep.Verify, err = b.verify(l.ctx); err != nil {
+	if rep.Verify, err = b.verify(l.Context()); err != nil {
 		return err
 	}
 	for i := range b.cfg.Switches {
 		for _, direction := range []string{"switch", "reverse"} {
-			if err := l.hold(b.cfg.Interval); err != nil {
+			if err := l.Hold(b.cfg.Interval); err != nil {
 				return err
 			}
 			c, err := b.cutover(l, direction)
@@ -81,7 +81,7 @@ func (b *bench) underLoad(l *load, rep *report) error {
 		}
 	}
 	// The writes after the last reverse flow to the target before the load stops.
-	return l.hold(b.cfg.Interval)
+	return l.Hold(b.cfg.Interval)
 }
 
 // checksumResult is the baseline: CHECKSUM TABLE of the moved table on both
@@ -98,12 +98,12 @@ type checksumResult struct {
 func (b *bench) checksums(ctx context.Context) (checksumResult, error) {
 	var r checksumResult
 	table := db + "." + benchkit.StressTable
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&r.Rows); err != nil {
+	if err := b.SrcDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&r.Rows); err != nil {
 		return r, fmt.Errorf("count %s: %w", table, err)
 	}
 	progress("baseline: CHECKSUM TABLE of %d rows on both servers, one after the other, then both at once", r.Rows)
 	sequential := func() error {
-		for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
+		for _, pool := range []*sql.DB{b.SrcDB, b.TgtDB} {
 			if err := checksum(ctx, pool, table); err != nil {
 				return err
 			}
@@ -122,7 +122,7 @@ func (b *bench) checksums(ctx context.Context) (checksumResult, error) {
 	r.SequentialS = time.Since(start).Seconds()
 	start = time.Now()
 	g, gctx := errgroup.WithContext(ctx)
-	for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
+	for _, pool := range []*sql.DB{b.SrcDB, b.TgtDB} {
 		g.Go(func() error { return checksum(gctx, pool, table) })
 	}
 	if err := g.Wait(); err != nil {
@@ -193,11 +193,11 @@ type cutoverResult struct {
 // cutover runs a switch or a reverse through the Control API and re-routes the
 // load to the side that takes the writes once it returns.
 func (b *bench) cutover(l *load, direction string) (cutoverResult, error) {
-	rpc, to := b.control.SwitchWorkflow, b.tgtDB
+	rpc, to := b.control.SwitchWorkflow, b.TgtDB
 	if direction == "reverse" {
-		rpc, to = b.control.ReverseWorkflow, b.srcDB
+		rpc, to = b.control.ReverseWorkflow, b.SrcDB
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(l.Context(), callTimeout)
 	defer cancel()
 	c := cutoverResult{Direction: direction}
 	start := time.Now()
@@ -262,7 +262,7 @@ func summarizeLoad(writes []write, rate float64, wall time.Duration) loadResult 
 // target's frozen table), then compares the two tables row by row.
 func (b *bench) final(ctx context.Context, rep *report) error {
 	var pos string
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	if err := b.SrcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		return fmt.Errorf("source position: %w", err)
 	}
 	progress("load stopped; waiting for the target to apply up to %s", pos)
@@ -275,7 +275,7 @@ func (b *bench) final(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
-	res, err := verify.Table(ctx, b.srcDB, b.tgtDB, db, db, benchkit.StressTable, verify.Options{TargetTable: fz})
+	res, err := verify.Table(ctx, b.SrcDB, b.TgtDB, db, db, benchkit.StressTable, verify.Options{TargetTable: fz})
 	if err != nil {
 		return err
 	}

@@ -4,18 +4,15 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
 
 // report is what a run prints and stores as JSON.
 type report struct {
-	Timestamp     string           `json:"timestamp"`
-	Machine       benchkit.Machine `json:"machine"`
-	ServerVersion string           `json:"server_version"`
-	Flags         flags            `json:"flags"`
-	Load          loadResult       `json:"load"`
+	benchkit.Header
+	Flags flags      `json:"flags"`
+	Load  loadResult `json:"load"`
 	// Checksum is the baseline and Verify the workflow's verify, both under
 	// the load, before the cutovers.
 	Checksum checksumResult  `json:"checksum_table"`
@@ -57,10 +54,8 @@ func distOf(values []float64) dist {
 
 func (b *bench) newReport() *report {
 	return &report{
-		Timestamp:     time.Now().UTC().Format(time.RFC3339),
-		Machine:       benchkit.MachineInfo(),
-		ServerVersion: b.version,
-		Flags:         flags{config: b.cfg, Interval: b.cfg.Interval.String()},
+		Header: benchkit.NewHeader(b.Version),
+		Flags:  flags{config: b.cfg, Interval: b.cfg.Interval.String()},
 	}
 }
 
@@ -77,7 +72,7 @@ func (r *report) summarize() {
 
 func (r *report) print(w io.Writer) {
 	f, l := r.Flags, r.Load
-	fmt.Fprintf(w, "\n%s, nproc=%d, %s\n", r.ServerVersion, r.Machine.NProc, r.Machine.CPU)
+	r.Header.Print(w)
 	fmt.Fprintf(w, "moved table: %s.%s, %d rows; every server: flush=%d buffer_pool=%s log_file_size=%s\n",
 		db, benchkit.StressTable, f.Rows, f.Flush, f.BufferPool, f.LogFileSize)
 	fmt.Fprintf(w, "load: single-row UPDATE/INSERT/DELETE autocommit transactions at %.0f/s over %d connections, routed to the side that takes writes;\n"+

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -35,15 +34,13 @@ const (
 // bench is one run: the two servers, client pools on them, the rowlift processes
 // between them, and the commit times of every row the load wrote.
 type bench struct {
-	cfg               config
-	source, target    *sandbox.Server
-	srcDB, tgtDB      *sql.DB
+	cfg config
+	benchkit.Servers
 	store             *state.Store
 	streamer, applier *benchkit.Proc
 	streamerAddr      string
 	tmp               string // rowlift binary and process logs
 	clkTck            float64
-	version           string // SELECT VERSION() of the servers
 	commits           commits
 }
 
@@ -51,19 +48,15 @@ type bench struct {
 // starts the streamer and applier, and starts the workflow of bench.events.
 func setup(ctx context.Context, cfg config) (b *bench, err error) {
 	b = &bench{cfg: cfg, clkTck: benchkit.ClockTicks()}
-	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-lag-"); err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
+	var bin string
+	if b.tmp, bin, err = benchkit.TempBuild(ctx, "lag", progress); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			b.close()
 		}
 	}()
-	bin, err := benchkit.Build(ctx, b.tmp)
-	if err != nil {
-		return b, err
-	}
-	progress("built %s", bin)
 	if err := b.startServers(ctx); err != nil {
 		return b, err
 	}
@@ -75,7 +68,7 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 		return b, err
 	}
 	b.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if b.streamer, b.applier, err = benchkit.StartRoles(ctx, bin, b.tmp, b.streamerAddr, b.source.DSN(""), b.target.DSN("")); err != nil {
+	if b.streamer, b.applier, err = benchkit.StartRoles(ctx, bin, b.tmp, b.streamerAddr, b.Source.DSN(""), b.Target.DSN("")); err != nil {
 		return b, err
 	}
 	if err := b.startLagWorkflow(ctx); err != nil {
@@ -85,40 +78,23 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 }
 
 func (b *bench) startServers(ctx context.Context) error {
-	opts := b.cfg.Options()
-	var err error
-	if b.source, err = sandbox.Start(ctx, opts); err != nil {
-		return fmt.Errorf("start source server: %w", err)
-	}
-	if b.target, err = sandbox.Start(ctx, opts); err != nil {
-		return fmt.Errorf("start target server: %w", err)
-	}
 	// One round trip per statement, as the applier's own statements take.
-	const params = "?interpolateParams=true"
-	if b.srcDB, err = sql.Open("mysql", b.source.DSN("")+params); err != nil {
-		return fmt.Errorf("open source: %w", err)
-	}
-	b.srcDB.SetMaxIdleConns(b.cfg.Writers + 2)
-	if b.tgtDB, err = sql.Open("mysql", b.target.DSN("")+params); err != nil {
-		return fmt.Errorf("open target: %w", err)
-	}
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&b.version); err != nil {
-		return fmt.Errorf("source version: %w", err)
-	}
-	if b.store, err = state.Open(ctx, b.tgtDB); err != nil {
+	if err := b.Start(ctx, b.cfg.Options(), "?interpolateParams=true", progress); err != nil {
 		return err
 	}
-	progress("servers up: source %s, target %s (%s)", b.source.Addr(), b.target.Addr(), b.version)
-	return nil
+	b.SrcDB.SetMaxIdleConns(b.cfg.Writers + 2)
+	var err error
+	b.store, err = state.Open(ctx, b.TgtDB)
+	return err
 }
 
 // seed loads the table to copy, unlogged, and creates the empty events table.
 func (b *bench) seed(ctx context.Context) error {
 	start := time.Now()
-	if err := benchkit.SeedStress(ctx, b.srcDB, db, b.cfg.Rows); err != nil {
+	if err := benchkit.SeedStress(ctx, b.SrcDB, db, b.cfg.Rows); err != nil {
 		return fmt.Errorf("seed source: %w", err)
 	}
-	if _, err := b.srcDB.ExecContext(ctx, fmt.Sprintf(eventsDDL, db)); err != nil {
+	if _, err := b.SrcDB.ExecContext(ctx, fmt.Sprintf(eventsDDL, db)); err != nil {
 		return fmt.Errorf("create %s.events: %w", db, err)
 	}
 	progress("loaded %d rows into the source in %.1f s", b.cfg.Rows, time.Since(start).Seconds())
@@ -164,7 +140,7 @@ func (b *bench) lagState(ctx context.Context) (*state.Workflow, error) {
 // logged, then checks that bench.events holds the same number of rows on both.
 func (b *bench) waitCaughtUp(ctx context.Context) error {
 	var pos string
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	if err := b.SrcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		return fmt.Errorf("source position: %w", err)
 	}
 	want, err := gomysql.ParseMariadbGTIDSet(pos)
@@ -186,10 +162,10 @@ func (b *bench) waitCaughtUp(ctx context.Context) error {
 		return err
 	}
 	var rows int64
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+db+".events").Scan(&rows); err != nil {
+	if err := b.SrcDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+db+".events").Scan(&rows); err != nil {
 		return fmt.Errorf("count source events: %w", err)
 	}
-	return benchkit.CheckCount(ctx, b.tgtDB, db+".events", rows)
+	return benchkit.CheckCount(ctx, b.TgtDB, db+".events", rows)
 }
 
 // poll checks cond every 50ms until it holds, fails, or waitTimeout passes.
@@ -239,18 +215,8 @@ func (b *bench) close() {
 			}
 		}
 	}
-	for _, pool := range []*sql.DB{b.srcDB, b.tgtDB} {
-		if pool != nil {
-			pool.Close()
-		}
-	}
-	for _, s := range []*sandbox.Server{b.source, b.target} {
-		if s != nil {
-			if err := s.Remove(); err != nil {
-				progress("remove server: %v", err)
-			}
-		}
-	}
+	b.ClosePools()
+	b.Remove(progress)
 	os.RemoveAll(b.tmp)
 }
 
@@ -268,8 +234,8 @@ func (b *bench) cpuNow() (cpuUse, error) {
 	var errs [4]error
 	c.Streamer, errs[0] = b.streamer.CPU(b.clkTck)
 	c.Applier, errs[1] = b.applier.CPU(b.clkTck)
-	c.Source, errs[2] = benchkit.ServerCPU(b.source, b.clkTck)
-	c.Target, errs[3] = benchkit.ServerCPU(b.target, b.clkTck)
+	c.Source, errs[2] = benchkit.ServerCPU(b.Source, b.clkTck)
+	c.Target, errs[3] = benchkit.ServerCPU(b.Target, b.clkTck)
 	c.Bench = benchkit.SelfCPU()
 	return c, errors.Join(errs[:]...)
 }

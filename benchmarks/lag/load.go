@@ -8,10 +8,9 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
 
 const (
@@ -81,84 +80,47 @@ type lagSample struct {
 }
 
 // load is single-row INSERT autocommit transactions into bench.events on the
-// source at a fixed rate, spread over writers that share one schedule: the n-th
-// write is due at start + n/rate. A write that is late (its writer was busy)
-// goes at once, so a stall is made up for rather than lowering the rate, as
-// with a ticker, which drops the ticks a slow receiver misses. Beside it, the
+// source at a fixed rate, on benchkit.Load's shared schedule. Beside it, the
 // probe reads what the target has applied every probeInterval.
 type load struct {
-	b     *bench
-	rate  float64
-	start time.Time
-	seq   atomic.Int64
-	stop  chan struct{}
-	g     *errgroup.Group
-	// ctx ends when the load fails (or the run is cancelled).
-	ctx     context.Context
-	samples []lagSample // the probe's; read after g.Wait
+	*benchkit.Load
+	b       *bench
+	samples []lagSample // the probe's; read after Finish
 }
 
 func (b *bench) startLoad(ctx context.Context, rate float64) (*load, error) {
-	probe, err := b.tgtDB.Conn(ctx)
+	probe, err := b.TgtDB.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("probe connection: %w", err)
 	}
-	l := &load{b: b, rate: rate, start: time.Now(), stop: make(chan struct{})}
-	l.g, l.ctx = errgroup.WithContext(ctx)
-	for range b.cfg.Writers {
-		l.g.Go(func() error { return l.write(l.ctx) })
-	}
-	l.g.Go(func() error {
+	l := &load{b: b}
+	l.Load = benchkit.StartLoad(ctx, rate, b.cfg.Writers, func(ctx context.Context, _ int, w *benchkit.Writer) error {
+		return l.write(ctx, w)
+	})
+	l.Go(func(ctx context.Context, stop <-chan struct{}) error {
 		defer probe.Close()
-		return l.probe(l.ctx, probe)
+		return l.probe(ctx, stop, probe)
 	})
 	return l, nil
 }
 
-// hold lets the load run for d; it fails when the load does.
-func (l *load) hold(d time.Duration) error {
-	select {
-	case <-l.ctx.Done():
-		return fmt.Errorf("load: %w", context.Cause(l.ctx))
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // finish stops the writers and the probe and returns the probe's samples.
 func (l *load) finish() ([]lagSample, error) {
-	close(l.stop)
-	if err := l.g.Wait(); err != nil {
-		return nil, fmt.Errorf("load: %w", err)
+	if err := l.Finish(); err != nil {
+		return nil, err
 	}
 	return l.samples, nil
 }
 
-func (l *load) stopped() bool {
-	select {
-	case <-l.stop:
-		return true
-	default:
-		return false
-	}
-}
-
 // write runs writes by the schedule until the load stops.
-func (l *load) write(ctx context.Context) error {
+func (l *load) write(ctx context.Context, w *benchkit.Writer) error {
 	q := fmt.Sprintf(insertEvent, db)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for !l.stopped() {
-		n := l.seq.Add(1) - 1
-		timer.Reset(time.Until(l.start.Add(time.Duration(float64(n) / l.rate * float64(time.Second)))))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.stop:
-			return nil
-		case <-timer.C:
+	for {
+		n, ok, err := w.Next(ctx)
+		if !ok {
+			return err
 		}
-		res, err := l.b.srcDB.ExecContext(ctx, q, time.Now().UnixMicro(), payload(n))
+		res, err := l.b.SrcDB.ExecContext(ctx, q, time.Now().UnixMicro(), payload(n))
 		if err != nil {
 			return fmt.Errorf("write %d: %w", n, err)
 		}
@@ -169,11 +131,10 @@ func (l *load) write(ctx context.Context) error {
 		}
 		l.b.commits.add(id, ack)
 	}
-	return nil
 }
 
 // probe samples the lag every probeInterval until the load stops.
-func (l *load) probe(ctx context.Context, conn *sql.Conn) error {
+func (l *load) probe(ctx context.Context, stop <-chan struct{}, conn *sql.Conn) error {
 	q := "SELECT COALESCE(MAX(id), 0) FROM " + db + ".events"
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
@@ -181,7 +142,7 @@ func (l *load) probe(ctx context.Context, conn *sql.Conn) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-l.stop:
+		case <-stop:
 			return nil
 		case <-tick.C:
 		}

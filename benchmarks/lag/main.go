@@ -23,8 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
@@ -49,13 +47,7 @@ func main() {
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.StringVar(&cfg.Out, "out", "benchmarks/results/lag.json", "JSON result path")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, cfg)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lag benchmark:", err)
-		os.Exit(1)
-	}
+	benchkit.Main("lag", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -98,6 +90,4 @@ func (b *bench) measureAll(ctx context.Context) (*report, error) {
 }
 
 // progress prints what the benchmark is doing, on stderr so stdout holds only the results.
-func progress(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "lag benchmark: "+format+"\n", args...)
-}
+var progress = benchkit.Progressf("lag")

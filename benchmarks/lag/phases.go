@@ -32,11 +32,11 @@ func (b *bench) measureCapacity(ctx context.Context) (capacity, error) {
 		return capacity{}, err
 	}
 	for _, q := range []string{"CREATE DATABASE " + capacityDB, fmt.Sprintf(eventsDDL, capacityDB)} {
-		if _, err := b.tgtDB.ExecContext(ctx, q); err != nil {
+		if _, err := b.TgtDB.ExecContext(ctx, q); err != nil {
 			return capacity{}, fmt.Errorf("baseline: %s: %w", q, err)
 		}
 	}
-	conn, err := b.tgtDB.Conn(ctx)
+	conn, err := b.TgtDB.Conn(ctx)
 	if err != nil {
 		return capacity{}, fmt.Errorf("baseline: %w", err)
 	}
@@ -51,7 +51,7 @@ func (b *bench) measureCapacity(ctx context.Context) (capacity, error) {
 	}
 	c.WallS = time.Since(start).Seconds()
 	c.PerS = float64(c.Transactions) / c.WallS
-	if _, err := b.tgtDB.ExecContext(ctx, "DROP DATABASE "+capacityDB); err != nil {
+	if _, err := b.TgtDB.ExecContext(ctx, "DROP DATABASE "+capacityDB); err != nil {
 		return capacity{}, fmt.Errorf("baseline: drop %s: %w", capacityDB, err)
 	}
 	progress("  R = %.0f transactions/s", c.PerS)
@@ -62,7 +62,7 @@ func (b *bench) measureCapacity(ctx context.Context) (capacity, error) {
 // workflow of bench.events keeps a few pages dirty with its position.
 func (b *bench) quiesce(ctx context.Context) error {
 	const maxDirty = 32
-	return benchkit.Quiesce(ctx, maxDirty, b.srcDB, b.tgtDB)
+	return benchkit.Quiesce(ctx, maxDirty, b.SrcDB, b.TgtDB)
 }
 
 // span is a measured interval and the CPU used in it.
@@ -98,7 +98,7 @@ func (b *bench) withLoad(ctx context.Context, rate float64, fn func(*load) (span
 		return window{}, err
 	}
 	var s span
-	if err = l.hold(warmup); err == nil {
+	if err = l.Hold(warmup); err == nil {
 		s, err = fn(l)
 	}
 	samples, lerr := l.finish()
@@ -118,7 +118,7 @@ func (b *bench) steady(ctx context.Context, rate float64) (window, error) {
 		return window{}, err
 	}
 	w, err := b.withLoad(ctx, rate, func(l *load) (span, error) {
-		return b.measure(l.ctx, func(context.Context) error { return l.hold(b.cfg.Duration) })
+		return b.measure(l.Context(), func(context.Context) error { return l.Hold(b.cfg.Duration) })
 	})
 	if err != nil {
 		return window{}, fmt.Errorf("steady load: %w", err)
@@ -162,7 +162,7 @@ func (b *bench) copies(ctx context.Context, rate float64) (copyResult, error) {
 		return r, err
 	}
 	if r.Load, err = b.withLoad(ctx, rate, func(l *load) (span, error) {
-		return b.timedCopy(l.ctx, "copy-loaded")
+		return b.timedCopy(l.Context(), "copy-loaded")
 	}); err != nil {
 		return r, fmt.Errorf("loaded copy: %w", err)
 	}
@@ -188,7 +188,7 @@ func (b *bench) timedCopy(ctx context.Context, name string) (span, error) {
 	if err != nil {
 		return span{}, err
 	}
-	return s, benchkit.CheckCount(ctx, b.tgtDB, db+"."+benchkit.StressTable, b.cfg.Rows)
+	return s, benchkit.CheckCount(ctx, b.TgtDB, db+"."+benchkit.StressTable, b.cfg.Rows)
 }
 
 // dropCopy deletes a copy's workflow, gives the applier time to stop its stream,
@@ -202,7 +202,7 @@ func (b *bench) dropCopy(ctx context.Context, name string) error {
 		return ctx.Err()
 	case <-time.After(5 * benchkit.PollInterval):
 	}
-	if _, err := b.tgtDB.ExecContext(ctx, "DROP TABLE "+db+"."+benchkit.StressTable); err != nil {
+	if _, err := b.TgtDB.ExecContext(ctx, "DROP TABLE "+db+"."+benchkit.StressTable); err != nil {
 		return fmt.Errorf("drop the idle copy: %w", err)
 	}
 	return nil

@@ -3,17 +3,14 @@ package main
 import (
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
 
 // report is what a run prints and stores as JSON.
 type report struct {
-	Timestamp     string           `json:"timestamp"`
-	Machine       benchkit.Machine `json:"machine"`
-	ServerVersion string           `json:"server_version"`
-	Flags         flags            `json:"flags"`
+	benchkit.Header
+	Flags flags `json:"flags"`
 	// Rate is the load's transactions/s; RateFrom says where it came from: "R/2"
 	// or "-rate".
 	Rate     float64    `json:"rate_per_s"`
@@ -33,17 +30,15 @@ type flags struct {
 
 func (b *bench) newReport() *report {
 	return &report{
-		Timestamp:     time.Now().UTC().Format(time.RFC3339),
-		Machine:       benchkit.MachineInfo(),
-		ServerVersion: b.version,
-		Flags:         flags{config: b.cfg, Duration: b.cfg.Duration.String()},
+		Header: benchkit.NewHeader(b.Version),
+		Flags:  flags{config: b.cfg, Duration: b.cfg.Duration.String()},
 	}
 }
 
 func (r *report) print(w io.Writer) {
 	f := r.Flags
 	c := r.Copy
-	fmt.Fprintf(w, "\n%s, nproc=%d, %s\n", r.ServerVersion, r.Machine.NProc, r.Machine.CPU)
+	r.Header.Print(w)
 	fmt.Fprintf(w, "load: single-row INSERT autocommit transactions at %.0f/s (%s) over %d source connections; flush=%d buffer_pool=%s log_file_size=%s\n",
 		r.Rate, r.RateFrom, f.Writers, f.Flush, f.BufferPool, f.LogFileSize)
 	row := func(what, rowlift, baseline string) { fmt.Fprintf(w, "%-40s %-30s %s\n", what, rowlift, baseline) }

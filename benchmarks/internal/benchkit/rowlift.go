@@ -334,3 +334,19 @@ func PrintLogProblems(w io.Writer, problems map[string][]string) {
 		}
 	}
 }
+
+// TempBuild makes the temp dir of a run of the benchmark called name (for the
+// rowlift binary and the process logs) and builds rowlift into it, saying so
+// through progress: the start every benchmark that runs rowlift makes. On
+// error it removes the dir and returns "".
+func TempBuild(ctx context.Context, name string, progress func(string, ...any)) (dir, bin string, err error) {
+	if dir, err = os.MkdirTemp("", "rowlift-bench-"+name+"-"); err != nil {
+		return "", "", fmt.Errorf("temp dir: %w", err)
+	}
+	if bin, err = Build(ctx, dir); err != nil {
+		os.RemoveAll(dir)
+		return "", "", err
+	}
+	progress("built %s", bin)
+	return dir, bin, nil
+}

@@ -325,10 +325,9 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 	case <-w.ctx.Done():
 		return w.ctx.Err()
 	}
-	var lastPK *rowliftv1.Row
-	if len(c.GetRows()) > 0 {
-		lastPK = c.GetLastPk()
-	}
+	// LastPk is the last row the chunk scanned, past its last row sent when
+	// the stream has a key range: the copy resumes after it either way.
+	lastPK := c.GetLastPk()
 	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, w.owner, job.table.name, lastPK, int64(len(c.GetRows())), c.GetTableDone()); err != nil {
 		return err
 	}

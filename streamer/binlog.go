@@ -38,6 +38,8 @@ type mappedTable struct {
 	name string
 	conv *binlogrow.Converter
 	err  error
+	// filter is the table's key range filter (nil: no key range).
+	filter *shardFilter
 }
 
 // identifier splits statements into words that can name a table.
@@ -113,7 +115,7 @@ func (r *binlogReader) mapTable(e *replication.TableMapEvent) {
 		return
 	}
 	conv, err := binlogrow.NewConverter(e, p.cols)
-	r.mapped[e.TableID] = &mappedTable{name: p.table.Name, conv: conv, err: err}
+	r.mapped[e.TableID] = &mappedTable{name: p.table.Name, conv: conv, err: err, filter: p.filter}
 }
 
 func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent) error {
@@ -134,11 +136,25 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 			return fmt.Errorf("binlog rows of %s: %w", name, err)
 		}
 	}
-	re := r.tx.byTable[name]
-	if re == nil {
-		re = &rowliftv1.RowEvent{Table: name}
-		r.tx.byTable[name] = re
-		r.tx.events = append(r.tx.events, re)
+	// The event is created with the first change kept, so a transaction
+	// whose changes are all out of the key range has none and is not sent.
+	var re *rowliftv1.RowEvent
+	add := func(ch *rowliftv1.RowChange) error {
+		if t.filter != nil {
+			var err error
+			if ch, err = t.filter.filterChange(ch); err != nil || ch == nil {
+				return err
+			}
+		}
+		if re == nil {
+			if re = r.tx.byTable[name]; re == nil {
+				re = &rowliftv1.RowEvent{Table: name}
+				r.tx.byTable[name] = re
+				r.tx.events = append(r.tx.events, re)
+			}
+		}
+		re.Changes = append(re.Changes, ch)
+		return nil
 	}
 	convert := func(image []any) (*rowliftv1.Row, error) {
 		row := &rowliftv1.Row{}
@@ -154,7 +170,9 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 			if err != nil {
 				return err
 			}
-			re.Changes = append(re.Changes, &rowliftv1.RowChange{After: after})
+			if err := add(&rowliftv1.RowChange{After: after}); err != nil {
+				return err
+			}
 		}
 	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2:
 		for _, image := range e.Rows {
@@ -162,7 +180,9 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 			if err != nil {
 				return err
 			}
-			re.Changes = append(re.Changes, &rowliftv1.RowChange{Before: before})
+			if err := add(&rowliftv1.RowChange{Before: before}); err != nil {
+				return err
+			}
 		}
 	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2:
 		for i := 0; i+1 < len(e.Rows); i += 2 {
@@ -174,7 +194,9 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 			if err != nil {
 				return err
 			}
-			re.Changes = append(re.Changes, &rowliftv1.RowChange{Before: before, After: after})
+			if err := add(&rowliftv1.RowChange{Before: before, After: after}); err != nil {
+				return err
+			}
 		}
 	default:
 		// Fail closed: a rows event this reader does not understand could carry

@@ -33,8 +33,9 @@ type mergeTable struct {
 	compare func(a, b [][]byte) (int, error)
 	// copying is true until the chunk that ends the table's copy is emitted.
 	copying bool
-	// lastPK is the key of the last copied row emitted (nil: none yet). While the
-	// table copies, only changes to rows at or below it are forwarded.
+	// lastPK is the key of the last row the emitted chunks scanned (nil: none
+	// yet). While the table copies, only changes to rows at or below it are
+	// forwarded.
 	lastPK [][]byte
 	// chunks are the table's chunks in flight, oldest first. A table reads them
 	// one after another, so their fences only grow, and only the oldest decides
@@ -212,7 +213,7 @@ func (m *merger) emitDueChunks() (bool, error) {
 			continue // a transaction at or before the fence still waits
 		}
 		for _, part := range c.parts {
-			if len(part.GetRows()) == 0 && !part.GetTableDone() {
+			if len(part.GetRows()) == 0 && part.GetLastPk() == nil && !part.GetTableDone() {
 				continue // a chunk that ended exactly at a part boundary
 			}
 			m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
@@ -220,9 +221,12 @@ func (m *merger) emitDueChunks() (bool, error) {
 			if part.GetVerify() {
 				continue // a verify's rows are hashes of a copied table: nothing to filter by
 			}
-			if len(part.GetRows()) > 0 {
-				last := part.GetRows()[len(part.GetRows())-1]
-				t.lastPK = t.keyOf(last)
+			// The copied boundary is the last row scanned (LastPk), which is
+			// past the last row sent when a key range filtered the rest out.
+			if part.GetLastPk() != nil {
+				t.lastPK = rowKey(part.GetLastPk())
+			} else if len(part.GetRows()) > 0 {
+				t.lastPK = t.keyOf(part.GetRows()[len(part.GetRows())-1])
 			}
 			if part.GetTableDone() {
 				t.copying = false

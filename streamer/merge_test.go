@@ -10,7 +10,9 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/vindex"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -88,10 +90,16 @@ type sim struct {
 	// trustBinlog assumes what is in the binlog is visible: it tells the merger
 	// everything read is visible, ignoring that commits become visible later.
 	trustBinlog bool
-	t           *testing.T
-	rng         *rand.Rand
-	source      map[string]simTable
-	target      map[string]simTable
+	// filter is a key range on the value column (xxhash): the target must end
+	// with the source's rows in range (nil: every row).
+	filter *shardFilter
+	// dropLastPk sends parts without the scanned boundary, as a streamer that
+	// filters rows but moves the copy only by the rows it sends.
+	dropLastPk bool
+	t          *testing.T
+	rng        *rand.Rand
+	source     map[string]simTable
+	target     map[string]simTable
 	// visible is the source as snapshots see it: the binlog's first visibleUpTo
 	// transactions. A commit is in the binlog before it becomes visible.
 	visible     map[string]simTable
@@ -217,8 +225,21 @@ func (s *sim) stepChunk(name string) {
 		n := min(len(c.rows), s.rng.IntN(3)+1)
 		part := &rowliftv1.Chunk{Table: name}
 		for _, k := range c.rows[:n] {
-			part.Rows = append(part.Rows, simRow(k, c.snap[k]))
+			row := simRow(k, c.snap[k])
 			c.lastRead, c.started = k, true
+			if s.filter != nil {
+				// As the streamer does: every part carries the last row scanned.
+				part.LastPk = &rowliftv1.Row{}
+				rowcodec.Pack(part.LastPk, [][]byte{[]byte(strconv.FormatInt(k, 10))})
+				if keep, err := s.filter.keepRow(row); err != nil || !keep {
+					require.NoError(s.t, err)
+					continue
+				}
+			}
+			part.Rows = append(part.Rows, row)
+		}
+		if s.dropLastPk {
+			part.LastPk = nil
 		}
 		c.rows = c.rows[n:]
 		last := len(c.rows) == 0
@@ -253,11 +274,42 @@ func (s *sim) probe() { s.m.observeVisible(s.pos(s.visibleUpTo)) }
 
 func (s *sim) deliver() {
 	s.read++
-	if tx := s.binlog[s.read-1]; tx.item != nil {
+	tx := s.binlog[s.read-1]
+	if s.filter != nil && tx.item != nil {
+		tx = s.rangeFiltered(tx)
+	}
+	if tx.item != nil {
 		s.m.addTx(tx, s.pos(s.read))
 	} else {
 		s.m.readTo(s.pos(s.read))
 	}
+}
+
+// rangeFiltered is a transaction as the binlog reader passes it on under a
+// key range: each change judged by filterChange, events and the transaction
+// left out when nothing is kept.
+func (s *sim) rangeFiltered(tx *mergeTx) *mergeTx {
+	trx := tx.item.GetTransaction()
+	out := &mergeTx{pos: tx.pos}
+	kept := &rowliftv1.Transaction{Gtid: trx.GetGtid()}
+	for _, ev := range trx.GetEvents() {
+		fev := &rowliftv1.RowEvent{Table: ev.GetTable()}
+		for _, ch := range ev.GetChanges() {
+			c, err := s.filter.filterChange(ch)
+			require.NoError(s.t, err)
+			if c != nil {
+				fev.Changes = append(fev.Changes, c)
+			}
+		}
+		if len(fev.Changes) > 0 {
+			kept.Events = append(kept.Events, fev)
+			out.tables = append(out.tables, ev.GetTable())
+		}
+	}
+	if len(kept.Events) > 0 {
+		out.item = &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: kept}}
+	}
+	return out
 }
 
 // apply applies emitted items to the model target, failing on divergence.
@@ -347,8 +399,18 @@ func (s *sim) run(steps int) {
 	s.drain()
 	require.True(s.t, s.m.idle(), "merger holds items after everything was read")
 	for _, name := range []string{"a", "b"} {
-		if fmt.Sprint(s.source[name]) != fmt.Sprint(s.target[name]) {
-			s.fail("table %s differs:\nsource %v\ntarget %v", name, s.source[name], s.target[name])
+		want := s.source[name]
+		if s.filter != nil {
+			want = simTable{}
+			for k, v := range s.source[name] {
+				if keep, err := s.filter.keepRow(simRow(k, v)); err != nil || keep {
+					require.NoError(s.t, err)
+					want[k] = v
+				}
+			}
+		}
+		if fmt.Sprint(want) != fmt.Sprint(s.target[name]) {
+			s.fail("table %s differs:\nsource %v\ntarget %v", name, want, s.target[name])
 		}
 	}
 }
@@ -362,6 +424,41 @@ func TestMergeSimulation(t *testing.T) {
 			t.Fatalf("seed %d failed", seed)
 		}
 	}
+}
+
+// simFilter is a key range on the simulation's value column under xxhash, so
+// updates move rows into and out of the range without changing their key.
+func simFilter(t *testing.T, kr string) *shardFilter {
+	r, err := keyrange.Parse(kr)
+	require.NoError(t, err)
+	return &shardFilter{table: "sim", column: "v", idx: 1, fn: vindex.XXHash, kr: r}
+}
+
+// TestMergeSimulationKeyRange runs the simulation with a key range: chunks
+// skip rows out of range but still move the copy on (parts with a LastPk and
+// few or no rows), the reader turns changes by range, and the target must end
+// with exactly the source's rows in range.
+func TestMergeSimulationKeyRange(t *testing.T) {
+	ranges := []string{"-80", "80-", "40-c0", "-40"}
+	for seed := uint64(1); seed <= 1500; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			s := newSim(t, seed)
+			s.filter = simFilter(t, ranges[seed%uint64(len(ranges))])
+			s.run(200)
+		})
+		if t.Failed() {
+			t.Fatalf("seed %d failed", seed)
+		}
+	}
+}
+
+// TestMergeSimulationKeyRangeWithoutScannedBoundaryFails proves the scanned
+// boundary matters: moving the copy only by the rows sent loses rows that
+// enter the range between the last row sent and the last row scanned.
+func TestMergeSimulationKeyRangeWithoutScannedBoundaryFails(t *testing.T) {
+	failures := failingSeeds(t, func(s *sim) { s.filter, s.dropLastPk = simFilter(t, "-80"), true })
+	t.Logf("%d of 200 seeds found divergence without the scanned boundary", failures)
+	require.Greater(t, failures, 10, "the simulation does not notice a copy boundary behind the rows scanned")
 }
 
 // failingSeeds runs the simulation with a flaw and counts the seeds in which it
@@ -457,4 +554,45 @@ func TestVerifyChunkSitsAtItsFence(t *testing.T) {
 	require.Equal(t, []string{"1", "2", "verify", "3"}, order)
 	require.Nil(t, tbl.lastPK, "a verify chunk's rows are not copied rows")
 	require.True(t, m.idle())
+}
+
+// TestMergerEmptyPartMovesTheBoundary: a part whose rows a key range filtered
+// out is emitted for its LastPk and moves the copied boundary there, so a
+// later change at or below it is forwarded and one above it dropped.
+func TestMergerEmptyPartMovesTheBoundary(t *testing.T) {
+	m := newMerger(seqPos(0))
+	tbl := &mergeTable{keyOf: simKey, compare: simCompare, copying: true}
+	m.addTable("t", tbl)
+	require.NoError(t, m.requestChunk("t"))
+	require.NoError(t, m.fenceChunk("t", seqPos(0)))
+	scanned := &rowliftv1.Row{}
+	rowcodec.Pack(scanned, [][]byte{[]byte("5")})
+	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", Rows: []*rowliftv1.Row{simRow(2, "a")}, LastPk: scanned}, false))
+	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t"}, true)) // ended at a part boundary: not sent
+	out, err := m.drain()
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	require.Equal(t, [][]byte{[]byte("5")}, tbl.lastPK, "the boundary is the row scanned, not the row sent")
+
+	require.NoError(t, m.requestChunk("t"))
+	require.NoError(t, m.fenceChunk("t", seqPos(0)))
+	scanned = &rowliftv1.Row{}
+	rowcodec.Pack(scanned, [][]byte{[]byte("9")})
+	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", LastPk: scanned}, true))
+	out, err = m.drain()
+	require.NoError(t, err)
+	require.Len(t, out, 1, "a part with no rows but a LastPk goes out")
+	require.Equal(t, [][]byte{[]byte("9")}, tbl.lastPK)
+
+	m.addTx(&mergeTx{pos: seqPos(1), tables: []string{"t"}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{
+		Transaction: &rowliftv1.Transaction{Gtid: "1", Events: []*rowliftv1.RowEvent{{Table: "t", Changes: []*rowliftv1.RowChange{
+			{After: simRow(9, "in")}, {After: simRow(10, "above")}}}}}}}}, seqPos(1))
+	m.observeVisible(seqPos(1))
+	out, err = m.drain()
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	changes := out[0].GetTransaction().GetEvents()[0].GetChanges()
+	require.Len(t, changes, 1, "the insert above the boundary waits for its chunk")
+	k, _ := (&sim{t: t}).kv(changes[0].GetAfter())
+	require.Equal(t, int64(9), k)
 }

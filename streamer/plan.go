@@ -1,13 +1,19 @@
 package streamer
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/verify"
+	"github.com/rowlift/rowlift/internal/vindex"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -27,6 +33,8 @@ type tablePlan struct {
 	// selectFrom is "SELECT `a`, `b` FROM `db`.`t`"; orderBy is " ORDER BY `k1`, `k2`".
 	selectFrom string
 	orderBy    string
+	// filter keeps the rows in the stream's key range (nil: no key range).
+	filter *shardFilter
 }
 
 func newTablePlan(t *schema.Table, columns []string) (*tablePlan, error) {
@@ -100,4 +108,166 @@ func (p *tablePlan) keyOf(values [][]byte) *rowliftv1.Row {
 	row := &rowliftv1.Row{}
 	rowcodec.Pack(row, key)
 	return row
+}
+
+// shardFilter keeps the rows of a table whose keyspace ID is in the stream's
+// key range. A plan without a key range has none, so a plain move does no
+// per-row work for it.
+type shardFilter struct {
+	table  string
+	column string
+	// idx is the sharding column's position in the streamed columns.
+	idx int
+	fn  vindex.Func
+	kr  keyrange.Range
+}
+
+// keyspaceIDError is a row whose keyspace ID cannot be computed: the stream
+// stops on it (FailedPrecondition) rather than drop a row no shard would get.
+type keyspaceIDError struct {
+	table, column string
+	value         []byte
+	err           error
+}
+
+func (e *keyspaceIDError) Error() string {
+	v := "NULL"
+	if e.value != nil {
+		v = strconv.Quote(string(e.value))
+	}
+	return fmt.Sprintf("table %s: sharding column %s has value %s, which has no keyspace ID: %v", e.table, e.column, v, e.err)
+}
+
+func (e *keyspaceIDError) Unwrap() error { return e.err }
+
+// GRPCStatus makes the error a FailedPrecondition however deeply it is
+// wrapped: retrying cannot help until the row changes.
+func (e *keyspaceIDError) GRPCStatus() *status.Status {
+	return status.New(codes.FailedPrecondition, e.Error())
+}
+
+// integerTypes are the column types an integer-only function takes.
+var integerTypes = map[string]bool{"tinyint": true, "smallint": true, "mediumint": true, "int": true, "bigint": true}
+
+// keyRange reads a request's key range; ok is false when it is unset or the
+// whole keyspace, which needs no filter.
+func keyRange(kr *rowliftv1.KeyRange) (r keyrange.Range, ok bool, err error) {
+	if len(kr.GetStart()) == 0 && len(kr.GetEnd()) == 0 {
+		return keyrange.Range{}, false, nil
+	}
+	r, err = keyrange.Parse(hex.EncodeToString(kr.GetStart()) + "-" + hex.EncodeToString(kr.GetEnd()))
+	if err != nil {
+		return keyrange.Range{}, false, err
+	}
+	return r, true, nil
+}
+
+// checkSharding checks what a key range needs of a table request before any
+// schema is read: a sharding column and a known function (empty: hash).
+func checkSharding(t *rowliftv1.TableRequest) (vindex.Func, error) {
+	if t.GetShardingColumn() == "" {
+		return "", fmt.Errorf("table %s has no sharding_column: a stream with a key range needs one for every table", t.GetName())
+	}
+	name := t.GetShardingFunction()
+	if name == "" {
+		name = string(vindex.Hash)
+	}
+	fn, err := vindex.Parse(name)
+	if err != nil {
+		return "", fmt.Errorf("table %s: %w", t.GetName(), err)
+	}
+	return fn, nil
+}
+
+// shard gives the plan its key range filter on column under fn, failing with
+// InvalidArgument when the column is not streamed and FailedPrecondition when
+// fn cannot take its type.
+func (p *tablePlan) shard(column string, fn vindex.Func, kr keyrange.Range) error {
+	for i, c := range p.cols {
+		if !strings.EqualFold(c.Name, column) {
+			continue
+		}
+		if fn.IntegerOnly() && !integerTypes[c.DataType] {
+			return status.Errorf(codes.FailedPrecondition, "table %s: sharding column %s is %s, but %s takes integer columns only "+
+				"(tinyint to bigint): use xxhash for other types", p.table.Name, c.Name, c.DataType, fn)
+		}
+		p.filter = &shardFilter{table: p.table.Name, column: c.Name, idx: i, fn: fn, kr: kr}
+		return nil
+	}
+	return status.Errorf(codes.InvalidArgument, "table %s: sharding column %s is not among its streamed columns", p.table.Name, column)
+}
+
+// keep reports whether a row (values in streamed column order) is in range.
+func (f *shardFilter) keep(values [][]byte) (bool, error) {
+	return f.keepValue(values[f.idx])
+}
+
+func (f *shardFilter) keepValue(v []byte) (bool, error) {
+	id, err := f.fn.ID(v)
+	if err != nil {
+		return false, &keyspaceIDError{table: f.table, column: f.column, value: v, err: err}
+	}
+	return f.kr.Contains(id), nil
+}
+
+// keepRow is keep for a packed row, as the binlog reader converts them.
+func (f *shardFilter) keepRow(row *rowliftv1.Row) (bool, error) {
+	v, err := packedValue(row, f.idx)
+	if err != nil {
+		return false, fmt.Errorf("table %s: sharding column %s: %w", f.table, f.column, err)
+	}
+	return f.keepValue(v)
+}
+
+// packedValue is the i-th value of a packed row (nil for NULL), without
+// unpacking the others.
+func packedValue(row *rowliftv1.Row, i int) ([]byte, error) {
+	lengths := row.GetLengths()
+	if i >= len(lengths) {
+		return nil, fmt.Errorf("packed row has %d values, want at least %d", len(lengths), i+1)
+	}
+	var off int64
+	for _, n := range lengths[:i] {
+		if n > 0 {
+			off += n
+		}
+	}
+	n := lengths[i]
+	switch {
+	case n < 0:
+		return nil, nil
+	case off+n > int64(len(row.GetValues())):
+		return nil, fmt.Errorf("packed row is truncated: value of %d bytes at offset %d of %d", n, off, len(row.GetValues()))
+	}
+	return row.GetValues()[off : off+n : off+n], nil
+}
+
+// filterChange judges a binlog change by the key range: a change whose row
+// stays in range goes as is; one whose row leaves the range becomes a delete,
+// one whose row enters it an insert; one that is never in range is dropped
+// (nil).
+func (f *shardFilter) filterChange(ch *rowliftv1.RowChange) (*rowliftv1.RowChange, error) {
+	in := func(row *rowliftv1.Row) (bool, error) {
+		if row == nil {
+			return false, nil
+		}
+		return f.keepRow(row)
+	}
+	before, err := in(ch.GetBefore())
+	if err != nil {
+		return nil, err
+	}
+	after, err := in(ch.GetAfter())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case before && after, before && ch.GetAfter() == nil, after && ch.GetBefore() == nil:
+		return ch, nil
+	case before:
+		return &rowliftv1.RowChange{Before: ch.GetBefore()}, nil
+	case after:
+		return &rowliftv1.RowChange{After: ch.GetAfter()}, nil
+	}
+	return nil, nil
 }

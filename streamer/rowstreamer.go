@@ -112,6 +112,16 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	part := r.newPart(fence, fenceTime)
 	size := 0
 	var n int64
+	// With a key range, rows out of range are scanned but not sent; skipped
+	// holds the key of the last row not sent and lastSkipped says whether it is
+	// the last row scanned, so the chunk's last part still carries the scanned
+	// boundary as its LastPk.
+	filter := r.plan.filter
+	if r.verify {
+		filter = nil
+	}
+	var skipped [][]byte
+	lastSkipped := false
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return false, fmt.Errorf("read chunk row: %w", err)
@@ -119,10 +129,21 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 		for i, v := range raw {
 			values[i] = v
 		}
+		n++
+		if filter != nil {
+			keep, err := filter.keep(values)
+			if err != nil {
+				return false, err
+			}
+			if !keep {
+				skipped, lastSkipped = copyKey(skipped, r.plan.keyIdx, values), true
+				continue
+			}
+			lastSkipped = false
+		}
 		row := arena.pack(values)
 		part.Rows = append(part.Rows, row)
 		size += rowcodec.Size(row)
-		n++
 		if size >= r.packetBytes {
 			part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
 			testhook.Delay(ctx, testhook.ChunkEmit)
@@ -137,7 +158,12 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 		return false, fmt.Errorf("read chunk: %w", err)
 	}
 	done = n < r.chunkRows
-	if len(part.Rows) > 0 {
+	switch {
+	case lastSkipped:
+		part.LastPk = &rowliftv1.Row{}
+		rowcodec.Pack(part.LastPk, skipped)
+		r.lastPK = rowKey(part.LastPk)
+	case len(part.Rows) > 0:
 		// The last row's RawBytes died with rows.Next; take the key from its copy.
 		part.LastPk = r.plan.keyOf(rowKey(part.Rows[len(part.Rows)-1]))
 		r.lastPK = rowKey(part.LastPk)
@@ -180,6 +206,25 @@ func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, positi
 
 func (r *rowStreamer) newPart(fence *rowliftv1.Position, fenceTimeUS int64) *rowliftv1.Chunk {
 	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS, Verify: r.verify}
+}
+
+// copyKey copies the key values of a scanned row into dst, reusing its
+// storage: the row's RawBytes die with the next Scan.
+func copyKey(dst [][]byte, keyIdx []int, values [][]byte) [][]byte {
+	if len(dst) != len(keyIdx) {
+		dst = make([][]byte, len(keyIdx))
+	}
+	for i, idx := range keyIdx {
+		switch v := values[idx]; {
+		case v == nil:
+			dst[i] = nil
+		case dst[i] == nil:
+			dst[i] = append(make([]byte, 0, len(v)), v...)
+		default:
+			dst[i] = append(dst[i][:0], v...)
+		}
+	}
+	return dst
 }
 
 // rowKey unpacks a row this package packed, which is always well-formed.

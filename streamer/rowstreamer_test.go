@@ -9,10 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/schema"
+	"github.com/rowlift/rowlift/internal/vindex"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -84,7 +86,7 @@ func (s *recordingSink) fence(_ context.Context, _ string, fence position) error
 
 func (s *recordingSink) part(_ context.Context, part *rowliftv1.Chunk, last bool) error {
 	require.Equal(s.t, s.requests, s.fences, "parts come after the fence")
-	if len(part.GetRows()) > 0 || part.GetTableDone() {
+	if len(part.GetRows()) > 0 || part.GetLastPk() != nil || part.GetTableDone() { // as the merger keeps them
 		s.parts = append(s.parts, part)
 	}
 	if last {
@@ -177,4 +179,38 @@ func TestSnapshotFenceIsTheServersPosition(t *testing.T) {
 	require.Equal(t, gtid, fence.GetGtidSet(), "idle source: the fence is the current GTID position")
 	require.Equal(t, file, fence.GetBinlogFile())
 	require.Equal(t, pos, fence.GetBinlogOffset())
+}
+
+// TestRowStreamerKeyRangeKeepsTheScannedBoundary: with a key range the chunks
+// send only the rows in range, but every chunk's LastPk is the last row it
+// scanned, the same as without the filter, so chunks whose rows are all out
+// of range still move the copy on.
+func TestRowStreamerKeyRangeKeepsTheScannedBoundary(t *testing.T) {
+	db, p := sourceWithRows(t, 300)
+	all := streamAll(t, db, p, nil, 7, 1<<20)
+	kr, err := keyrange.Parse("-40")
+	require.NoError(t, err)
+	filtered := *p
+	require.NoError(t, filtered.shard("v", vindex.XXHash, kr))
+	some := streamAll(t, db, &filtered, nil, 7, 1<<20)
+
+	require.Equal(t, len(all), len(some), "one part per chunk either way")
+	var want, got []*rowliftv1.Row
+	empty := 0
+	for i := range all {
+		require.Equal(t, fmt.Sprint(all[i].GetLastPk()), fmt.Sprint(some[i].GetLastPk()), "chunk %d ends where it scanned to", i)
+		for _, r := range all[i].GetRows() {
+			keep, err := filtered.filter.keepRow(r)
+			require.NoError(t, err)
+			if keep {
+				want = append(want, r)
+			}
+		}
+		got = append(got, some[i].GetRows()...)
+		if len(some[i].GetRows()) == 0 && some[i].GetLastPk() != nil {
+			empty++
+		}
+	}
+	require.Equal(t, fmt.Sprint(want), fmt.Sprint(got))
+	require.Positive(t, empty, "a quarter of the keyspace leaves some chunks with no row to send")
 }

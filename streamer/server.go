@@ -314,8 +314,9 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	if len(req.GetTables()) == 0 {
 		return nil, errors.New("stream request names no tables")
 	}
-	if req.GetKeyRange() != nil {
-		return nil, errors.New("key ranges are not supported by this streamer version")
+	kr, sharded, err := keyRange(req.GetKeyRange())
+	if err != nil {
+		return nil, fmt.Errorf("stream request: %w", err)
 	}
 	seen := map[string]bool{}
 	for _, t := range req.GetTables() {
@@ -324,6 +325,17 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 			return nil, fmt.Errorf("stream request names table %q twice or empty", t.GetName())
 		}
 		seen[name] = true
+		if !sharded {
+			continue
+		}
+		if _, err := checkSharding(t); err != nil {
+			return nil, fmt.Errorf("stream request with key range %s: %w", kr, err)
+		}
+		if t.GetVerify() != nil {
+			// A verify hashes whole chunks; the target holds only the range's rows.
+			return nil, fmt.Errorf("stream request with key range %s: table %s asks for a verify, which this streamer version "+
+				"cannot run on a key range", kr, t.GetName())
+		}
 	}
 	o := &rowliftv1.StreamOptions{
 		ChunkRows:       req.GetOptions().GetChunkRows(),
@@ -402,6 +414,17 @@ func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tab
 		p, err := newTablePlan(tbl, t.GetColumns())
 		if err != nil {
 			return nil, schemaStatus(err)
+		}
+		if kr, sharded, err := keyRange(req.GetKeyRange()); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		} else if sharded {
+			fn, err := checkSharding(t)
+			if err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			if err := p.shard(t.GetShardingColumn(), fn, kr); err != nil {
+				return nil, err
+			}
 		}
 		plans = append(plans, p)
 	}

@@ -139,6 +139,10 @@ func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSy
 
 // binlogError explains errors of the dump that an operator has to act on.
 func binlogError(err error, start fmt.Stringer) error {
+	var noID *keyspaceIDError
+	if errors.As(err, &noID) {
+		return status.Errorf(codes.FailedPrecondition, "binlog after position %s: %v", start, err)
+	}
 	var me *mysql.MyError
 	if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
 		if strings.Contains(me.Message, "truncated") {

@@ -1,0 +1,168 @@
+package streamer
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/keyrange"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/vindex"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// TestStreamKeyRange streams d.t under key range -80 (hash of k) through the
+// Stream RPC of a real server: the copy sends exactly the source's rows in
+// range, in chunks small enough that some are filtered out entirely; an
+// UPDATE moving k out of the range arrives as a delete, one moving k into it
+// as an insert, changes out of range not at all; a NULL k stops the stream
+// with FailedPrecondition naming table, column and value.
+func TestStreamKeyRange(t *testing.T) {
+	srv := sandboxtest.Start(t, sandbox.Options{})
+	admin := sandboxtest.Open(t, srv, "")
+	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
+		"CREATE TABLE d.t (id INT PRIMARY KEY, k BIGINT NULL, v VARCHAR(20))",
+		"INSERT INTO d.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) SELECT i, i, CONCAT('v', i) FROM s")
+	s, err := New(Config{SourceDSN: srv.DSN(""), Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	rowliftv1.RegisterStreamerServer(gs, s)
+	go gs.Serve(lis) //nolint:errcheck // ends with Stop
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpcopt.DialOptions()...)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+
+	half, err := keyrange.Parse("-80")
+	require.NoError(t, err)
+	inRange := func(k int64) bool {
+		id, err := vindex.Hash.ID([]byte(strconv.FormatInt(k, 10)))
+		require.NoError(t, err)
+		return half.Contains(id)
+	}
+	want := map[string]bool{}
+	for k := int64(1); k <= 200; k++ {
+		if inRange(k) {
+			want[strconv.FormatInt(k, 10)] = true
+		}
+	}
+	require.NotEmpty(t, want)
+	require.Less(t, len(want), 200)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stream, err := rowliftv1.NewStreamerClient(conn).Stream(ctx, &rowliftv1.StreamRequest{
+		Workflow: "wf", Database: "d", KeyRange: &rowliftv1.KeyRange{End: []byte{0x80}},
+		Tables:  []*rowliftv1.TableRequest{{Name: "t", ShardingColumn: "k"}},
+		Options: &rowliftv1.StreamOptions{ChunkRows: 3, PacketBytes: 1, HeartbeatMs: 50},
+	})
+	require.NoError(t, err)
+
+	// The copy: every row in range once, none out of range, the table done.
+	copied := map[string]bool{}
+	emptyParts := 0
+	for done := false; !done; {
+		resp, err := stream.Recv()
+		require.NoError(t, err)
+		for _, item := range resp.GetItems() {
+			c := item.GetChunk()
+			if c == nil {
+				continue
+			}
+			if len(c.GetRows()) == 0 && c.GetLastPk() != nil {
+				emptyParts++
+			}
+			for _, r := range c.GetRows() {
+				vals, err := rowcodec.Values(nil, r)
+				require.NoError(t, err)
+				require.False(t, copied[string(vals[0])], "row %s copied twice", vals[0])
+				copied[string(vals[0])] = true
+			}
+			done = done || c.GetTableDone()
+		}
+	}
+	require.Equal(t, want, copied)
+	require.Positive(t, emptyParts, "some parts had every row filtered out, and still moved the copy on")
+
+	// Pick a row in range, one out of it, and sharding values on either side.
+	var idIn, idOut, kIn, kOut int64
+	for k := int64(1); idIn == 0 || idOut == 0; k++ {
+		if inRange(k) && idIn == 0 {
+			idIn = k
+		} else if !inRange(k) && idOut == 0 {
+			idOut = k
+		}
+	}
+	for k := int64(1000); kIn == 0 || kOut == 0; k++ {
+		if inRange(k) && kIn == 0 {
+			kIn = k
+		} else if !inRange(k) && kOut == 0 {
+			kOut = k
+		}
+	}
+	sandboxtest.Exec(t, admin,
+		"UPDATE d.t SET v = 'quiet' WHERE id = "+strconv.FormatInt(idOut, 10),  // out of range, stays out: not sent
+		"INSERT INTO d.t VALUES (500, "+strconv.FormatInt(kOut, 10)+", 'out')", // out of range: not sent
+		"UPDATE d.t SET k = "+strconv.FormatInt(kOut, 10)+" WHERE id = "+strconv.FormatInt(idIn, 10),
+		"UPDATE d.t SET k = "+strconv.FormatInt(kIn, 10)+" WHERE id = "+strconv.FormatInt(idOut, 10),
+		"INSERT INTO d.t VALUES (501, NULL, 'no shard')")
+	var changes []string
+	for len(changes) < 2 {
+		resp, err := stream.Recv()
+		require.NoError(t, err)
+		for _, item := range resp.GetItems() {
+			for _, ev := range item.GetTransaction().GetEvents() {
+				require.Equal(t, "t", ev.GetTable())
+				for _, ch := range ev.GetChanges() {
+					changes = append(changes, describeChange(t, ch))
+				}
+			}
+		}
+	}
+	require.Equal(t, []string{
+		"delete " + strconv.FormatInt(idIn, 10),
+		"insert " + strconv.FormatInt(idOut, 10) + " k=" + strconv.FormatInt(kIn, 10),
+	}, changes)
+
+	// The NULL sharding key stops the stream.
+	for {
+		_, err := stream.Recv()
+		if err == nil {
+			continue
+		}
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+		require.ErrorContains(t, err, "table t: sharding column k has value NULL, which has no keyspace ID")
+		break
+	}
+}
+
+func describeChange(t *testing.T, ch *rowliftv1.RowChange) string {
+	row := func(r *rowliftv1.Row) [][]byte {
+		vals, err := rowcodec.Values(nil, r)
+		require.NoError(t, err)
+		return vals
+	}
+	switch {
+	case ch.GetBefore() != nil && ch.GetAfter() != nil:
+		return "update " + string(row(ch.GetBefore())[0])
+	case ch.GetBefore() != nil:
+		return "delete " + string(row(ch.GetBefore())[0])
+	}
+	after := row(ch.GetAfter())
+	return "insert " + string(after[0]) + " k=" + string(after[1])
+}

@@ -322,18 +322,32 @@ func (m *merger) emitTx(tx *mergeTx) error {
 // (moved out: the chunk that copies its new key will bring it) or an insert
 // (moved in: no chunk will bring it again).
 func (t *mergeTable) filter(ch *rowliftv1.RowChange) (*rowliftv1.RowChange, error) {
-	copied := func(row *rowliftv1.Row) (bool, error) {
-		if row == nil || t.lastPK == nil {
+	return restrict(ch, func(row *rowliftv1.Row) (bool, error) {
+		if t.lastPK == nil {
 			return false, nil
 		}
 		c, err := t.compare(t.keyOf(row), t.lastPK)
 		return c <= 0, err
+	})
+}
+
+// restrict keeps the part of a change that concerns rows for which keep
+// holds: all of it when both images do (or the one image of an insert or a
+// delete), a delete when only the before image does (the row leaves), an
+// insert when only the after image does (the row enters), nil when neither.
+// The copied boundary and a key range both decide this way.
+func restrict(ch *rowliftv1.RowChange, keep func(*rowliftv1.Row) (bool, error)) (*rowliftv1.RowChange, error) {
+	in := func(row *rowliftv1.Row) (bool, error) {
+		if row == nil {
+			return false, nil
+		}
+		return keep(row)
 	}
-	before, err := copied(ch.GetBefore())
+	before, err := in(ch.GetBefore())
 	if err != nil {
 		return nil, err
 	}
-	after, err := copied(ch.GetAfter())
+	after, err := in(ch.GetAfter())
 	if err != nil {
 		return nil, err
 	}

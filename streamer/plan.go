@@ -247,27 +247,5 @@ func packedValue(row *rowliftv1.Row, i int) ([]byte, error) {
 // one whose row enters it an insert; one that is never in range is dropped
 // (nil).
 func (f *shardFilter) filterChange(ch *rowliftv1.RowChange) (*rowliftv1.RowChange, error) {
-	in := func(row *rowliftv1.Row) (bool, error) {
-		if row == nil {
-			return false, nil
-		}
-		return f.keepRow(row)
-	}
-	before, err := in(ch.GetBefore())
-	if err != nil {
-		return nil, err
-	}
-	after, err := in(ch.GetAfter())
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case before && after, before && ch.GetAfter() == nil, after && ch.GetBefore() == nil:
-		return ch, nil
-	case before:
-		return &rowliftv1.RowChange{Before: ch.GetBefore()}, nil
-	case after:
-		return &rowliftv1.RowChange{After: ch.GetAfter()}, nil
-	}
-	return nil, nil
+	return restrict(ch, f.keepRow)
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -32,6 +33,8 @@ const (
 // puts the workflow in state error with a message that says what to do.
 type controller struct {
 	engine *Engine
+	pair   reshard.Stream
+	// spec and source are the stream's: spec holds only the tables it carries.
 	spec   *rowliftv1.WorkflowSpec
 	source *rowliftv1.SourceShard
 	log    *zap.Logger
@@ -144,7 +147,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := rowliftv1.NewStreamerClient(conn)
-	stream, err := client.Stream(ctx, StreamRequest(c.spec, position, progress, verifying))
+	stream, err := client.Stream(ctx, StreamRequest(c.pair, position, progress, verifying))
 	if err != nil {
 		return false, c.streamError(err)
 	}
@@ -161,8 +164,14 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if len(fields) != len(c.spec.GetTables()) {
 		return false, fmt.Errorf("streamer sent %d table descriptions for %d tables", len(fields), len(c.spec.GetTables()))
 	}
+	// A table another stream of the workflow (from another source) has begun to
+	// copy into this target has rows by design.
+	started, err := startedCopies(ctx, store, name)
+	if err != nil {
+		return false, err
+	}
 	// Leave headroom under max_allowed_packet for the statement's framing.
-	tables, err := prepareTargets(ctx, e.db, c.spec, fields, progress, maxPacket-1024)
+	tables, err := prepareTargets(ctx, e.db, c.spec, fields, started, maxPacket-1024)
 	if err != nil {
 		return false, err
 	}
@@ -433,8 +442,9 @@ func (c *controller) markCopied(ctx context.Context) error {
 // committed position, copy progress and the verifies it runs (all empty for
 // a new workflow). The coordinator validates a new workflow with the same
 // request.
-func StreamRequest(spec *rowliftv1.WorkflowSpec, position string, progress map[string]state.TableCopy,
+func StreamRequest(st reshard.Stream, position string, progress map[string]state.TableCopy,
 	verifying map[string]state.TableVerify) *rowliftv1.StreamRequest {
+	spec := st.Spec
 	opts := spec.GetOptions()
 	req := &rowliftv1.StreamRequest{
 		Workflow: spec.GetName(),
@@ -444,16 +454,36 @@ func StreamRequest(spec *rowliftv1.WorkflowSpec, position string, progress map[s
 			ParallelTables: opts.GetParallelTables(), Throttle: opts.GetThrottle().GetSource(),
 			ThrottleCheckMs: opts.GetThrottle().GetCheckIntervalMs()},
 	}
+	if st.Filtered && !st.Range.Whole() {
+		req.KeyRange = &rowliftv1.KeyRange{Start: st.Range.Start, End: st.Range.End}
+	}
 	for _, t := range spec.GetTables() {
 		p := progress[t.GetName()]
-		tr := &rowliftv1.TableRequest{Name: t.GetName(), Columns: t.GetColumns(),
-			ShardingColumn: t.GetShardingColumn(), Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}}
+		tr := &rowliftv1.TableRequest{Name: t.GetName(), Columns: t.GetColumns(), ShardingColumn: t.GetShardingColumn(),
+			ShardingFunction: t.GetShardingFunction(), Reference: t.GetReference(),
+			Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}}
 		if v, ok := verifying[t.GetName()]; ok {
 			tr.Verify = &rowliftv1.VerifyProgress{LastPk: v.LastPK, Done: v.Done, Repair: v.Repair}
 		}
 		req.Tables = append(req.Tables, tr)
 	}
 	return req
+}
+
+// startedCopies are the tables whose copy any stream of the workflow on this
+// target has begun, by table.
+func startedCopies(ctx context.Context, store *state.Store, workflow string) (map[string]state.TableCopy, error) {
+	all, err := store.CopyState(ctx, workflow, "")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]state.TableCopy{}
+	for _, tc := range all {
+		if tc.LastPK != nil || tc.RowsCopied > 0 || tc.Done {
+			out[tc.Table] = tc
+		}
+	}
+	return out, nil
 }
 
 // streamError adds which streamer failed; the status code is kept for IsPermanent.
@@ -463,15 +493,6 @@ func (c *controller) streamError(err error) error {
 	}
 	st, _ := status.FromError(err)
 	return status.Errorf(st.Code(), "streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), st.Message())
-}
-
-func sourceByName(spec *rowliftv1.WorkflowSpec, name string) *rowliftv1.SourceShard {
-	for _, s := range spec.GetSources() {
-		if s.GetName() == name {
-			return s
-		}
-	}
-	return nil
 }
 
 // targetDatabase is the target database of a workflow: the source's name unless

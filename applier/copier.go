@@ -184,8 +184,13 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 	for _, f := range missing {
 		if _, err := conn.ExecContext(ctx, string(f.GetCreateTable())); err != nil {
 			var me *mysql.MySQLError
-			if !errors.As(err, &me) {
+			switch {
+			case !errors.As(err, &me):
 				return fmt.Errorf("create target table %s.%s: %w", targetDB, f.GetTable(), err) // a lost connection: retried
+			case me.Number == 1050:
+				// Another stream into this target (a reshard's other source) created it
+				// first: the retry checks that table like any existing one.
+				return fmt.Errorf("create target table %s.%s: another stream created it meanwhile; checking it again: %w", targetDB, f.GetTable(), err)
 			}
 			return permanent("create target table %s.%s from the source's definition: %v", targetDB, f.GetTable(), err)
 		}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -182,12 +183,23 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		return err
 	}
 	want := map[streamKey]*state.Workflow{}
+	streams := map[streamKey]reshard.Stream{}
 	for _, w := range workflows {
 		if w.State != state.Copying && w.State != state.Running {
 			continue
 		}
-		for _, src := range w.Spec.GetSources() {
-			want[streamKey{w.Spec.GetName(), src.GetName()}] = w
+		ss, err := reshard.ForTarget(w.Spec, w.Target)
+		if err != nil {
+			// Creation checks the spec; only a hand-edited one gets here.
+			e.log.Error("cannot run workflow", zap.String("workflow", w.Spec.GetName()), zap.Error(err))
+			if serr := e.store.SetState(ctx, w.Spec.GetName(), state.Error, err.Error()); serr != nil {
+				return serr
+			}
+			continue
+		}
+		for _, st := range ss {
+			key := streamKey{w.Spec.GetName(), st.Source.GetName()}
+			want[key], streams[key] = w, st
 		}
 	}
 	e.mu.Lock()
@@ -222,7 +234,8 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		if _, ok := e.running[key]; ok {
 			continue
 		}
-		c := &controller{engine: e, spec: w.Spec, source: sourceByName(w.Spec, key.source),
+		st := streams[key]
+		c := &controller{engine: e, pair: st, spec: st.Spec, source: st.Source,
 			log: e.log.With(zap.String("workflow", key.workflow), zap.String("source", key.source))}
 		sctx, cancel := context.WithCancel(ctx)
 		rs := &runningStream{cancel: cancel, done: make(chan struct{}), spec: w.Spec, verify: verifies[[2]string{key.workflow, key.source}]}

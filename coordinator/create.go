@@ -15,7 +15,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
-	"github.com/rowlift/rowlift/internal/keyrange"
+	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -48,14 +48,13 @@ func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkfl
 			return nil, t.fail(err)
 		}
 	}
-	fields, err := s.validateSources(ctx, spec, nil)
+	fields, warnings, err := s.validateSources(ctx, spec, nil)
 	if err != nil {
 		log.Info("workflow refused", zap.Error(err))
 		return nil, err
 	}
-	first := fields[spec.GetSources()[0].GetName()]
 	for _, t := range targets {
-		if _, _, err := applier.CheckTargets(ctx, t.db, spec, first, nil); err != nil {
+		if _, _, err := applier.CheckTargets(ctx, t.db, spec, fields.forTarget(spec, t.name), nil); err != nil {
 			if applier.IsPermanent(err) {
 				return nil, status.Errorf(codes.FailedPrecondition, "target %s: %v", t.name, err)
 			}
@@ -66,30 +65,42 @@ func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkfl
 		log.Warn("workflow not created", zap.Error(err))
 		return nil, err
 	}
+	for _, w := range warnings {
+		log.Warn("workflow created with a warning", zap.String("warning", w))
+	}
 	log.Info("workflow created", zap.Int("sources", len(spec.GetSources())), zap.Int("targets", len(targets)),
 		zap.Int("tables", len(spec.GetTables())))
-	return s.workflow(ctx, spec, targets)
+	w, err := s.workflow(ctx, spec, targets)
+	if err != nil {
+		return nil, err
+	}
+	w.Warnings = warnings
+	return w, nil
 }
 
 // createOnAll writes the workflow to each target in turn; when one fails, it
 // deletes it again from those already written, so the result is all or nothing.
-func (s *Server) createOnAll(ctx context.Context, spec *rowliftv1.WorkflowSpec, targets []*target, fields map[string][]*rowliftv1.TableFields) error {
+func (s *Server) createOnAll(ctx context.Context, spec *rowliftv1.WorkflowSpec, targets []*target, fields sourceFields) error {
 	var written []*target
 	create := func(t *target) error {
 		st, err := t.open(ctx)
 		if err != nil {
 			return err
 		}
-		if err := st.CreateWorkflow(ctx, spec); err != nil {
+		if err := st.CreateWorkflow(ctx, spec, t.name); err != nil {
 			return t.fail(err)
 		}
 		written = append(written, t)
-		for _, src := range spec.GetSources() {
+		streams, err := reshard.ForTarget(spec, t.name)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		for _, stream := range streams {
 			estimates := map[string]int64{}
-			for _, f := range fields[src.GetName()] {
-				estimates[f.GetTable()] = f.GetRowsEstimate()
+			for _, tbl := range stream.Spec.GetTables() {
+				estimates[tbl.GetName()] = fields[stream.Source.GetName()][tbl.GetName()].GetRowsEstimate()
 			}
-			if err := st.RecordCopyStart(ctx, spec.GetName(), src.GetName(), estimates); err != nil {
+			if err := st.RecordCopyStart(ctx, spec.GetName(), stream.Source.GetName(), estimates); err != nil {
 				return t.fail(err)
 			}
 		}
@@ -118,44 +129,99 @@ func (s *Server) createOnAll(ctx context.Context, spec *rowliftv1.WorkflowSpec, 
 	return nil
 }
 
-// validateSources asks every source's streamer to validate the workflow as its
-// stream would open with the given copy progress (nil: a new workflow), and
-// returns each source's table descriptions. Every source must describe each
-// table the same way: one target table takes them all.
-func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec, progress map[string]state.TableCopy) (map[string][]*rowliftv1.TableFields, error) {
-	req := applier.StreamRequest(spec, "", progress, nil)
-	results := make([][]*rowliftv1.TableFields, len(spec.GetSources()))
+// sourceFields are the table descriptions the sources' streamers gave, by
+// source and table.
+type sourceFields map[string]map[string]*rowliftv1.TableFields
+
+// forTarget is the descriptions of the tables a target receives, in spec
+// order, each from the first source that streams it there.
+func (f sourceFields) forTarget(spec *rowliftv1.WorkflowSpec, target string) []*rowliftv1.TableFields {
+	streams, _ := reshard.ForTarget(spec, target)
+	var out []*rowliftv1.TableFields
+	for _, tbl := range spec.GetTables() {
+		for _, st := range streams {
+			if d := f[st.Source.GetName()][tbl.GetName()]; d != nil && slices.ContainsFunc(st.Spec.GetTables(), func(t *rowliftv1.TableSpec) bool {
+				return t.GetName() == tbl.GetName()
+			}) {
+				out = append(out, d)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// validateSources asks the streamer of each stream's source to validate the
+// stream as it would open with the given copy progress (nil: a new workflow),
+// and returns the table descriptions by source and the streamers' warnings.
+// Every source must describe each table the same way: one target table takes
+// the rows of all of them.
+func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec, progress map[string]state.TableCopy) (sourceFields, []string, error) {
+	streams, err := reshard.Streams(spec)
+	if err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Streams that differ only in their target ask the same question.
+	var asks []reshard.Stream
+	seen := map[string]bool{}
+	for _, st := range streams {
+		var names []string
+		for _, t := range st.Spec.GetTables() {
+			names = append(names, t.GetName())
+		}
+		key := st.Source.GetName() + "|" + st.KeyRange() + "|" + strings.Join(names, ",")
+		if !seen[key] {
+			seen[key] = true
+			asks = append(asks, st)
+		}
+	}
+	results := make([]*rowliftv1.ValidateResponse, len(asks))
 	g, gctx := errgroup.WithContext(ctx)
-	for i, src := range spec.GetSources() {
+	for i, st := range asks {
 		g.Go(func() error {
-			tables, err := s.validate(gctx, src, req)
-			results[i] = tables
+			resp, err := s.validate(gctx, st.Source, applier.StreamRequest(st, "", progress, nil))
+			results[i] = resp
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string][]*rowliftv1.TableFields{}
-	first := spec.GetSources()[0]
-	for i, src := range spec.GetSources() {
-		if len(results[i]) != len(spec.GetTables()) {
-			return nil, status.Errorf(codes.Internal, "source %s (streamer %s) described %d tables for %d",
-				src.GetName(), src.GetStreamerAddress(), len(results[i]), len(spec.GetTables()))
+	out := sourceFields{}
+	first := map[string]string{} // the source that first described each table
+	var warnings []string
+	for i, st := range asks {
+		src := st.Source.GetName()
+		tables := results[i].GetTables()
+		if len(tables) != len(st.Spec.GetTables()) {
+			return nil, nil, status.Errorf(codes.Internal, "source %s (streamer %s) described %d tables for %d",
+				src, st.Source.GetStreamerAddress(), len(tables), len(st.Spec.GetTables()))
 		}
-		for j, f := range results[i] {
-			if diff := fieldsDiff(results[0][j], f); diff != "" {
-				return nil, status.Errorf(codes.FailedPrecondition, "table %s differs between source %s and source %s: %s; "+
-					"every source must have the same definition", f.GetTable(), first.GetName(), src.GetName(), diff)
+		if out[src] == nil {
+			out[src] = map[string]*rowliftv1.TableFields{}
+		}
+		for _, f := range tables {
+			if by, ok := first[f.GetTable()]; ok {
+				if diff := fieldsDiff(out[by][f.GetTable()], f); diff != "" {
+					return nil, nil, status.Errorf(codes.FailedPrecondition, "table %s differs between source %s and source %s: %s; "+
+						"every source must have the same definition", f.GetTable(), by, src, diff)
+				}
+			} else {
+				first[f.GetTable()] = src
+			}
+			out[src][f.GetTable()] = f
+		}
+		for _, w := range results[i].GetWarnings() {
+			if !slices.Contains(warnings, w) {
+				warnings = append(warnings, w)
 			}
 		}
-		out[src.GetName()] = results[i]
 	}
-	return out, nil
+	return out, warnings, nil
 }
 
 // validate calls one streamer's Validate and explains its failure.
-func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *rowliftv1.StreamRequest) ([]*rowliftv1.TableFields, error) {
+func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
 	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(), s.dial...)...)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
@@ -165,7 +231,7 @@ func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *
 	defer cancel()
 	resp, err := rowliftv1.NewStreamerClient(conn).Validate(ctx, req)
 	if err == nil {
-		return resp.GetTables(), nil
+		return resp, nil
 	}
 	st := status.Convert(err)
 	code, msg := st.Code(), st.Message()
@@ -232,16 +298,6 @@ func checkSpec(spec *rowliftv1.WorkflowSpec) error {
 	if err := unique("target", spec.GetTargets(), func(t *rowliftv1.TargetShard) string { return t.GetName() }); err != nil {
 		return err
 	}
-	for _, t := range spec.GetTargets() {
-		if t.GetKeyRange() == "" {
-			continue
-		}
-		if _, err := keyrange.Parse(t.GetKeyRange()); err != nil {
-			return fmt.Errorf("target %s: %w", t.GetName(), err)
-		}
-		return fmt.Errorf("target %s has key range %q, but resharding is not supported yet: leave key_range empty to move whole tables",
-			t.GetName(), t.GetKeyRange())
-	}
 	if len(spec.GetTables()) == 0 {
 		return fmt.Errorf("workflow %q has no table", spec.GetName())
 	}
@@ -258,6 +314,9 @@ func checkSpec(spec *rowliftv1.WorkflowSpec) error {
 		if err := unique("column of table "+t.GetName(), t.GetColumns(), strings.ToLower); err != nil {
 			return err
 		}
+	}
+	if err := reshard.Check(spec); err != nil {
+		return err
 	}
 	o := spec.GetOptions()
 	for _, n := range []struct {

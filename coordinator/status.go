@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rowlift/rowlift/internal/keyrange"
+	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -132,6 +134,35 @@ func effectiveLag(st state.Stream, now time.Time) time.Duration {
 // buildStatus computes a workflow's status from its targets' records at now
 // and the samples of earlier reads (from history.record; nil when none). It
 // does no I/O.
+// streamShare is what part of its source's tables a stream carries.
+type streamShare struct {
+	keyRange string
+	// fraction of a sharded table's source rows the stream carries, by its
+	// share of the source's keyspace; whole marks the tables it carries whole.
+	fraction float64
+	whole    map[string]bool
+}
+
+// streamShares are the shares of a target's streams, by source: the source's
+// row estimates are for whole tables, and a reshard splits them.
+func streamShares(spec *rowliftv1.WorkflowSpec, target string) map[string]streamShare {
+	streams, _ := reshard.ForTarget(spec, target)
+	out := map[string]streamShare{}
+	for _, st := range streams {
+		sh := streamShare{keyRange: st.KeyRange(), fraction: 1, whole: map[string]bool{}}
+		if st.Filtered {
+			// A lone source has no range: the zero Range is the whole keyspace.
+			src, _ := keyrange.Parse(st.Source.GetKeyRange())
+			sh.fraction = st.Range.Fraction() / src.Fraction()
+		}
+		for _, t := range st.Spec.GetTables() {
+			sh.whole[t.GetName()] = !st.Filtered || t.GetReference()
+		}
+		out[st.Source.GetName()] = sh
+	}
+	return out
+}
+
 func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string][]sample, now time.Time) *rowliftv1.WorkflowStatus {
 	out := &rowliftv1.WorkflowStatus{EtaSeconds: -1}
 	var states []state.State
@@ -160,8 +191,13 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 		if !v.wf.LastErrorAt.IsZero() && v.wf.LastErrorAt.UnixMicro() > out.LastErrorAtUs {
 			out.LastError, out.LastErrorAtUs = v.wf.LastError, v.wf.LastErrorAt.UnixMicro()
 		}
+		shares := streamShares(spec, v.target)
 		for _, st := range v.streams {
 			key := streamKey(v.target, st.Source)
+			share, ok := shares[st.Source]
+			if !ok {
+				share.fraction = 1 // a stream the spec no longer names
+			}
 			lag := effectiveLag(st, now)
 			maxLag = max(maxLag, lag)
 			out.Streams = append(out.Streams, &rowliftv1.StreamStatus{
@@ -174,7 +210,9 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 				Retrying:        st.Message,
 				RetryingSinceUs: st.MessageAtUS,
 				Throttled:       st.Throttled,
+				KeyRange:        share.keyRange,
 			})
+			ss := out.Streams[len(out.Streams)-1]
 			// Only a copy is throttled; a stopped stream may have left its reason.
 			if st.Throttled != "" && v.wf.State == state.Copying {
 				throttled = append(throttled, fmt.Sprintf("%s (target %s, source %s)", st.Throttled, v.target, st.Source))
@@ -185,7 +223,11 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 			var copies []state.TableCopy
 			for _, c := range v.copies {
 				if c.Source == st.Source {
+					if !share.whole[c.Table] {
+						c.RowsEstimate = int64(float64(c.RowsEstimate) * share.fraction)
+					}
 					copies = append(copies, c)
+					ss.RowsCopied += c.RowsCopied
 				}
 			}
 			past := samples[key]

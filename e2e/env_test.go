@@ -90,7 +90,7 @@ func (e *env) workflow(name, db string, tables ...string) *rowliftv1.WorkflowSpe
 func (e *env) start(spec *rowliftv1.WorkflowSpec) {
 	e.t.Helper()
 	ctx := context.Background()
-	require.NoError(e.t, e.store.CreateWorkflow(ctx, spec))
+	require.NoError(e.t, e.store.CreateWorkflow(ctx, spec, spec.GetTargets()[0].GetName()))
 	require.NoError(e.t, e.store.SetState(ctx, spec.GetName(), state.Copying, ""))
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/state"
@@ -41,14 +42,20 @@ var raceTables = []struct{ name, ddl, fill string }{
 // createRaceTables creates and fills the race tables on the source, a third of
 // keys rows each, and returns their names.
 func createRaceTables(e *env, keys int) []string {
-	e.sourceExec("CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)", "SET SESSION max_recursive_iterations = 1000000",
+	return fillRaceTables(e.t, e.srcDB, keys)
+}
+
+// fillRaceTables is createRaceTables on any server.
+func fillRaceTables(t *testing.T, db *sql.DB, keys int) []string {
+	t.Helper()
+	sandboxtest.Exec(t, db, "CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)", "SET SESSION max_recursive_iterations = 1000000",
 		fmt.Sprintf("INSERT INTO race.seq WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s", keys/3))
 	var names []string
 	for _, tbl := range raceTables {
-		e.sourceExec(tbl.ddl, tbl.fill)
+		sandboxtest.Exec(t, db, tbl.ddl, tbl.fill)
 		names = append(names, tbl.name)
 	}
-	e.sourceExec("DROP TABLE race.seq")
+	sandboxtest.Exec(t, db, "DROP TABLE race.seq")
 	return names
 }
 

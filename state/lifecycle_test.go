@@ -15,7 +15,7 @@ import (
 func TestTransitionOnlyFromTheStatesGiven(t *testing.T) {
 	store, _ := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("w")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("w"), "main"))
 
 	moved, err := store.Transition(ctx, "w", []state.State{state.Copying}, state.Running, "copy done")
 	require.NoError(t, err)
@@ -49,7 +49,7 @@ func TestTransitionOnlyFromTheStatesGiven(t *testing.T) {
 func TestCopyStartAndStreamMessageTimes(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("w")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("w"), "main"))
 	before := time.Now().UnixMicro()
 	require.NoError(t, store.RecordCopyStart(ctx, "w", "-80", map[string]int64{"orders": 1234}))
 	cs, err := store.CopyState(ctx, "w", "-80")
@@ -88,7 +88,7 @@ func TestCopyStartAndStreamMessageTimes(t *testing.T) {
 func TestOpenAddsNewColumnsToAnOldSchema(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("old")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("old"), "main"))
 	for _, q := range []string{
 		"ALTER TABLE " + state.Schema + ".workflow DROP COLUMN last_error, DROP COLUMN last_error_at",
 		"ALTER TABLE " + state.Schema + ".stream DROP COLUMN message_at_us",

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -64,6 +65,7 @@ var schemaDDL = []string{
 		updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
 		last_error TEXT NULL COMMENT 'message of the last move to state error; kept after a resume',
 		last_error_at TIMESTAMP(6) NULL,
+		target VARCHAR(64) NOT NULL DEFAULT '' COMMENT 'which of the spec''s targets this server is',
 		PRIMARY KEY (name)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.stream (
@@ -134,6 +136,7 @@ var schemaDDL = []string{
 var addedColumns = []struct{ table, column, definition string }{
 	{"workflow", "last_error", "TEXT NULL"},
 	{"workflow", "last_error_at", "TIMESTAMP(6) NULL"},
+	{"workflow", "target", "VARCHAR(64) NOT NULL DEFAULT ''"},
 	{"stream", "message_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"stream", "throttled", "TEXT NULL"},
 	{"copy_state", "rows_estimate", "BIGINT NOT NULL DEFAULT 0"},
@@ -180,6 +183,9 @@ type Workflow struct {
 	// after a resume so status can still show it; zero LastErrorAt when none.
 	LastError   string
 	LastErrorAt time.Time
+	// Target is which of the spec's targets this server is: a reshard runs a
+	// different set of streams on each (empty in state written before).
+	Target string
 }
 
 // TableCopy is the copy progress of one table from one source.
@@ -237,28 +243,27 @@ func CheckName(name string) error {
 	return nil
 }
 
-// CreateWorkflow stores a new workflow in state init with its stream and
-// copy_state rows, all in one transaction.
-func (s *Store) CreateWorkflow(ctx context.Context, spec *rowliftv1.WorkflowSpec) error {
+// CreateWorkflow stores a new workflow in state init on the server that is
+// its target named target, with the stream and copy_state rows of the streams
+// that target runs, all in one transaction.
+func (s *Store) CreateWorkflow(ctx context.Context, spec *rowliftv1.WorkflowSpec, target string) error {
 	if err := CheckName(spec.GetName()); err != nil {
 		return err
 	}
 	if len(spec.GetSources()) == 0 || len(spec.GetTables()) == 0 {
 		return fmt.Errorf("workflow %q: needs at least one source and one table", spec.GetName())
 	}
-	for _, t := range spec.GetTargets() {
-		if t.GetKeyRange() != "" {
-			return fmt.Errorf("workflow %q: target %s has key range %q, but resharding is not supported yet: "+
-				"leave key_range empty to move whole tables", spec.GetName(), t.GetName(), t.GetKeyRange())
-		}
+	streams, err := reshard.ForTarget(spec, target)
+	if err != nil {
+		return fmt.Errorf("workflow %q: %w", spec.GetName(), err)
 	}
 	js, err := protojson.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("encode workflow %q: %w", spec.GetName(), err)
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".workflow (name, spec, state, message) VALUES (?, ?, ?, '')",
-			spec.GetName(), js, Init)
+		_, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".workflow (name, spec, state, message, target) VALUES (?, ?, ?, '', ?)",
+			spec.GetName(), js, Init, target)
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1062 {
 			return fmt.Errorf("%w: %q (delete it first or pick another name)", ErrExists, spec.GetName())
@@ -266,14 +271,14 @@ func (s *Store) CreateWorkflow(ctx context.Context, spec *rowliftv1.WorkflowSpec
 		if err != nil {
 			return err
 		}
-		for _, src := range spec.GetSources() {
+		for _, st := range streams {
 			if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".stream (workflow, source, position, message) VALUES (?, ?, '', '')",
-				spec.GetName(), src.GetName()); err != nil {
+				spec.GetName(), st.Source.GetName()); err != nil {
 				return err
 			}
-			for _, t := range spec.GetTables() {
+			for _, t := range st.Spec.GetTables() {
 				if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".copy_state (workflow, source, table_name) VALUES (?, ?, ?)",
-					spec.GetName(), src.GetName(), t.GetName()); err != nil {
+					spec.GetName(), st.Source.GetName(), t.GetName()); err != nil {
 					return err
 				}
 			}
@@ -301,7 +306,7 @@ func (s *Store) Workflows(ctx context.Context) ([]*Workflow, error) {
 
 func (s *Store) workflows(ctx context.Context, where string, args ...any) ([]*Workflow, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT spec, state, message, UNIX_TIMESTAMP(created_at), UNIX_TIMESTAMP(updated_at), "+
-		"IFNULL(last_error, ''), UNIX_TIMESTAMP(last_error_at) FROM "+Schema+".workflow "+where+" ORDER BY name", args...)
+		"IFNULL(last_error, ''), UNIX_TIMESTAMP(last_error_at), target FROM "+Schema+".workflow "+where+" ORDER BY name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("read workflows: %w", err)
 	}
@@ -312,7 +317,7 @@ func (s *Store) workflows(ctx context.Context, where string, args ...any) ([]*Wo
 		var created, updated float64
 		var lastErrorAt sql.NullFloat64
 		w := &Workflow{Spec: &rowliftv1.WorkflowSpec{}}
-		if err := rows.Scan(&js, &w.State, &w.Message, &created, &updated, &w.LastError, &lastErrorAt); err != nil {
+		if err := rows.Scan(&js, &w.State, &w.Message, &created, &updated, &w.LastError, &lastErrorAt, &w.Target); err != nil {
 			return nil, fmt.Errorf("read workflows: %w", err)
 		}
 		if lastErrorAt.Valid {

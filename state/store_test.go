@@ -37,7 +37,7 @@ func spec(name string) *rowliftv1.WorkflowSpec {
 func TestCreateAndReadWorkflow(t *testing.T) {
 	store, _ := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("move")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("move"), "main"))
 
 	w, err := store.Workflow(ctx, "move")
 	require.NoError(t, err)
@@ -54,9 +54,40 @@ func TestCreateAndReadWorkflow(t *testing.T) {
 	require.Len(t, streams, 2)
 }
 
+// reshardSpec splits two sources into three targets.
+func reshardSpec(name string) *rowliftv1.WorkflowSpec {
+	s := spec(name)
+	s.Sources[0].KeyRange, s.Sources[1].KeyRange = "-80", "80-"
+	s.Targets = []*rowliftv1.TargetShard{{Name: "a", KeyRange: "-55"}, {Name: "b", KeyRange: "55-aa"}, {Name: "c", KeyRange: "aa-"}}
+	s.Tables[0].ShardingColumn = "id"
+	s.Tables[1].Reference = true
+	return s
+}
+
+// TestCreateReshardOnOneTarget: a target stores the streams it runs and whose
+// target it is; the reference table comes from one source only.
+func TestCreateReshardOnOneTarget(t *testing.T) {
+	store, _ := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, reshardSpec("split"), "b"))
+	w, err := store.Workflow(ctx, "split")
+	require.NoError(t, err)
+	require.Equal(t, "b", w.Target)
+	streams, err := store.Streams(ctx, "split")
+	require.NoError(t, err)
+	require.Len(t, streams, 2, "55-aa overlaps both sources")
+	cs, err := store.CopyState(ctx, "split", "")
+	require.NoError(t, err)
+	var got []string
+	for _, c := range cs {
+		got = append(got, c.Source+"/"+c.Table)
+	}
+	require.ElementsMatch(t, []string{"-80/orders", "-80/users", "80-/orders"}, got)
+}
+
 func TestOpenIsIdempotent(t *testing.T) {
 	store, db := openStore(t)
-	require.NoError(t, store.CreateWorkflow(context.Background(), spec("keep")))
+	require.NoError(t, store.CreateWorkflow(context.Background(), spec("keep"), "main"))
 	again, err := state.Open(context.Background(), db)
 	require.NoError(t, err)
 	_, err = again.Workflow(context.Background(), "keep")
@@ -66,8 +97,8 @@ func TestOpenIsIdempotent(t *testing.T) {
 func TestDuplicateWorkflowName(t *testing.T) {
 	store, _ := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("dup")))
-	err := store.CreateWorkflow(ctx, spec("dup"))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("dup"), "main"))
+	err := store.CreateWorkflow(ctx, spec("dup"), "main")
 	require.ErrorIs(t, err, state.ErrExists)
 	require.ErrorContains(t, err, `"dup" (delete it first or pick another name)`)
 	cs, err := store.CopyState(ctx, "dup", "")
@@ -79,13 +110,15 @@ func TestInvalidWorkflows(t *testing.T) {
 	store, _ := openStore(t)
 	ctx := context.Background()
 	bad := spec("has space")
-	require.ErrorContains(t, store.CreateWorkflow(ctx, bad), "use 1 to 64 letters")
+	require.ErrorContains(t, store.CreateWorkflow(ctx, bad, "main"), "use 1 to 64 letters")
 	noTables := spec("empty")
 	noTables.Tables = nil
-	require.ErrorContains(t, store.CreateWorkflow(ctx, noTables), "needs at least one source and one table")
-	sharded := spec("sharded")
-	sharded.Targets[0].KeyRange = "-80"
-	require.ErrorContains(t, store.CreateWorkflow(ctx, sharded), `key range "-80", but resharding is not supported yet`)
+	require.ErrorContains(t, store.CreateWorkflow(ctx, noTables, "main"), "needs at least one source and one table")
+	gap := spec("gap")
+	gap.Targets[0].KeyRange = "-80"
+	require.ErrorContains(t, store.CreateWorkflow(ctx, gap, "main"), "targets: key ranges leave 80- uncovered")
+	stranger := reshardSpec("stranger")
+	require.ErrorContains(t, store.CreateWorkflow(ctx, stranger, "main"), `has no target named "main"`)
 	ws, err := store.Workflows(ctx)
 	require.NoError(t, err)
 	require.Empty(t, ws)
@@ -94,7 +127,7 @@ func TestInvalidWorkflows(t *testing.T) {
 func TestSetStateAndMissingWorkflow(t *testing.T) {
 	store, _ := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("s")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("s"), "main"))
 	require.NoError(t, store.SetState(ctx, "s", state.Error, "table x has no key"))
 	w, err := store.Workflow(ctx, "s")
 	require.NoError(t, err)
@@ -111,7 +144,7 @@ func TestSetStateAndMissingWorkflow(t *testing.T) {
 func TestCopyProgressCommitsWithTheData(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("p")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("p"), "main"))
 	pk := &rowliftv1.Row{}
 	rowcodec.Pack(pk, [][]byte{[]byte("42")})
 
@@ -146,8 +179,8 @@ func TestCopyProgressCommitsWithTheData(t *testing.T) {
 func TestDeleteWorkflowRemovesAllState(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("d")))
-	require.NoError(t, store.CreateWorkflow(ctx, spec("other")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("d"), "main"))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("other"), "main"))
 	require.NoError(t, store.DeleteWorkflow(ctx, "d"))
 	for _, table := range []string{"workflow", "stream", "copy_state"} {
 		col := "workflow"
@@ -169,7 +202,7 @@ func TestDeleteWorkflowRemovesAllState(t *testing.T) {
 func TestTakeOverFencesEarlierRuns(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("f")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("f"), "main"))
 	old, err := store.TakeOver(ctx, "f", "-80")
 	require.NoError(t, err)
 
@@ -214,7 +247,7 @@ func TestTakeOverFencesEarlierRuns(t *testing.T) {
 func TestLagIsCommitTimeMinusSourceTime(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("lag")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("lag"), "main"))
 	owner, err := store.TakeOver(ctx, "lag", "-80")
 	require.NoError(t, err)
 	streams, err := store.Streams(ctx, "lag")

@@ -15,7 +15,7 @@ import (
 func TestStreamThrottled(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("thr")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("thr"), "main"))
 	owner, err := store.TakeOver(ctx, "thr", "-80")
 	require.NoError(t, err)
 

@@ -19,7 +19,7 @@ import (
 func TestVerifyProgress(t *testing.T) {
 	store, db := openStore(t)
 	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("v")))
+	require.NoError(t, store.CreateWorkflow(ctx, spec("v"), "main"))
 	started, err := store.StartVerify(ctx, "v", []string{"-80", "80-"}, []string{"orders", "users"}, true, false)
 	require.NoError(t, err)
 	require.True(t, started)

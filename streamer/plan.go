@@ -1,6 +1,8 @@
 package streamer
 
 import (
+	"context"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -195,6 +197,32 @@ func (p *tablePlan) shard(column string, fn vindex.Func, kr keyrange.Range) erro
 		return nil
 	}
 	return status.Errorf(codes.InvalidArgument, "table %s: sharding column %s is not among its streamed columns", p.table.Name, column)
+}
+
+// perShardKeys names each unique key of a sharded table that lacks its
+// sharding column: the target shards enforce it per shard only, so two rows
+// of different shards may then share a value the source refused.
+func perShardKeys(ctx context.Context, db *sql.DB, p *tablePlan) ([]string, error) {
+	rows, err := db.QueryContext(ctx, "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ', '), "+
+		"SUM(COLUMN_NAME = ?) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 "+
+		"GROUP BY INDEX_NAME ORDER BY INDEX_NAME", p.filter.column, p.table.Database, p.table.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name, cols string
+		var has int
+		if err := rows.Scan(&name, &cols, &has); err != nil {
+			return nil, err
+		}
+		if has == 0 {
+			out = append(out, fmt.Sprintf("table %s: unique key %s (%s) does not contain the sharding column %s, so after the reshard "+
+				"each target shard enforces it for its own rows only", p.table.Name, name, cols, p.filter.column))
+		}
+	}
+	return out, rows.Err()
 }
 
 // keep reports whether a row (values in streamed column order) is in range.

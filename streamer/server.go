@@ -108,6 +108,14 @@ func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*r
 	resp := &rowliftv1.ValidateResponse{}
 	for _, p := range plans {
 		resp.Tables = append(resp.Tables, p.fields)
+		if p.filter == nil {
+			continue
+		}
+		warnings, err := perShardKeys(ctx, s.db, p)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "read unique keys of %s: %v", p.table.Name, err)
+		}
+		resp.Warnings = append(resp.Warnings, warnings...)
 	}
 	return resp, nil
 }
@@ -325,7 +333,7 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 			return nil, fmt.Errorf("stream request names table %q twice or empty", t.GetName())
 		}
 		seen[name] = true
-		if !sharded {
+		if !sharded || t.GetReference() {
 			continue
 		}
 		if _, err := checkSharding(t); err != nil {
@@ -417,7 +425,7 @@ func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tab
 		}
 		if kr, sharded, err := keyRange(req.GetKeyRange()); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
-		} else if sharded {
+		} else if sharded && !t.GetReference() {
 			fn, err := checkSharding(t)
 			if err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -87,7 +87,7 @@ func (t *rowliftTarget) prepare(ctx context.Context) error {
 		Tables:         tables,
 		Options:        t.opts,
 	}
-	if err := t.store.CreateWorkflow(ctx, spec); err != nil {
+	if err := t.store.CreateWorkflow(ctx, spec, spec.GetTargets()[0].GetName()); err != nil {
 		return err
 	}
 	if err := t.store.SetState(ctx, workflowName, state.Copying, ""); err != nil {

@@ -49,7 +49,7 @@ func (b *bench) copyRowlift(ctx context.Context, m *meter) error {
 }
 
 func (b *bench) timeRowlift(ctx context.Context, m *meter, store *state.Store, addr string, streamer, applier *benchkit.Proc) error {
-	if err := store.CreateWorkflow(ctx, b.workflowSpec(addr)); err != nil {
+	if err := store.CreateWorkflow(ctx, b.workflowSpec(addr), "main"); err != nil {
 		return err
 	}
 	if err := m.start(); err != nil {

@@ -104,7 +104,7 @@ func (b *bench) seed(ctx context.Context) error {
 // startLagWorkflow starts the workflow of bench.events and waits until its (empty)
 // copy is done and it replays the binlog.
 func (b *bench) startLagWorkflow(ctx context.Context) error {
-	if err := b.store.CreateWorkflow(ctx, b.spec(lagWorkflow, "events")); err != nil {
+	if err := b.store.CreateWorkflow(ctx, b.spec(lagWorkflow, "events"), "main"); err != nil {
 		return err
 	}
 	if err := b.store.SetState(ctx, lagWorkflow, state.Copying, ""); err != nil {

@@ -176,7 +176,7 @@ func (b *bench) copies(ctx context.Context, rate float64) (copyResult, error) {
 // timedCopy copies stress_test_pk with a new workflow, timed from the workflow
 // entering copying to the copy being done, and checks the target's row count.
 func (b *bench) timedCopy(ctx context.Context, name string) (span, error) {
-	if err := b.store.CreateWorkflow(ctx, b.spec(name, benchkit.StressTable)); err != nil {
+	if err := b.store.CreateWorkflow(ctx, b.spec(name, benchkit.StressTable), "main"); err != nil {
 		return span{}, err
 	}
 	s, err := b.measure(ctx, func(ctx context.Context) error {

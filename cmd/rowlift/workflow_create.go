@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
+	"github.com/rowlift/rowlift/internal/keyrange"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -28,6 +30,11 @@ type createFlags struct {
 	throttleCheckMS                       int64
 	start                                 bool
 	reverseTargets, reverseStreamers      stringList
+	// Resharding: key ranges of sources, an even split over the targets, the
+	// sharding column of each table and the tables copied whole.
+	sourceRanges, shardingColumns stringList
+	shards                        int
+	referenceTables               string
 }
 
 // throttleFlags are the limits of one side (source or target) of --throttle-*.
@@ -60,8 +67,17 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.name, "name", "", "`NAME` of the new workflow, unique on its targets: letters, digits, '_' and '-', e.g. --name orders-move (required)")
 	fs.Var(&c.sources, "source", "source shard as `NAME=STREAMER_ADDR` (host:port of the streamer next to the source server); repeatable, one per source shard,\n"+
 		"e.g. --source main=10.0.0.5:7001 (at least one)")
-	fs.Var(&c.targets, "target", "target shard as `NAME[=APPLIER_ADDR]`: a target configured on the coordinator (rowlift coordinator --target NAME=DSN), with its\n"+
-		"applier's address for reference; repeatable, e.g. --target main (at least one)")
+	fs.Var(&c.targets, "target", "target shard as `NAME[=RANGE|=APPLIER_ADDR]`: a target configured on the coordinator (rowlift coordinator --target NAME=DSN),\n"+
+		"with the key range it owns in a reshard (Vitess syntax: -80, 80-c0, c0-) or its applier's address (host:port) for reference;\n"+
+		"repeatable, e.g. --target main, or --target shard1=-80 --target shard2=80- (at least one)")
+	fs.Var(&c.sourceRanges, "source-range", "in a reshard from several source shards, `NAME=RANGE`: the key range source NAME holds; repeatable,\n"+
+		"e.g. --source-range old1=-80 --source-range old2=80- (a lone source holds the whole keyspace)")
+	fs.IntVar(&c.shards, "shards", 0, "reshard into `N` even key ranges (N a power of two), given to the N --target names in order, e.g. --shards 4")
+	fs.Var(&c.shardingColumns, "sharding-column", "in a reshard, `TABLE=COLUMN[:FUNCTION]`: the column whose keyspace ID places each row, and the function that\n"+
+		"computes it: hash (integers, as Vitess's hash vindex; the default), xxhash (any type, as Vitess's xxhash) or numeric (the unsigned\n"+
+		"value itself); repeatable, e.g. --sharding-column orders=customer_id --sharding-column users=email:xxhash")
+	fs.StringVar(&c.referenceTables, "reference-tables", "", "in a reshard, tables without a sharding column to copy whole to every target shard, as a\n"+
+		"comma-separated `LIST`, e.g. --reference-tables countries,currencies")
 	fs.StringVar(&c.sourceDB, "source-database", "", "`DB` (schema) holding the tables on the sources, e.g. --source-database shop (required)")
 	fs.StringVar(&c.targetDB, "target-database", "", "`DB` to write the tables to on the targets; default the same name as on the sources, e.g. --target-database shop_new")
 	fs.Var(&c.tables, "table", "table to move as `NAME[:COL,COL...]`, optionally only the given columns (default every non-generated column); repeatable,\n"+
@@ -125,7 +141,14 @@ func (c *createFlags) spec() (*rowliftv1.WorkflowSpec, error) {
 			return nil, usagef("--target %q: target %s is named twice", t, name)
 		}
 		seen[name] = true
-		spec.Targets = append(spec.Targets, &rowliftv1.TargetShard{Name: name, ApplierAddress: addr})
+		tgt := &rowliftv1.TargetShard{Name: name}
+		// An applier address is host:port; a key range never has a colon.
+		if hasAddr && !strings.Contains(addr, ":") {
+			tgt.KeyRange = addr
+		} else {
+			tgt.ApplierAddress = addr
+		}
+		spec.Targets = append(spec.Targets, tgt)
 	}
 	if len(spec.Targets) == 0 {
 		return nil, usagef("at least one --target NAME is required (a target configured on the coordinator)")
@@ -138,11 +161,71 @@ func (c *createFlags) spec() (*rowliftv1.WorkflowSpec, error) {
 		return nil, err
 	}
 	spec.Tables = tables
+	if err := c.sharding(spec); err != nil {
+		return nil, err
+	}
 	spec.Options, err = c.options()
 	if err != nil {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// sharding adds the reshard flags to the spec. The coordinator checks that
+// the ranges tile and each table has a sharding column or is a reference.
+func (c *createFlags) sharding(spec *rowliftv1.WorkflowSpec) error {
+	if c.shards != 0 {
+		ranges, err := keyrange.Even(c.shards)
+		if err != nil {
+			return usagef("--shards %d: %v", c.shards, err)
+		}
+		if len(ranges) != len(spec.GetTargets()) {
+			return usagef("--shards %d: give exactly %d --target names (got %d), which get the ranges in order", c.shards, c.shards, len(spec.GetTargets()))
+		}
+		for i, t := range spec.GetTargets() {
+			if t.GetKeyRange() != "" {
+				return usagef("--shards %d: target %s also has key range %s; use one or the other", c.shards, t.GetName(), t.GetKeyRange())
+			}
+			t.KeyRange = ranges[i].String()
+		}
+	}
+	for _, item := range c.sourceRanges {
+		name, kr, ok := strings.Cut(item, "=")
+		i := slices.IndexFunc(spec.GetSources(), func(s *rowliftv1.SourceShard) bool { return s.GetName() == name })
+		if !ok || kr == "" || i < 0 {
+			return usagef("--source-range %q: want NAME=RANGE with NAME one of the --source names, e.g. old1=-80", item)
+		}
+		spec.Sources[i].KeyRange = kr
+	}
+	table := func(flagName, item, name string) (*rowliftv1.TableSpec, error) {
+		i := slices.IndexFunc(spec.GetTables(), func(t *rowliftv1.TableSpec) bool { return t.GetName() == name })
+		if i < 0 {
+			return nil, usagef("%s %q: table %s is not among --table/--tables", flagName, item, name)
+		}
+		return spec.Tables[i], nil
+	}
+	for _, item := range c.shardingColumns {
+		name, col, ok := strings.Cut(item, "=")
+		col, fn, _ := strings.Cut(col, ":")
+		if !ok || name == "" || col == "" {
+			return usagef("--sharding-column %q: want TABLE=COLUMN[:FUNCTION], e.g. orders=customer_id or users=email:xxhash", item)
+		}
+		t, err := table("--sharding-column", item, name)
+		if err != nil {
+			return err
+		}
+		t.ShardingColumn, t.ShardingFunction = col, fn
+	}
+	if c.referenceTables != "" {
+		for name := range strings.SplitSeq(c.referenceTables, ",") {
+			t, err := table("--reference-tables", c.referenceTables, strings.TrimSpace(name))
+			if err != nil {
+				return err
+			}
+			t.Reference = true
+		}
+	}
+	return nil
 }
 
 // tableSpecs is --table and --tables, each table once.
@@ -267,6 +350,9 @@ func workflowCreateCommand() *command {
 			}
 			if s.flags.output == "text" {
 				fmt.Fprintf(s.stdout, "created workflow %s: %s\n", spec.GetName(), stateLine(w.GetStatus()))
+				for _, warning := range w.GetWarnings() {
+					fmt.Fprintf(s.stdout, "warning: %s\n", warning)
+				}
 			}
 			if c.start {
 				ref := &rowliftv1.WorkflowRef{Name: spec.GetName()}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -214,13 +215,23 @@ func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
 	if streams := st.GetStreams(); len(streams) > 0 {
 		lines = append(lines, "")
 		lines = append(lines, columns(0, func(w io.Writer) {
-			fmt.Fprintln(w, "  STREAM\tLAG\tLAST COMMIT\tPOSITION")
+			// A reshard's streams each carry a key range and their own rows.
+			reshard := slices.ContainsFunc(streams, func(s *rowliftv1.StreamStatus) bool { return s.GetKeyRange() != "" })
+			if reshard {
+				fmt.Fprintln(w, "  STREAM\tRANGE\tROWS\tLAG\tLAST COMMIT\tPOSITION")
+			} else {
+				fmt.Fprintln(w, "  STREAM\tLAG\tLAST COMMIT\tPOSITION")
+			}
 			for _, s := range streams {
 				lag := "-"
 				if s.GetSourceTimeUs() > 0 {
 					lag = formatDuration(time.Duration(s.GetLagMs()) * time.Millisecond)
 				}
-				fmt.Fprintf(w, "  %s → %s\t%s\t%s\t%s\n", s.GetSource(), s.GetTarget(), lag, formatAgo(now, s.GetHeartbeatAtUs()), s.GetPosition().GetGtidSet())
+				fmt.Fprintf(w, "  %s → %s\t", s.GetSource(), s.GetTarget())
+				if reshard {
+					fmt.Fprintf(w, "%s\t%s\t", s.GetKeyRange(), formatCount(s.GetRowsCopied()))
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\n", lag, formatAgo(now, s.GetHeartbeatAtUs()), s.GetPosition().GetGtidSet())
 			}
 		})...)
 		for _, s := range streams {
@@ -246,7 +257,11 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 	}
 	var parts []string
 	for _, s := range spec.GetSources() {
-		parts = append(parts, s.GetName()+"="+s.GetStreamerAddress())
+		p := s.GetName() + "=" + s.GetStreamerAddress()
+		if k := s.GetKeyRange(); k != "" {
+			p += " (" + k + ")"
+		}
+		parts = append(parts, p)
 	}
 	def = append(def, fmt.Sprintf("sources\t%s", strings.Join(parts, ", ")))
 	parts = parts[:0]
@@ -270,6 +285,16 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 		}
 		if name, mapped := applier.TargetTable(spec, t.GetName()); mapped {
 			p += "→" + name
+		}
+		switch {
+		case t.GetShardingColumn() != "":
+			fn := t.GetShardingFunction()
+			if fn == "" {
+				fn = "hash"
+			}
+			p += " (by " + t.GetShardingColumn() + ":" + fn + ")"
+		case t.GetReference():
+			p += " (reference)"
 		}
 		parts = append(parts, p)
 	}

@@ -59,6 +59,40 @@ func (r Range) Overlaps(o Range) bool {
 	return below(r.Start, o.End) && below(o.Start, r.End)
 }
 
+// Intersect is the keyspace IDs two ranges share: what a stream from a source
+// shard to a target shard carries. ok is false when they share none.
+func (r Range) Intersect(o Range) (out Range, ok bool) {
+	if !r.Overlaps(o) {
+		return Range{}, false
+	}
+	out.Start = r.Start
+	if bytes.Compare(padded(o.Start), padded(r.Start)) > 0 {
+		out.Start = o.Start
+	}
+	out.End = r.End
+	if len(o.End) > 0 && (len(r.End) == 0 || bytes.Compare(padded(o.End), padded(r.End)) < 0) {
+		out.End = o.End
+	}
+	return out, true
+}
+
+// Whole reports whether the range is the entire keyspace, which needs no
+// filter.
+func (r Range) Whole() bool {
+	return len(r.End) == 0 && bytes.Equal(padded(r.Start), padded(nil))
+}
+
+// Fraction is the share of the keyspace the range covers, from 0 to 1: the
+// share of a table's rows it holds when keyspace IDs are spread evenly (as
+// hashed ones are).
+func (r Range) Fraction() float64 {
+	end := 1.0
+	if len(r.End) > 0 {
+		end = float64(binary.BigEndian.Uint64(padded(r.End))) / (1 << 64)
+	}
+	return end - float64(binary.BigEndian.Uint64(padded(r.Start)))/(1<<64)
+}
+
 // below reports whether start is below end; an empty end is the keyspace's.
 func below(start, end []byte) bool {
 	return len(end) == 0 || bytes.Compare(padded(start), padded(end)) < 0

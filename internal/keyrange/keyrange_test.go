@@ -148,3 +148,73 @@ func TestEven(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, Tile(rs))
 }
+
+func TestIntersect(t *testing.T) {
+	for _, c := range []struct{ a, b, want string }{
+		{"-", "-", "-"},
+		{"-", "40-80", "40-80"},
+		{"-80", "55-aa", "55-80"},
+		{"80-", "55-aa", "80-aa"},
+		{"80-", "aa-", "aa-"},
+		{"-80", "-55", "-55"},
+		{"40-80", "40-80", "40-80"},
+		{"4000-", "41-8000", "41-8000"},
+		{"-80", "80-", ""},
+		{"-55", "aa-", ""},
+	} {
+		rs := mustParse(t, c.a, c.b)
+		for _, order := range [][2]Range{{rs[0], rs[1]}, {rs[1], rs[0]}} {
+			got, ok := order[0].Intersect(order[1])
+			if c.want == "" {
+				require.False(t, ok, "%s and %s", c.a, c.b)
+				continue
+			}
+			require.True(t, ok, "%s and %s", c.a, c.b)
+			require.Equal(t, c.want, got.String(), "%s and %s", c.a, c.b)
+		}
+	}
+	require.True(t, mustParse(t, "-")[0].Whole())
+	require.True(t, Range{Start: []byte{0, 0}}.Whole())
+	require.False(t, mustParse(t, "-80")[0].Whole())
+	require.False(t, mustParse(t, "01-")[0].Whole())
+}
+
+// TestIntersectProperty: an ID is in the intersection exactly when it is in
+// both ranges.
+func TestIntersectProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	randRange := func() Range {
+		a, b := uint8(rng.IntN(256)), uint8(rng.IntN(256))
+		if a > b {
+			a, b = b, a
+		}
+		r := Range{}
+		if a > 0 {
+			r.Start = []byte{a}
+		}
+		if b > a && b < 255 {
+			r.End = []byte{b}
+		}
+		return r
+	}
+	for range 2000 {
+		x, y := randRange(), randRange()
+		in, ok := x.Intersect(y)
+		for range 20 {
+			id := rng.Uint64()
+			both := x.Contains(id) && y.Contains(id)
+			require.Equal(t, both, ok && in.Contains(id), "%x in %s and %s (got %s, %v)", id, x, y, in, ok)
+		}
+	}
+}
+
+func TestFraction(t *testing.T) {
+	for kr, want := range map[string]float64{"-": 1, "-80": 0.5, "80-": 0.5, "40-80": 0.25, "c0-": 0.25, "55-aa": 85.0 / 256} {
+		require.InDelta(t, want, mustParse(t, kr)[0].Fraction(), 1e-9, kr)
+	}
+	var sum float64
+	for _, r := range mustParse(t, "-15", "15-7f01", "7f01-e0", "e0-") {
+		sum += r.Fraction()
+	}
+	require.InDelta(t, 1, sum, 1e-9, "a tiling covers the keyspace once")
+}

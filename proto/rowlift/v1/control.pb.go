@@ -968,6 +968,11 @@ type SourceShard struct {
 	// (--target NAME=DSN), where the reverse workflow's state lives and whose
 	// applier writes the reverse stream into the frozen source tables.
 	ReverseTarget string `protobuf:"bytes,3,opt,name=reverse_target,json=reverseTarget,proto3" json:"reverse_target,omitempty"`
+	// The keyspace IDs this source shard holds, in the Vitess syntax ("-80",
+	// "80-"): set on every source of a reshard from several shards, so that each
+	// target streams only from the sources its range overlaps. Empty: the whole
+	// keyspace.
+	KeyRange      string `protobuf:"bytes,4,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,6 +1024,13 @@ func (x *SourceShard) GetStreamerAddress() string {
 func (x *SourceShard) GetReverseTarget() string {
 	if x != nil {
 		return x.ReverseTarget
+	}
+	return ""
+}
+
+func (x *SourceShard) GetKeyRange() string {
+	if x != nil {
+		return x.KeyRange
 	}
 	return ""
 }
@@ -1116,8 +1128,12 @@ type TableSpec struct {
 	// hash (integers, Vitess's hash vindex), xxhash (any type) or numeric.
 	// Empty: hash.
 	ShardingFunction string `protobuf:"bytes,5,opt,name=sharding_function,json=shardingFunction,proto3" json:"sharding_function,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A reference table of a reshard: it has no sharding column and is copied
+	// whole to every target shard, from the first source whose range overlaps
+	// the target's. A reshard refuses a table with neither.
+	Reference     bool `protobuf:"varint,6,opt,name=reference,proto3" json:"reference,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TableSpec) Reset() {
@@ -1183,6 +1199,13 @@ func (x *TableSpec) GetShardingFunction() string {
 		return x.ShardingFunction
 	}
 	return ""
+}
+
+func (x *TableSpec) GetReference() bool {
+	if x != nil {
+		return x.Reference
+	}
+	return false
 }
 
 // WorkflowOptions tune a workflow. Zero values mean the documented defaults.
@@ -1409,9 +1432,12 @@ func (x *Throttle) GetCheckIntervalMs() int64 {
 
 // Workflow is a workflow's definition and its live status.
 type Workflow struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *WorkflowSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	Status        *WorkflowStatus        `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Spec   *WorkflowSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Status *WorkflowStatus        `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Set by CreateWorkflow only: what the workflow will do that the operator may
+	// not expect, such as a unique key that a reshard makes unique per shard only.
+	Warnings      []string `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1456,6 +1482,13 @@ func (x *Workflow) GetSpec() *WorkflowSpec {
 func (x *Workflow) GetStatus() *WorkflowStatus {
 	if x != nil {
 		return x.Status
+	}
+	return nil
+}
+
+func (x *Workflow) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -2112,7 +2145,13 @@ type StreamStatus struct {
 	// When retrying was set, microseconds since the epoch.
 	RetryingSinceUs int64 `protobuf:"varint,8,opt,name=retrying_since_us,json=retryingSinceUs,proto3" json:"retrying_since_us,omitempty"`
 	// Non-empty while this stream's copy waits on a throttle: metric, value and limit.
-	Throttled     string `protobuf:"bytes,9,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	Throttled string `protobuf:"bytes,9,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	// The keyspace IDs this stream carries (the overlap of the source's and the
+	// target's key ranges) in the Vitess syntax; empty when the workflow does not
+	// reshard.
+	KeyRange string `protobuf:"bytes,10,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
+	// Rows this stream copied so far, over all its tables.
+	RowsCopied    int64 `protobuf:"varint,11,opt,name=rows_copied,json=rowsCopied,proto3" json:"rows_copied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2208,6 +2247,20 @@ func (x *StreamStatus) GetThrottled() string {
 		return x.Throttled
 	}
 	return ""
+}
+
+func (x *StreamStatus) GetKeyRange() string {
+	if x != nil {
+		return x.KeyRange
+	}
+	return ""
+}
+
+func (x *StreamStatus) GetRowsCopied() int64 {
+	if x != nil {
+		return x.RowsCopied
+	}
+	return 0
 }
 
 type DeleteWorkflowResponse struct {
@@ -2449,22 +2502,24 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x06tables\x18\x04 \x03(\v2\x15.rowlift.v1.TableSpecR\x06tables\x125\n" +
 	"\aoptions\x18\x05 \x01(\v2\x1b.rowlift.v1.WorkflowOptionsR\aoptions\x12'\n" +
 	"\x0fsource_database\x18\x06 \x01(\tR\x0esourceDatabase\x12'\n" +
-	"\x0ftarget_database\x18\a \x01(\tR\x0etargetDatabase\"s\n" +
+	"\x0ftarget_database\x18\a \x01(\tR\x0etargetDatabase\"\x90\x01\n" +
 	"\vSourceShard\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x10streamer_address\x18\x02 \x01(\tR\x0fstreamerAddress\x12%\n" +
-	"\x0ereverse_target\x18\x03 \x01(\tR\rreverseTarget\"\xa1\x01\n" +
+	"\x0ereverse_target\x18\x03 \x01(\tR\rreverseTarget\x12\x1b\n" +
+	"\tkey_range\x18\x04 \x01(\tR\bkeyRange\"\xa1\x01\n" +
 	"\vTargetShard\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fapplier_address\x18\x02 \x01(\tR\x0eapplierAddress\x12\x1b\n" +
 	"\tkey_range\x18\x03 \x01(\tR\bkeyRange\x128\n" +
-	"\x18reverse_streamer_address\x18\x04 \x01(\tR\x16reverseStreamerAddress\"\xb2\x01\n" +
+	"\x18reverse_streamer_address\x18\x04 \x01(\tR\x16reverseStreamerAddress\"\xd0\x01\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12!\n" +
 	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\x12+\n" +
-	"\x11sharding_function\x18\x05 \x01(\tR\x10shardingFunction\"\xcb\x04\n" +
+	"\x11sharding_function\x18\x05 \x01(\tR\x10shardingFunction\x12\x1c\n" +
+	"\treference\x18\x06 \x01(\bR\treference\"\xcb\x04\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -2485,10 +2540,11 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\bThrottle\x122\n" +
 	"\x06source\x18\x01 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06source\x122\n" +
 	"\x06target\x18\x02 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06target\x12*\n" +
-	"\x11check_interval_ms\x18\x03 \x01(\x03R\x0fcheckIntervalMs\"l\n" +
+	"\x11check_interval_ms\x18\x03 \x01(\x03R\x0fcheckIntervalMs\"\x88\x01\n" +
 	"\bWorkflow\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\x122\n" +
-	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\"\xc6\x05\n" +
+	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\x12\x1a\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"\xc6\x05\n" +
 	"\x0eWorkflowStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.rowlift.v1.WorkflowStateR\x05state\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
@@ -2551,7 +2607,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12&\n" +
 	"\x0frows_per_second\x18\x05 \x01(\x01R\rrowsPerSecond\x12\x18\n" +
 	"\apercent\x18\x06 \x01(\x01R\apercent\x12\"\n" +
-	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\"\xbb\x02\n" +
+	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\"\xf9\x02\n" +
 	"\fStreamStatus\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x120\n" +
@@ -2561,7 +2617,11 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0fheartbeat_at_us\x18\x06 \x01(\x03R\rheartbeatAtUs\x12\x1a\n" +
 	"\bretrying\x18\a \x01(\tR\bretrying\x12*\n" +
 	"\x11retrying_since_us\x18\b \x01(\x03R\x0fretryingSinceUs\x12\x1c\n" +
-	"\tthrottled\x18\t \x01(\tR\tthrottled\"9\n" +
+	"\tthrottled\x18\t \x01(\tR\tthrottled\x12\x1b\n" +
+	"\tkey_range\x18\n" +
+	" \x01(\tR\bkeyRange\x12\x1f\n" +
+	"\vrows_copied\x18\v \x01(\x03R\n" +
+	"rowsCopied\"9\n" +
 	"\x16DeleteWorkflowResponse\x12\x1f\n" +
 	"\vkept_tables\x18\x01 \x03(\tR\n" +
 	"keptTables\"0\n" +

@@ -427,8 +427,10 @@ type TableRequest struct {
 	// Function mapping sharding_column to a keyspace ID (internal/vindex names).
 	// Empty: hash.
 	ShardingFunction string `protobuf:"bytes,6,opt,name=sharding_function,json=shardingFunction,proto3" json:"sharding_function,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A reference table of a reshard: sent whole, whatever the key_range.
+	Reference     bool `protobuf:"varint,7,opt,name=reference,proto3" json:"reference,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TableRequest) Reset() {
@@ -501,6 +503,13 @@ func (x *TableRequest) GetShardingFunction() string {
 		return x.ShardingFunction
 	}
 	return ""
+}
+
+func (x *TableRequest) GetReference() bool {
+	if x != nil {
+		return x.Reference
+	}
+	return false
 }
 
 // VerifyProgress is a table's verify state as the target last committed it.
@@ -922,7 +931,10 @@ func (x *KeyRange) GetEnd() []byte {
 type ValidateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per requested table, in request order.
-	Tables        []*TableFields `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	Tables []*TableFields `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	// What the stream would do that the operator may not expect: with a key
+	// range, each unique key without the sharding column (unique per shard only).
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +972,13 @@ func (*ValidateResponse) Descriptor() ([]byte, []int) {
 func (x *ValidateResponse) GetTables() []*TableFields {
 	if x != nil {
 		return x.Tables
+	}
+	return nil
+}
+
+func (x *ValidateResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -1855,14 +1874,15 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x06tables\x18\x03 \x03(\v2\x18.rowlift.v1.TableRequestR\x06tables\x121\n" +
 	"\tkey_range\x18\x04 \x01(\v2\x14.rowlift.v1.KeyRangeR\bkeyRange\x123\n" +
 	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\x12\x1a\n" +
-	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\xf4\x01\n" +
+	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\x92\x02\n" +
 	"\fTableRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12,\n" +
 	"\x04copy\x18\x04 \x01(\v2\x18.rowlift.v1.CopyProgressR\x04copy\x122\n" +
 	"\x06verify\x18\x05 \x01(\v2\x1a.rowlift.v1.VerifyProgressR\x06verify\x12+\n" +
-	"\x11sharding_function\x18\x06 \x01(\tR\x10shardingFunction\"f\n" +
+	"\x11sharding_function\x18\x06 \x01(\tR\x10shardingFunction\x12\x1c\n" +
+	"\treference\x18\a \x01(\bR\treference\"f\n" +
 	"\x0eVerifyProgress\x12(\n" +
 	"\alast_pk\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x16\n" +
@@ -1890,9 +1910,10 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\rbinlog_offset\x18\x03 \x01(\x04R\fbinlogOffset\"2\n" +
 	"\bKeyRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\fR\x03end\"C\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\"_\n" +
 	"\x10ValidateResponse\x12/\n" +
-	"\x06tables\x18\x01 \x03(\v2\x17.rowlift.v1.TableFieldsR\x06tables\">\n" +
+	"\x06tables\x18\x01 \x03(\v2\x17.rowlift.v1.TableFieldsR\x06tables\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\">\n" +
 	"\x0eStreamResponse\x12,\n" +
 	"\x05items\x18\x01 \x03(\v2\x16.rowlift.v1.StreamItemR\x05items\"\x8b\x02\n" +
 	"\n" +

@@ -1,0 +1,434 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/keyrange"
+	"github.com/rowlift/rowlift/internal/reshard"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/testhook"
+	"github.com/rowlift/rowlift/internal/vindex"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// shard is one server of a reshard with its rowlift process: a source with
+// its streamer or a target with its applier.
+type shard struct {
+	name, keyRange string
+	srv            *sandbox.Server
+	db             *sql.DB
+	proc           *proc
+	addr           string       // a source's streamer address
+	store          *state.Store // a target's state
+}
+
+// shardEnv is N source and M target servers, each with its own streamer or
+// applier, and one coordinator over every target.
+type shardEnv struct {
+	t                *testing.T
+	sources, targets []*shard
+	ctl              rowliftv1.ControlClient
+}
+
+// newShardEnv starts the servers and processes of an N→M reshard; ranges are
+// the sources' and the targets' key ranges ("" for a lone source's whole
+// keyspace). Every source starts with the race tables filled alike.
+func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRanges []string) *shardEnv {
+	t.Helper()
+	e := &shardEnv{t: t}
+	for i, kr := range sourceRanges {
+		s := &shard{name: fmt.Sprintf("s%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{})}
+		s.db = sandboxtest.Open(t, s.srv, "")
+		fillRaceTables(t, s.db, keys)
+		port, err := sandbox.FreePort()
+		require.NoError(t, err)
+		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.proc = startProc(t, "streamer-"+s.name, hooks, "streamer", "--listen", s.addr, "--source-dsn", s.srv.DSN(""))
+		e.sources = append(e.sources, s)
+	}
+	coordArgs := []string{"coordinator"}
+	for i, kr := range targetRanges {
+		d := &shard{name: fmt.Sprintf("t%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{})}
+		d.db = sandboxtest.Open(t, d.srv, "")
+		store, err := state.Open(context.Background(), d.db)
+		require.NoError(t, err)
+		d.store = store
+		d.proc = startProc(t, "applier-"+d.name, hooks, "applier", "--target-dsn", d.srv.DSN(""), "--poll-interval", "50ms")
+		e.targets = append(e.targets, d)
+		coordArgs = append(coordArgs, "--target", d.name+"="+d.srv.DSN(""))
+	}
+	port, err := sandbox.FreePort()
+	require.NoError(t, err)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	startProc(t, "coordinator", nil, append(coordArgs, "--listen", addr)...)
+	conn, err := grpc.NewClient(addr, grpcopt.DialOptions()...)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	e.ctl = rowliftv1.NewControlClient(conn)
+	call(t, func(ctx context.Context) (*rowliftv1.ListWorkflowsResponse, error) {
+		return e.ctl.ListWorkflows(ctx, &rowliftv1.ListWorkflowsRequest{})
+	})
+	return e
+}
+
+// raceShardTables are the race tables as a reshard splits them: by a hashed
+// integer, by xxhash of a case-insensitive string, and by the numeric value
+// (every id is below 2^56, so all of types lands in the lowest range). uniq
+// has a unique key without its sharding column; from several sources, whose
+// unique keys are each their own, it is a reference table instead.
+func raceShardTables(multiSource bool) []*rowliftv1.TableSpec {
+	uniq := &rowliftv1.TableSpec{Name: "uniq", ShardingColumn: "id"}
+	if multiSource {
+		uniq = &rowliftv1.TableSpec{Name: "uniq", Reference: true}
+	}
+	return []*rowliftv1.TableSpec{
+		{Name: "ints", ShardingColumn: "id"},
+		{Name: "composite", ShardingColumn: "region", ShardingFunction: "xxhash"},
+		uniq,
+		{Name: "types", ShardingColumn: "id", ShardingFunction: "numeric"},
+	}
+}
+
+// spec is the reshard workflow of the env's shards.
+func (e *shardEnv) spec(name string, tables []*rowliftv1.TableSpec) *rowliftv1.WorkflowSpec {
+	spec := &rowliftv1.WorkflowSpec{Name: name, SourceDatabase: "race", Tables: tables,
+		Options: &rowliftv1.WorkflowOptions{ChunkRows: 97, ParallelTables: 2}}
+	for _, s := range e.sources {
+		spec.Sources = append(spec.Sources, &rowliftv1.SourceShard{Name: s.name, StreamerAddress: s.addr, KeyRange: s.keyRange})
+	}
+	for _, d := range e.targets {
+		spec.Targets = append(spec.Targets, &rowliftv1.TargetShard{Name: d.name, KeyRange: d.keyRange})
+	}
+	return spec
+}
+
+// writers runs the race writers with each transaction sent to a source at
+// random: rows then also land outside their source's range, which a reshard
+// must leave behind, as Vitess leaves a shard's stray rows.
+func (e *shardEnv) writers(seed uint64, keys int) (stop func() int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := startRoutedWriters(ctx, func() *sql.DB { return e.sources[rand.IntN(len(e.sources))].db }, seed, 0, keys, new(atomic.Int64))
+	return func() int {
+		cancel()
+		return wait()
+	}
+}
+
+// waitCaughtUp waits until every target has applied every source transaction
+// of the streams it runs.
+func (e *shardEnv) waitCaughtUp(name string, timeout time.Duration) {
+	e.t.Helper()
+	want := map[string]gomysql.GTIDSet{}
+	for _, s := range e.sources {
+		var pos string
+		require.NoError(e.t, s.db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos))
+		set, err := gomysql.ParseMariadbGTIDSet(pos)
+		require.NoError(e.t, err)
+		want[s.name] = set
+	}
+	deadline := time.Now().Add(timeout)
+	for _, d := range e.targets {
+		for {
+			behind := ""
+			streams, err := d.store.Streams(context.Background(), name)
+			require.NoError(e.t, err)
+			require.NotEmpty(e.t, streams, "target %s runs no stream", d.name)
+			for _, st := range streams {
+				got, err := gomysql.ParseMariadbGTIDSet(st.Position)
+				if err != nil || !got.Contain(want[st.Source]) {
+					behind = fmt.Sprintf("stream %s → %s at %q (%s), want %s", st.Source, d.name, st.Position, st.Message, want[st.Source])
+				}
+			}
+			if behind == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatalf("timed out waiting for the targets to catch up: %s", behind)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// waitState waits until the workflow is in st on every target.
+func (e *shardEnv) waitState(name string, st state.State, timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, d := range e.targets {
+		for {
+			w, err := d.store.Workflow(context.Background(), name)
+			require.NoError(e.t, err)
+			if w.State == st {
+				break
+			}
+			require.NotEqual(e.t, state.Error, w.State, "target %s: %s", d.name, w.Message)
+			if time.Now().After(deadline) {
+				e.t.Fatalf("timed out waiting for %s on target %s: state %s (%s)", st, d.name, w.State, w.Message)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// shardRows reads a table as key → row, keeping the rows whose keyspace ID
+// (of column under fn) keep accepts; a nil keep keeps every row.
+func shardRows(t *testing.T, db *sql.DB, table string, key []string, column string, fn vindex.Func, keep func(uint64) bool) map[string]string {
+	t.Helper()
+	rows, err := db.Query("SELECT * FROM race." + table)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	idx := func(name string) int {
+		i := slices.IndexFunc(cols, func(c string) bool { return strings.EqualFold(c, name) })
+		require.GreaterOrEqual(t, i, 0, "column %s of %s", name, table)
+		return i
+	}
+	raw := make([]sql.RawBytes, len(cols))
+	dest := make([]any, len(raw))
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		require.NoError(t, rows.Scan(dest...))
+		if keep != nil {
+			id, err := fn.ID(raw[idx(column)])
+			require.NoError(t, err)
+			if !keep(id) {
+				continue
+			}
+		}
+		var k []string
+		for _, c := range key {
+			k = append(k, string(raw[idx(c)]))
+		}
+		var v []string
+		for _, b := range raw {
+			if b == nil {
+				v = append(v, "NULL")
+			} else {
+				v = append(v, strconv.Quote(string(b)))
+			}
+		}
+		out[strings.Join(k, "/")] = strings.Join(v, ",")
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// raceKeys are the race tables' primary keys.
+var raceKeys = map[string][]string{"ints": {"id"}, "composite": {"region", "id"}, "uniq": {"id"}, "types": {"id"}}
+
+// checkShards compares every target with what it must hold: for a sharded
+// table, each overlapping source's rows whose keyspace ID is in both ranges;
+// for a reference table, the rows of the source that streams it there. It
+// also checks that the targets together hold every source row of its own
+// source's range exactly once.
+func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec) {
+	e.t.Helper()
+	byName := map[string]*shard{}
+	for _, s := range append(slices.Clone(e.sources), e.targets...) {
+		byName[s.name] = s
+	}
+	for _, tbl := range spec.GetTables() {
+		fn := vindex.Func(tbl.GetShardingFunction())
+		if fn == "" {
+			fn = vindex.Hash
+		}
+		homes := map[string]string{} // source row key → the target holding it
+		for _, d := range e.targets {
+			streams, err := reshard.ForTarget(spec, d.name)
+			require.NoError(e.t, err)
+			want := map[string]string{}
+			for _, st := range streams {
+				if !slices.ContainsFunc(st.Spec.GetTables(), func(x *rowliftv1.TableSpec) bool { return x.GetName() == tbl.GetName() }) {
+					continue
+				}
+				var keep func(uint64) bool
+				if !tbl.GetReference() {
+					keep = st.Range.Contains
+				}
+				for k, v := range shardRows(e.t, byName[st.Source.GetName()].db, tbl.GetName(), raceKeys[tbl.GetName()], tbl.GetShardingColumn(), fn, keep) {
+					want[k] = v
+					if !tbl.GetReference() {
+						require.NotContains(e.t, homes, st.Source.GetName()+":"+k, "row %s of %s reaches two targets", k, tbl.GetName())
+						homes[st.Source.GetName()+":"+k] = d.name
+					}
+				}
+			}
+			got := shardRows(e.t, d.db, tbl.GetName(), raceKeys[tbl.GetName()], "", fn, nil)
+			var diffs []string
+			for k, v := range want {
+				if g, ok := got[k]; !ok {
+					diffs = append(diffs, "missing "+k)
+				} else if g != v {
+					diffs = append(diffs, fmt.Sprintf("differs %s: source %s, target %s", k, v, g))
+				}
+			}
+			for k := range got {
+				if _, ok := want[k]; !ok {
+					diffs = append(diffs, "extra "+k)
+				}
+			}
+			slices.Sort(diffs)
+			require.Empty(e.t, diffs, "target %s (%s), table %s: %d rows expected", d.name, d.keyRange, tbl.GetName(), len(want))
+		}
+		if tbl.GetReference() {
+			continue
+		}
+		// The union: every source row of its source's range has one home.
+		for _, s := range e.sources {
+			sr, _ := keyrange.Parse(s.keyRange)
+			for k := range shardRows(e.t, s.db, tbl.GetName(), raceKeys[tbl.GetName()], tbl.GetShardingColumn(), fn, sr.Contains) {
+				require.Contains(e.t, homes, s.name+":"+k, "row %s of %s on source %s reached no target", k, tbl.GetName(), s.name)
+			}
+		}
+	}
+}
+
+// runReshard runs one N→M reshard of the race tables under the race writers,
+// with kills of a streamer, an applier and a source server when kill is set,
+// and checks every target shard.
+func runReshard(t *testing.T, sourceRanges, targetRanges []string, keys int, kill bool) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	hooks := []string{testhook.EnvVar + fmt.Sprintf("=chunk_read=0-20ms,replay_exec=0-5ms,seed=%d", seed)}
+	e := newShardEnv(t, keys, hooks, sourceRanges, targetRanges)
+	spec := e.spec("split", raceShardTables(len(sourceRanges) > 1))
+	stop := e.writers(seed, keys)
+	defer stop()
+
+	w := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return e.ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+	})
+	if len(sourceRanges) == 1 {
+		require.Contains(t, strings.Join(w.GetWarnings(), "\n"), "table uniq: unique key email (email) does not contain the sharding column id",
+			"a unique key a reshard makes per-shard is named")
+	}
+	streams, err := reshard.Streams(spec)
+	require.NoError(t, err)
+	require.Len(t, w.GetStatus().GetStreams(), len(streams), "one stream per overlapping (source, target) pair")
+	for _, st := range w.GetStatus().GetStreams() {
+		require.NotEmpty(t, st.GetKeyRange(), "stream %s → %s shows its range", st.GetSource(), st.GetTarget())
+	}
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return e.ctl.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "split"})
+	})
+	if kill {
+		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
+		e.sources[0].proc.kill()
+		t.Log("SIGKILL streamer of s0")
+		e.targets[len(e.targets)-1].proc.kill()
+		t.Log("SIGKILL applier of the last target")
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		e.sources[0].proc.restart()
+		e.targets[len(e.targets)-1].proc.restart()
+		time.Sleep(time.Duration(200+rng.IntN(300)) * time.Millisecond)
+		src := e.sources[len(e.sources)-1]
+		require.NoError(t, src.srv.Kill())
+		t.Logf("SIGKILL source server %s", src.name)
+		require.NoError(t, src.srv.Restart(context.Background()))
+	}
+	e.waitState("split", state.Running, 3*time.Minute)
+	time.Sleep(300 * time.Millisecond) // replay after the copy too
+	writes := stop()
+	t.Logf("%d source transactions", writes)
+	e.waitCaughtUp("split", 2*time.Minute)
+	e.checkShards(spec)
+
+	st := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return e.ctl.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "split"})
+	}).GetStatus()
+	var copied int64
+	for _, s := range st.GetStreams() {
+		copied += s.GetRowsCopied()
+	}
+	require.Equal(t, st.GetRowsCopied(), copied, "the streams' rows add up to the workflow's")
+	require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING, st.GetPhase())
+}
+
+// TestReshard splits, re-splits and merges the race tables under random
+// traffic with primary key and keyspace ID changes: 1→2 (with kills of a
+// streamer, an applier and the source server), 1→4, 2→3 (uneven), 4→2 and 2→1.
+// Each target holds exactly its range's rows of the sources it overlaps.
+func TestReshard(t *testing.T) {
+	keys := envInt("ROWLIFT_RESHARD_KEYS", 600)
+	for _, c := range []struct {
+		name             string
+		sources, targets []string
+		kill             bool
+	}{
+		{"1to2", []string{""}, []string{"-80", "80-"}, true},
+		{"1to4", []string{""}, []string{"-40", "40-80", "80-c0", "c0-"}, false},
+		{"2to3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"}, false},
+		{"4to2", []string{"-40", "40-80", "80-c0", "c0-"}, []string{"-80", "80-"}, false},
+		{"2to1", []string{"-80", "80-"}, []string{"-"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) { runReshard(t, c.sources, c.targets, keys, c.kill) })
+	}
+}
+
+// TestReshardRefusals: each bad reshard request is refused with the range,
+// table, column or function named, and nothing is written on any target.
+func TestReshardRefusals(t *testing.T) {
+	e := newShardEnv(t, 30, nil, []string{""}, []string{"-80", "80-"})
+	sandboxtest.Exec(t, e.sources[0].db, "CREATE TABLE race.pad (id INT PRIMARY KEY, k VARCHAR(8))")
+	for _, c := range []struct {
+		name    string
+		edit    func(*rowliftv1.WorkflowSpec)
+		code    codes.Code
+		message string
+	}{
+		{"gap", func(s *rowliftv1.WorkflowSpec) { s.Targets[1].KeyRange = "90-" }, codes.InvalidArgument,
+			"targets: key ranges leave 80-90 uncovered"},
+		{"overlap", func(s *rowliftv1.WorkflowSpec) { s.Targets[1].KeyRange = "70-" }, codes.InvalidArgument,
+			"key ranges -80 and 70- overlap"},
+		{"bad range", func(s *rowliftv1.WorkflowSpec) { s.Targets[0].KeyRange = "-8" }, codes.InvalidArgument, `target t0: key range "-8"`},
+		{"no sharding column", func(s *rowliftv1.WorkflowSpec) { s.Tables[0].ShardingColumn = "" }, codes.InvalidArgument,
+			"table ints has no sharding column: give --sharding-column ints=COLUMN[:FUNCTION]"},
+		{"unknown function", func(s *rowliftv1.WorkflowSpec) { s.Tables[0].ShardingFunction = "md5" }, codes.InvalidArgument,
+			"table ints: "},
+		{"column not in table", func(s *rowliftv1.WorkflowSpec) { s.Tables[0].ShardingColumn = "nope" }, codes.InvalidArgument,
+			"sharding column nope is not among its streamed columns"},
+		{"hash of a string", func(s *rowliftv1.WorkflowSpec) { s.Tables[1].ShardingFunction = "hash" }, codes.FailedPrecondition,
+			"sharding column region is varchar, but hash takes integer columns only"},
+		{"reference and sharded", func(s *rowliftv1.WorkflowSpec) { s.Tables[0].Reference = true }, codes.InvalidArgument,
+			"table ints has sharding column id and is a reference table"},
+		{"unknown target", func(s *rowliftv1.WorkflowSpec) { s.Targets[1].Name = "nowhere" }, codes.InvalidArgument, "nowhere"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := e.spec("bad", raceShardTables(false))
+			c.edit(spec)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := e.ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+			require.Equal(t, c.code, status.Code(err), "%v", err)
+			require.ErrorContains(t, err, c.message)
+			for _, d := range e.targets {
+				ws, err := d.store.Workflows(context.Background())
+				require.NoError(t, err)
+				require.Empty(t, ws, "target %s has nothing written", d.name)
+			}
+		})
+	}
+}

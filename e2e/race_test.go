@@ -113,7 +113,8 @@ func raceStatements(rng *rand.Rand, keys int) []string {
 
 // raceWriter runs random transactions of one to three changes until ctx ends;
 // errors (a source being killed, a unique collision) just skip the transaction.
-// It counts each commit in committed as it happens, and returns its own count.
+// It counts each commit in committed as it happens, and returns its own count;
+// when it returns, no transaction it started can still commit (raceTx).
 func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int, committed *atomic.Int64) int {
 	n := 0
 	for ctx.Err() == nil {
@@ -126,21 +127,7 @@ func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		ok := func() bool {
-			defer conn.Close()
-			if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
-				return false
-			}
-			for _, q := range stmts {
-				if _, err := conn.ExecContext(ctx, q); err != nil {
-					_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
-					return false
-				}
-			}
-			_, err := conn.ExecContext(ctx, "COMMIT")
-			return err == nil
-		}()
-		if ok {
+		if raceTx(ctx, conn, stmts) {
 			n++
 			committed.Add(1)
 		}
@@ -149,6 +136,29 @@ func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int
 		time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond)
 	}
 	return n
+}
+
+// raceTx runs stmts as one transaction on conn, then closes conn, and reports
+// whether it committed. When it returns, the transaction has committed or never
+// will.
+func raceTx(ctx context.Context, conn *sql.Conn, stmts []string) bool {
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+		return false
+	}
+	for _, q := range stmts {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+			return false
+		}
+	}
+	// Not cancelled with ctx: the driver would only close the socket, and the
+	// server would still commit, after the writers were waited for and the
+	// test had read the source's position (waitCaughtUp then passes while the
+	// target still misses the transaction). Once COMMIT returns, the
+	// transaction is in the binlog or never will be.
+	_, err := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT")
+	return err == nil
 }
 
 // raceWriters is how many race writers run at once.

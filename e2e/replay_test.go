@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,10 +104,14 @@ func TestStuckReplayGroupRollsBackLaterOnes(t *testing.T) {
 	e.start(spec)
 	e.waitState("stall", state.Running, 2*time.Minute)
 
-	ctx, stop := context.WithTimeout(context.Background(), 150*time.Millisecond)
-	writes := startRaceWriters(ctx, e, seed, 200, 90)()
+	// A burst of a fixed number of commits, however slow the machine: enough
+	// groups for some to wait behind a stalled one.
+	ctx, stop := context.WithCancel(context.Background())
+	var committed atomic.Int64
+	wait := startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, 200, 90, &committed)
+	e.waitFor("50 source commits", time.Minute, func() (bool, string) { return committed.Load() >= 50, fmt.Sprint(committed.Load()) })
 	stop()
-	t.Logf("%d source transactions", writes)
+	t.Logf("%d source transactions", wait())
 	e.waitCaughtUp("stall", 3*time.Minute)
 	for _, name := range names {
 		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "race", "race", name, verify.Options{})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -203,7 +204,15 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	}()
 	verifiers := map[string]*verifier{}
 	for table, tv := range verifying {
-		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, maxPacket-1024, c.log); err != nil {
+		i := slices.IndexFunc(c.spec.GetTables(), func(t *rowliftv1.TableSpec) bool { return t.GetName() == table })
+		if i < 0 {
+			continue // a verify row of a table this stream does not carry
+		}
+		scope, err := scopeOf(c.pair, c.spec.GetTables()[i])
+		if err != nil {
+			return false, err
+		}
+		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, maxPacket-1024, c.log); err != nil {
 			return false, err
 		}
 	}

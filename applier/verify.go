@@ -4,12 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/rowlift/rowlift/internal/reshard"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/verify"
+	"github.com/rowlift/rowlift/internal/vindex"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -29,13 +34,46 @@ type verifier struct {
 	// keyExprs select the key as the copy streams it, for deleting extra rows.
 	keyExprs []string
 	state    state.TableVerify
+	// scope, in a reshard, is which of the target's rows this stream's chunks
+	// answer for (nil: all of them).
+	scope *verifyScope
 	// lower is the last verified key (nil: from the table's start).
 	lower     [][]byte
 	maxPacket int
 	log       *zap.Logger
 }
 
-func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, tv state.TableVerify, maxPacket int, log *zap.Logger) (*verifier, error) {
+// verifyScope keeps the target rows a reshard stream's verify compares: a
+// target shard holds the rows of several streams (one per overlapping source),
+// and each compares those of its own range; the target's first stream also
+// takes the rows outside the target's range, which no stream should have
+// written, so that they count as extra.
+type verifyScope struct {
+	column string
+	fn     vindex.Func
+	keep   func(id uint64) bool
+}
+
+// scopeOf is the verify scope of a stream's table (nil: the whole table).
+func scopeOf(st reshard.Stream, t *rowliftv1.TableSpec) (*verifyScope, error) {
+	if !st.Filtered || t.GetReference() {
+		return nil, nil
+	}
+	name := t.GetShardingFunction()
+	if name == "" {
+		name = string(vindex.Hash)
+	}
+	fn, err := vindex.Parse(name)
+	if err != nil {
+		return nil, permanent("verify %s: %v", t.GetName(), err)
+	}
+	return &verifyScope{column: t.GetShardingColumn(), fn: fn, keep: func(id uint64) bool {
+		return st.Range.Contains(id) || (st.First && !st.TargetRange.Contains(id))
+	}}, nil
+}
+
+func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, tv state.TableVerify, scope *verifyScope,
+	maxPacket int, log *zap.Logger) (*verifier, error) {
 	tt, err := schema.Load(ctx, db, t.database, t.table)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: target: %w", t.name, err)
@@ -48,7 +86,7 @@ func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, 
 	if err != nil {
 		return nil, permanent("verify %s: target: %v", t.name, err)
 	}
-	v := &verifier{db: db, play: play, t: t, plan: plan, state: tv, maxPacket: maxPacket, log: log.With(zap.String("table", t.name))}
+	v := &verifier{db: db, play: play, t: t, plan: plan, state: tv, scope: scope, maxPacket: maxPacket, log: log.With(zap.String("table", t.name))}
 	for _, idx := range t.fields.GetPkColumns() {
 		f := t.fields.GetFields()[idx]
 		v.key.Idents = append(v.key.Idents, rowcodec.Ident(f.GetName()))
@@ -72,6 +110,15 @@ func (v *verifier) query(c *rowliftv1.Chunk) (string, error) {
 	for _, e := range v.keyExprs {
 		buf = append(buf, ", "...)
 		buf = append(buf, e...)
+	}
+	if v.scope != nil {
+		i := slices.IndexFunc(v.t.fields.GetFields(), func(f *rowliftv1.Field) bool { return strings.EqualFold(f.GetName(), v.scope.column) })
+		if i < 0 {
+			return "", permanent("verify %s: sharding column %s is not among the streamed columns", v.t.name, v.scope.column)
+		}
+		f := v.t.fields.GetFields()[i]
+		buf = append(buf, ", "...)
+		buf = append(buf, rowcodec.SelectExpr(f.GetName(), f.GetDataType())...)
 	}
 	buf = append(buf, " FROM "...)
 	buf = append(buf, v.t.ident...)
@@ -124,6 +171,17 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 		}
 		defer rows.Close()
 		dst := &targetRows{rows: rows, width: v.plan.Width() + len(v.keyExprs)}
+		if v.scope != nil {
+			at := dst.width
+			dst.width++
+			dst.keep = func(vals [][]byte) (bool, error) {
+				id, err := v.scope.fn.ID(vals[at])
+				if err != nil {
+					return false, permanent("verify %s: target row with sharding column %s = %q has no keyspace ID: %v", v.t.name, v.scope.column, vals[at], err)
+				}
+				return v.scope.keep(id), nil
+			}
+		}
 		_, _, err = v.plan.Merge(src, dst, func(d verify.Diff) error {
 			res.Add(d, state.MaxVerifyExamples)
 			if !v.state.Repair {
@@ -143,7 +201,9 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 	}
 	found.RowsCompared = int64(len(c.GetRows()))
 	found.Missing, found.Extra, found.Different, found.Examples = res.Missing, res.Extra, res.Different, res.Examples
-	if len(c.GetRows()) > 0 {
+	// A filtered chunk may have no row in range and still carry the key it
+	// scanned up to.
+	if c.GetLastPk() != nil {
 		found.LastPK = c.GetLastPk()
 	}
 	if err := w.exec(ctx, conn, v.maxPacket); err != nil {
@@ -210,10 +270,12 @@ func (s *chunkRows) current() *rowliftv1.Row {
 	return row
 }
 
-// targetRows are the target's rows of a chunk's range as the other side.
+// targetRows are the target's rows of a chunk's range as the other side,
+// those keep accepts (nil: all).
 type targetRows struct {
 	rows  *sql.Rows
 	width int
+	keep  func([][]byte) (bool, error)
 	raw   []sql.RawBytes
 	dest  []any
 	vals  [][]byte
@@ -226,14 +288,19 @@ func (s *targetRows) Next() ([][]byte, error) {
 			s.dest[i] = &s.raw[i]
 		}
 	}
-	if !s.rows.Next() {
-		return nil, s.rows.Err()
+	for s.rows.Next() {
+		if err := s.rows.Scan(s.dest...); err != nil {
+			return nil, err
+		}
+		for i, v := range s.raw {
+			s.vals[i] = v
+		}
+		if s.keep == nil {
+			return s.vals, nil
+		}
+		if ok, err := s.keep(s.vals); err != nil || ok {
+			return s.vals, err
+		}
 	}
-	if err := s.rows.Scan(s.dest...); err != nil {
-		return nil, err
-	}
-	for i, v := range s.raw {
-		s.vals[i] = v
-	}
-	return s.vals, nil
+	return nil, s.rows.Err()
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -94,14 +95,23 @@ func reverseSpec(f *rowliftv1.WorkflowSpec) *rowliftv1.WorkflowSpec {
 		r.Options = &rowliftv1.WorkflowOptions{}
 	}
 	r.Options.Throttle = nil // a reverse workflow has no copy to throttle
+	// A reshard's reverse runs M→N with the old shards' ranges; a lone source
+	// without one held the whole keyspace.
+	sharded := reshard.Resharding(f)
 	for _, t := range f.GetTargets() {
-		r.Sources = append(r.Sources, &rowliftv1.SourceShard{Name: t.GetName(), StreamerAddress: t.GetReverseStreamerAddress(), ReverseTarget: t.GetName()})
+		r.Sources = append(r.Sources, &rowliftv1.SourceShard{Name: t.GetName(), StreamerAddress: t.GetReverseStreamerAddress(), ReverseTarget: t.GetName(),
+			KeyRange: t.GetKeyRange()})
 	}
 	for _, s := range f.GetSources() {
-		r.Targets = append(r.Targets, &rowliftv1.TargetShard{Name: s.GetReverseTarget(), ReverseStreamerAddress: s.GetStreamerAddress()})
+		kr := s.GetKeyRange()
+		if sharded && kr == "" {
+			kr = "-"
+		}
+		r.Targets = append(r.Targets, &rowliftv1.TargetShard{Name: s.GetReverseTarget(), ReverseStreamerAddress: s.GetStreamerAddress(), KeyRange: kr})
 	}
 	for _, t := range f.GetTables() {
-		r.Tables = append(r.Tables, &rowliftv1.TableSpec{Name: t.GetName(), Columns: t.GetColumns(), ShardingColumn: t.GetShardingColumn()})
+		r.Tables = append(r.Tables, &rowliftv1.TableSpec{Name: t.GetName(), Columns: t.GetColumns(), ShardingColumn: t.GetShardingColumn(),
+			ShardingFunction: t.GetShardingFunction(), Reference: t.GetReference()})
 	}
 	return r
 }
@@ -117,10 +127,10 @@ func (s *Server) checkSwitchable(f *rowliftv1.WorkflowSpec) error {
 		return status.Errorf(codes.FailedPrecondition, "workflow %q: its reverse workflow's name would exceed 64 characters; "+
 			"create the workflow with a shorter name to switch it", f.GetName())
 	}
-	if len(f.GetSources()) != 1 || len(f.GetTargets()) != 1 {
-		return status.Errorf(codes.FailedPrecondition, "workflow %q has %d sources and %d targets: switching writes needs every "+
-			"row to have one home on each side, which key ranges (resharding) will give; today only 1-to-1 moves switch",
-			f.GetName(), len(f.GetSources()), len(f.GetTargets()))
+	if (len(f.GetSources()) != 1 || len(f.GetTargets()) != 1) && !reshard.Resharding(f) {
+		return status.Errorf(codes.FailedPrecondition, "workflow %q has %d sources and %d targets without key ranges: switching writes "+
+			"needs every row to have one home on each side, which key ranges give; create it as a reshard (--target NAME=RANGE, "+
+			"--source-range) or as 1-to-1 moves", f.GetName(), len(f.GetSources()), len(f.GetTargets()))
 	}
 	var missing []string
 	for _, src := range f.GetSources() {
@@ -500,7 +510,7 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 			}
 			msg := fmt.Sprintf("following the writes %s since %s", map[string]string{dirSwitch: "switched to its sources", dirReverse: "switched back to its sources"}[j.Direction],
 				time.Now().UTC().Format(time.RFC3339))
-			if _, err := st.Follow(ctx, spec, j.StartPositions, msg); err != nil {
+			if _, err := st.Follow(ctx, spec, t.name, j.StartPositions, msg); err != nil {
 				return t.fail(err)
 			}
 		}

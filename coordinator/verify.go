@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -20,28 +21,22 @@ func (s *Server) VerifyWorkflow(ctx context.Context, req *rowliftv1.VerifyReques
 		return nil, err
 	}
 	name := spec.GetName()
-	if n := len(spec.GetSources()); n > 1 {
-		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target; verify compares one source "+
-			"with its targets and cannot yet tell which source a target row came from: verify each source's tables with a workflow of its own", name, n)
+	if n := len(spec.GetSources()); n > 1 && !reshard.Resharding(spec) {
+		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target without key ranges; verify "+
+			"compares one source with its targets and cannot tell which source a target row came from: verify each source's tables with a "+
+			"workflow of its own, or give the sources key ranges (a reshard), by which it can", name, n)
 	}
 	for _, v := range views {
 		if err := verifiable(name, v); err != nil {
 			return nil, err
 		}
 	}
-	var sources, tables []string
-	for _, src := range spec.GetSources() {
-		sources = append(sources, src.GetName())
-	}
-	for _, t := range spec.GetTables() {
-		tables = append(tables, t.GetName())
-	}
 	for _, t := range targets {
 		st, err := t.open(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := st.StartVerify(ctx, name, sources, tables, req.GetRepair(), req.GetRestart()); err != nil {
+		if _, err := st.StartVerify(ctx, name, req.GetRepair(), req.GetRestart()); err != nil {
 			return nil, t.fail(err)
 		}
 	}

@@ -18,10 +18,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/reshard"
+	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
@@ -38,7 +41,10 @@ type shard struct {
 	db             *sql.DB
 	proc           *proc
 	addr           string       // a source's streamer address
-	store          *state.Store // a target's state
+	store          *state.Store // the server's state (a source's too when the env switches)
+	// revAddr is the address of a target's reverse streamer when the env
+	// switches (a source then has a reverse applier).
+	revAddr string
 }
 
 // shardEnv is N source and M target servers, each with its own streamer or
@@ -47,14 +53,21 @@ type shardEnv struct {
 	t                *testing.T
 	sources, targets []*shard
 	ctl              rowliftv1.ControlClient
+	// servers finds a shard by its name in a workflow: a source is also the
+	// target "origin-NAME" of the reverse workflow.
+	servers map[string]*shard
+	// frozen holds the servers whose race tables a cutover renamed to their
+	// frozen twins.
+	frozen map[string]bool
 }
 
 // newShardEnv starts the servers and processes of an N→M reshard; ranges are
 // the sources' and the targets' key ranges ("" for a lone source's whole
 // keyspace). Every source starts with the race tables filled alike.
-func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRanges []string) *shardEnv {
+func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRanges []string, reversible bool) *shardEnv {
 	t.Helper()
-	e := &shardEnv{t: t}
+	e := &shardEnv{t: t, servers: map[string]*shard{}, frozen: map[string]bool{}}
+	coordArgs := []string{"coordinator"}
 	for i, kr := range sourceRanges {
 		s := &shard{name: fmt.Sprintf("s%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{})}
 		s.db = sandboxtest.Open(t, s.srv, "")
@@ -64,8 +77,15 @@ func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRan
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.proc = startProc(t, "streamer-"+s.name, hooks, "streamer", "--listen", s.addr, "--source-dsn", s.srv.DSN(""))
 		e.sources = append(e.sources, s)
+		e.servers[s.name], e.servers["origin-"+s.name] = s, s
+		if reversible {
+			store, err := state.Open(context.Background(), s.db)
+			require.NoError(t, err)
+			s.store = store
+			startProc(t, "reverse-applier-"+s.name, hooks, "applier", "--target-dsn", s.srv.DSN(""), "--poll-interval", "50ms")
+			coordArgs = append(coordArgs, "--target", "origin-"+s.name+"="+s.srv.DSN(""))
+		}
 	}
-	coordArgs := []string{"coordinator"}
 	for i, kr := range targetRanges {
 		d := &shard{name: fmt.Sprintf("t%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{})}
 		d.db = sandboxtest.Open(t, d.srv, "")
@@ -74,6 +94,13 @@ func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRan
 		d.store = store
 		d.proc = startProc(t, "applier-"+d.name, hooks, "applier", "--target-dsn", d.srv.DSN(""), "--poll-interval", "50ms")
 		e.targets = append(e.targets, d)
+		e.servers[d.name] = d
+		if reversible {
+			port, err := sandbox.FreePort()
+			require.NoError(t, err)
+			d.revAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			startProc(t, "reverse-streamer-"+d.name, hooks, "streamer", "--listen", d.revAddr, "--source-dsn", d.srv.DSN(""))
+		}
 		coordArgs = append(coordArgs, "--target", d.name+"="+d.srv.DSN(""))
 	}
 	port, err := sandbox.FreePort()
@@ -92,18 +119,25 @@ func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRan
 
 // raceShardTables are the race tables as a reshard splits them: by a hashed
 // integer, by xxhash of a case-insensitive string, and by the numeric value
-// (every id is below 2^56, so all of types lands in the lowest range). uniq
-// has a unique key without its sharding column; from several sources, whose
-// unique keys are each their own, it is a reference table instead.
-func raceShardTables(multiSource bool) []*rowliftv1.TableSpec {
-	uniq := &rowliftv1.TableSpec{Name: "uniq", ShardingColumn: "id"}
-	if multiSource {
-		uniq = &rowliftv1.TableSpec{Name: "uniq", Reference: true}
+// (every id is below 2^56, so all of types lands in the lowest range). With
+// several writable shards (several sources, or the targets after a switch)
+// the writers may write one key in two spellings ('eu' and 'EU') on two of
+// them, which xxhash of the bytes places apart and no merge can hold, so
+// composite is split by its integer id instead; and uniq, whose unique key
+// lacks its sharding column, is a reference table.
+func raceShardTables(manyWritable bool) []*rowliftv1.TableSpec {
+	if manyWritable {
+		return []*rowliftv1.TableSpec{
+			{Name: "ints", ShardingColumn: "id"},
+			{Name: "composite", ShardingColumn: "id"},
+			{Name: "uniq", Reference: true},
+			{Name: "types", ShardingColumn: "id", ShardingFunction: "numeric"},
+		}
 	}
 	return []*rowliftv1.TableSpec{
 		{Name: "ints", ShardingColumn: "id"},
 		{Name: "composite", ShardingColumn: "region", ShardingFunction: "xxhash"},
-		uniq,
+		{Name: "uniq", ShardingColumn: "id"},
 		{Name: "types", ShardingColumn: "id", ShardingFunction: "numeric"},
 	}
 }
@@ -113,56 +147,65 @@ func (e *shardEnv) spec(name string, tables []*rowliftv1.TableSpec) *rowliftv1.W
 	spec := &rowliftv1.WorkflowSpec{Name: name, SourceDatabase: "race", Tables: tables,
 		Options: &rowliftv1.WorkflowOptions{ChunkRows: 97, ParallelTables: 2}}
 	for _, s := range e.sources {
-		spec.Sources = append(spec.Sources, &rowliftv1.SourceShard{Name: s.name, StreamerAddress: s.addr, KeyRange: s.keyRange})
+		src := &rowliftv1.SourceShard{Name: s.name, StreamerAddress: s.addr, KeyRange: s.keyRange}
+		if s.store != nil {
+			src.ReverseTarget = "origin-" + s.name
+		}
+		spec.Sources = append(spec.Sources, src)
 	}
 	for _, d := range e.targets {
-		spec.Targets = append(spec.Targets, &rowliftv1.TargetShard{Name: d.name, KeyRange: d.keyRange})
+		spec.Targets = append(spec.Targets, &rowliftv1.TargetShard{Name: d.name, KeyRange: d.keyRange, ReverseStreamerAddress: d.revAddr})
 	}
 	return spec
 }
 
-// writers runs the race writers with each transaction sent to a source at
-// random: rows then also land outside their source's range, which a reshard
+// writers runs the race writers with each transaction sent at random to a
+// server of the side route points to (the sources, or the targets after a
+// switch): rows then also land outside their server's range, which a reshard
 // must leave behind, as Vitess leaves a shard's stray rows.
-func (e *shardEnv) writers(seed uint64, keys int) (stop func() int) {
+func (e *shardEnv) writers(seed uint64, keys int, route *atomic.Pointer[[]*shard], committed *atomic.Int64) (stop func() int) {
 	ctx, cancel := context.WithCancel(context.Background())
-	wait := startRoutedWriters(ctx, func() *sql.DB { return e.sources[rand.IntN(len(e.sources))].db }, seed, 0, keys, new(atomic.Int64))
+	wait := startRoutedWriters(ctx, func() *sql.DB {
+		side := *route.Load()
+		return side[rand.IntN(len(side))].db
+	}, seed, 0, keys, committed)
 	return func() int {
 		cancel()
 		return wait()
 	}
 }
 
-// waitCaughtUp waits until every target has applied every source transaction
-// of the streams it runs.
-func (e *shardEnv) waitCaughtUp(name string, timeout time.Duration) {
+// waitCaughtUp waits until every target of the workflow has applied every
+// transaction of the sources it streams from.
+func (e *shardEnv) waitCaughtUp(spec *rowliftv1.WorkflowSpec, timeout time.Duration) {
 	e.t.Helper()
 	want := map[string]gomysql.GTIDSet{}
-	for _, s := range e.sources {
+	for _, src := range spec.GetSources() {
 		var pos string
-		require.NoError(e.t, s.db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos))
+		require.NoError(e.t, e.servers[src.GetName()].db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos))
 		set, err := gomysql.ParseMariadbGTIDSet(pos)
 		require.NoError(e.t, err)
-		want[s.name] = set
+		want[src.GetName()] = set
 	}
 	deadline := time.Now().Add(timeout)
-	for _, d := range e.targets {
+	for _, tg := range spec.GetTargets() {
+		d := e.servers[tg.GetName()]
 		for {
 			behind := ""
-			streams, err := d.store.Streams(context.Background(), name)
+			streams, err := d.store.Streams(context.Background(), spec.GetName())
 			require.NoError(e.t, err)
-			require.NotEmpty(e.t, streams, "target %s runs no stream", d.name)
+			require.NotEmpty(e.t, streams, "target %s runs no stream", tg.GetName())
 			for _, st := range streams {
 				got, err := gomysql.ParseMariadbGTIDSet(st.Position)
 				if err != nil || !got.Contain(want[st.Source]) {
-					behind = fmt.Sprintf("stream %s → %s at %q (%s), want %s", st.Source, d.name, st.Position, st.Message, want[st.Source])
+					behind = fmt.Sprintf("stream %s → %s at %q (%s), want %s", st.Source, tg.GetName(), st.Position, st.Message, want[st.Source])
 				}
 			}
 			if behind == "" {
 				break
 			}
 			if time.Now().After(deadline) {
-				e.t.Fatalf("timed out waiting for the targets to catch up: %s", behind)
+				e.t.Fatalf("timed out waiting for %s to catch up: %s", spec.GetName(), behind)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -191,9 +234,14 @@ func (e *shardEnv) waitState(name string, st state.State, timeout time.Duration)
 
 // shardRows reads a table as key → row, keeping the rows whose keyspace ID
 // (of column under fn) keep accepts; a nil keep keeps every row.
-func shardRows(t *testing.T, db *sql.DB, table string, key []string, column string, fn vindex.Func, keep func(uint64) bool) map[string]string {
+func (e *shardEnv) shardRows(server, table string, key []string, column string, fn vindex.Func, keep func(uint64) bool) map[string]string {
+	t := e.t
 	t.Helper()
-	rows, err := db.Query("SELECT * FROM race." + table)
+	name := table
+	if e.frozen[e.servers[server].name] {
+		name, _ = frozen.Name(table)
+	}
+	rows, err := e.servers[server].db.Query("SELECT * FROM race." + rowcodec.Ident(name))
 	require.NoError(t, err)
 	defer rows.Close()
 	cols, err := rows.Columns()
@@ -239,25 +287,25 @@ func shardRows(t *testing.T, db *sql.DB, table string, key []string, column stri
 // raceKeys are the race tables' primary keys.
 var raceKeys = map[string][]string{"ints": {"id"}, "composite": {"region", "id"}, "uniq": {"id"}, "types": {"id"}}
 
-// checkShards compares every target with what it must hold: for a sharded
-// table, each overlapping source's rows whose keyspace ID is in both ranges;
-// for a reference table, the rows of the source that streams it there. It
-// also checks that the targets together hold every source row of its own
-// source's range exactly once.
-func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec) {
+// checkShards compares every target of the workflow with what it must hold:
+// for a sharded table, each overlapping source's rows whose keyspace ID is in
+// both ranges; for a reference table, the rows of the source that streams it
+// there. It also checks that the targets together hold every source row of
+// its own source's range exactly once. A server a cutover froze is read under
+// its tables' frozen names. With strays, rows outside a target's range on
+// it are left out: an application that wrote to a target shard after a
+// switch put them there (as it would in Vitess), not rowlift.
+func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 	e.t.Helper()
-	byName := map[string]*shard{}
-	for _, s := range append(slices.Clone(e.sources), e.targets...) {
-		byName[s.name] = s
-	}
 	for _, tbl := range spec.GetTables() {
 		fn := vindex.Func(tbl.GetShardingFunction())
 		if fn == "" {
 			fn = vindex.Hash
 		}
+		key := raceKeys[tbl.GetName()]
 		homes := map[string]string{} // source row key → the target holding it
-		for _, d := range e.targets {
-			streams, err := reshard.ForTarget(spec, d.name)
+		for _, tg := range spec.GetTargets() {
+			streams, err := reshard.ForTarget(spec, tg.GetName())
 			require.NoError(e.t, err)
 			want := map[string]string{}
 			for _, st := range streams {
@@ -268,15 +316,20 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec) {
 				if !tbl.GetReference() {
 					keep = st.Range.Contains
 				}
-				for k, v := range shardRows(e.t, byName[st.Source.GetName()].db, tbl.GetName(), raceKeys[tbl.GetName()], tbl.GetShardingColumn(), fn, keep) {
+				for k, v := range e.shardRows(st.Source.GetName(), tbl.GetName(), key, tbl.GetShardingColumn(), fn, keep) {
 					want[k] = v
 					if !tbl.GetReference() {
 						require.NotContains(e.t, homes, st.Source.GetName()+":"+k, "row %s of %s reaches two targets", k, tbl.GetName())
-						homes[st.Source.GetName()+":"+k] = d.name
+						homes[st.Source.GetName()+":"+k] = tg.GetName()
 					}
 				}
 			}
-			got := shardRows(e.t, d.db, tbl.GetName(), raceKeys[tbl.GetName()], "", fn, nil)
+			var own func(uint64) bool
+			if strays && !tbl.GetReference() {
+				tr, _ := keyrange.Parse(tg.GetKeyRange())
+				own = tr.Contains
+			}
+			got := e.shardRows(tg.GetName(), tbl.GetName(), key, tbl.GetShardingColumn(), fn, own)
 			var diffs []string
 			for k, v := range want {
 				if g, ok := got[k]; !ok {
@@ -291,16 +344,16 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec) {
 				}
 			}
 			slices.Sort(diffs)
-			require.Empty(e.t, diffs, "target %s (%s), table %s: %d rows expected", d.name, d.keyRange, tbl.GetName(), len(want))
+			require.Empty(e.t, diffs, "%s: target %s (%s), table %s: %d rows expected", spec.GetName(), tg.GetName(), tg.GetKeyRange(), tbl.GetName(), len(want))
 		}
 		if tbl.GetReference() {
 			continue
 		}
 		// The union: every source row of its source's range has one home.
-		for _, s := range e.sources {
-			sr, _ := keyrange.Parse(s.keyRange)
-			for k := range shardRows(e.t, s.db, tbl.GetName(), raceKeys[tbl.GetName()], tbl.GetShardingColumn(), fn, sr.Contains) {
-				require.Contains(e.t, homes, s.name+":"+k, "row %s of %s on source %s reached no target", k, tbl.GetName(), s.name)
+		for _, src := range spec.GetSources() {
+			sr, _ := keyrange.Parse(src.GetKeyRange())
+			for k := range e.shardRows(src.GetName(), tbl.GetName(), key, tbl.GetShardingColumn(), fn, sr.Contains) {
+				require.Contains(e.t, homes, src.GetName()+":"+k, "row %s of %s on source %s reached no target", k, tbl.GetName(), src.GetName())
 			}
 		}
 	}
@@ -313,9 +366,11 @@ func runReshard(t *testing.T, sourceRanges, targetRanges []string, keys int, kil
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	hooks := []string{testhook.EnvVar + fmt.Sprintf("=chunk_read=0-20ms,replay_exec=0-5ms,seed=%d", seed)}
-	e := newShardEnv(t, keys, hooks, sourceRanges, targetRanges)
+	e := newShardEnv(t, keys, hooks, sourceRanges, targetRanges, false)
 	spec := e.spec("split", raceShardTables(len(sourceRanges) > 1))
-	stop := e.writers(seed, keys)
+	var route atomic.Pointer[[]*shard]
+	route.Store(&e.sources)
+	stop := e.writers(seed, keys, &route, new(atomic.Int64))
 	defer stop()
 
 	w := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
@@ -353,8 +408,8 @@ func runReshard(t *testing.T, sourceRanges, targetRanges []string, keys int, kil
 	time.Sleep(300 * time.Millisecond) // replay after the copy too
 	writes := stop()
 	t.Logf("%d source transactions", writes)
-	e.waitCaughtUp("split", 2*time.Minute)
-	e.checkShards(spec)
+	e.waitCaughtUp(spec, 2*time.Minute)
+	e.checkShards(spec, false)
 
 	st := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
 		return e.ctl.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "split"})
@@ -391,7 +446,7 @@ func TestReshard(t *testing.T) {
 // TestReshardRefusals: each bad reshard request is refused with the range,
 // table, column or function named, and nothing is written on any target.
 func TestReshardRefusals(t *testing.T) {
-	e := newShardEnv(t, 30, nil, []string{""}, []string{"-80", "80-"})
+	e := newShardEnv(t, 30, nil, []string{""}, []string{"-80", "80-"}, false)
 	sandboxtest.Exec(t, e.sources[0].db, "CREATE TABLE race.pad (id INT PRIMARY KEY, k VARCHAR(8))")
 	for _, c := range []struct {
 		name    string
@@ -430,5 +485,110 @@ func TestReshardRefusals(t *testing.T) {
 				require.Empty(t, ws, "target %s has nothing written", d.name)
 			}
 		})
+	}
+}
+
+// TestReshardCutover is the end of a 1→2 split under the race writers:
+// verify (clean), switch (the writers move to the target shards, at random,
+// and the reverse workflow merges them back 2→1 into the source's frozen
+// tables), reverse, switch again, complete; every side checked after each
+// step.
+func TestReshardCutover(t *testing.T) {
+	seed := testSeed(t)
+	keys := envInt("ROWLIFT_RESHARD_KEYS", 600)
+	e := newShardEnv(t, keys, nil, []string{""}, []string{"-80", "80-"}, true)
+	// Without uniq: writes to the two shards after the switch may take the
+	// same email, which no merge back can hold (the creation warning says so);
+	// as a reference table, writes to the second shard would never go back.
+	tables := slices.DeleteFunc(raceShardTables(true), func(t *rowliftv1.TableSpec) bool { return t.GetName() == "uniq" })
+	spec := e.spec("split", tables)
+	var route atomic.Pointer[[]*shard]
+	route.Store(&e.sources)
+	var committed atomic.Int64
+	stop := e.writers(seed, keys, &route, &committed)
+	defer func() { stop() }()
+	waitWrites := func(what string) {
+		from := committed.Load()
+		deadline := time.Now().Add(time.Minute)
+		for committed.Load() < from+2*raceWriters {
+			require.True(t, time.Now().Before(deadline), "no writes %s", what)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ref := &rowliftv1.WorkflowRef{Name: "split"}
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return e.ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+	})
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) { return e.ctl.StartWorkflow(ctx, ref) })
+	e.waitState("split", state.Running, 3*time.Minute)
+
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return e.ctl.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref})
+	})
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		v := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) { return e.ctl.GetWorkflow(ctx, ref) }).GetStatus().GetVerify()
+		if v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_DONE {
+			require.Zero(t, v.GetMissing()+v.GetExtra()+v.GetDifferent(), "verify of the split: %v", v)
+			require.Positive(t, v.GetRowsCompared())
+			t.Logf("verify compared %d rows", v.GetRowsCompared())
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "verify not done: %v", v)
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	reverse := proto.Clone(spec).(*rowliftv1.WorkflowSpec)
+	reverse.Name = "split_reverse"
+	reverse.Sources, reverse.Targets = nil, nil
+	for _, d := range e.targets {
+		reverse.Sources = append(reverse.Sources, &rowliftv1.SourceShard{Name: d.name, KeyRange: d.keyRange})
+	}
+	reverse.Targets = []*rowliftv1.TargetShard{{Name: "origin-s0", KeyRange: "-"}}
+	cut := func(direction string) {
+		t.Helper()
+		req := &rowliftv1.SwitchRequest{Workflow: ref, TimeoutMs: 60000}
+		resp := call(t, func(ctx context.Context) (*rowliftv1.SwitchResponse, error) {
+			if direction == "switch" {
+				return e.ctl.SwitchWorkflow(ctx, req)
+			}
+			return e.ctl.ReverseWorkflow(ctx, req)
+		})
+		t.Logf("%s: write pause %d ms, freeze positions %v", direction, resp.GetWritePauseMs(), resp.GetFreezePositions())
+		if direction == "switch" {
+			route.Store(&e.targets)
+			e.frozen = map[string]bool{"s0": true}
+		} else {
+			route.Store(&e.sources)
+			e.frozen = map[string]bool{"t0": true, "t1": true}
+		}
+		waitWrites("after the " + direction)
+	}
+	// check compares the sides with the writers stopped, then starts them again.
+	check := func(follower *rowliftv1.WorkflowSpec) {
+		t.Helper()
+		stop()
+		e.waitCaughtUp(follower, 2*time.Minute)
+		e.checkShards(follower, true)
+		seed++
+		stop = e.writers(seed, keys, &route, &committed)
+	}
+	cut("switch")
+	check(reverse)
+	cut("reverse")
+	check(spec)
+	cut("switch")
+	check(reverse)
+	resp := call(t, func(ctx context.Context) (*rowliftv1.CompleteResponse, error) {
+		return e.ctl.CompleteWorkflow(ctx, &rowliftv1.CompleteRequest{Workflow: ref})
+	})
+	require.Len(t, resp.GetKeptTables(), len(spec.GetTables()), "the source's frozen tables are kept: %v", resp.GetKeptTables())
+	for _, s := range append(slices.Clone(e.sources), e.targets...) {
+		if s.store == nil {
+			continue
+		}
+		ws, err := s.store.Workflows(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, ws, "complete removes every workflow from %s", s.name)
 	}
 }

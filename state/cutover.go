@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -96,7 +97,11 @@ func (s *Store) SaveJournal(ctx context.Context, c *Journal) error {
 // those two conditions: once a workflow follows, a repeated call changes
 // nothing, so it never rewinds positions it has applied past. It reports
 // whether it changed anything.
-func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, positions map[string]string, message string) (bool, error) {
+func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, target string, positions map[string]string, message string) (bool, error) {
+	streams, err := reshard.ForTarget(spec, target)
+	if err != nil {
+		return false, fmt.Errorf("workflow %q: %w", spec.GetName(), err)
+	}
 	js, err := protojson.Marshal(spec)
 	if err != nil {
 		return false, fmt.Errorf("encode workflow %q: %w", spec.GetName(), err)
@@ -108,8 +113,8 @@ func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, positi
 		err := tx.QueryRowContext(ctx, "SELECT state FROM "+Schema+".workflow WHERE name = ? FOR UPDATE", name).Scan(&cur)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".workflow (name, spec, state, message) VALUES (?, ?, ?, ?)",
-				name, js, Running, message); err != nil {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".workflow (name, spec, state, message, target) VALUES (?, ?, ?, ?, ?)",
+				name, js, Running, message, target); err != nil {
 				return err
 			}
 		case err != nil:
@@ -117,8 +122,8 @@ func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, positi
 		case cur != Switched:
 			return nil
 		default:
-			if _, err := tx.ExecContext(ctx, "UPDATE "+Schema+".workflow SET spec = ?, state = ?, message = ?, updated_at = NOW(6) WHERE name = ?",
-				js, Running, message, name); err != nil {
+			if _, err := tx.ExecContext(ctx, "UPDATE "+Schema+".workflow SET spec = ?, state = ?, message = ?, target = ?, updated_at = NOW(6) WHERE name = ?",
+				js, Running, message, target, name); err != nil {
 				return err
 			}
 		}
@@ -128,7 +133,8 @@ func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, positi
 				return err
 			}
 		}
-		for _, src := range spec.GetSources() {
+		for _, st := range streams {
+			src := st.Source
 			pos, ok := positions[src.GetName()]
 			if !ok {
 				return fmt.Errorf("no start position for source %s", src.GetName())
@@ -137,7 +143,7 @@ func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, positi
 				name, src.GetName(), pos); err != nil {
 				return err
 			}
-			for _, t := range spec.GetTables() {
+			for _, t := range st.Spec.GetTables() {
 				// A parked workflow keeps its copy counts; its copy is done.
 				if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO "+Schema+".copy_state (workflow, source, table_name, done) VALUES (?, ?, ?, 1)",
 					name, src.GetName(), t.GetName()); err != nil {

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -52,12 +54,29 @@ type VerifyChunk struct {
 // MaxVerifyExamples is how many differing keys a table's verify keeps.
 const MaxVerifyExamples = 20
 
-// StartVerify starts a verify of every table from every source of a workflow,
-// all at once in one transaction, unless one is running and restart is false;
-// it reports whether it started one. A finished verify is always replaced.
-func (s *Store) StartVerify(ctx context.Context, workflow string, sources, tables []string, repair, restart bool) (bool, error) {
+// StartVerify starts a verify of every table of every stream the workflow runs
+// on this target, all at once in one transaction, unless one is running and
+// restart is false; it reports whether it started one. A finished verify is
+// always replaced.
+func (s *Store) StartVerify(ctx context.Context, workflow string, repair, restart bool) (bool, error) {
 	started := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var js []byte
+		var target string
+		if err := tx.QueryRowContext(ctx, "SELECT spec, target FROM "+Schema+".workflow WHERE name = ? FOR UPDATE", workflow).Scan(&js, &target); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w: %q", ErrNotFound, workflow)
+			}
+			return fmt.Errorf("read workflow %q: %w", workflow, err)
+		}
+		spec := &rowliftv1.WorkflowSpec{}
+		if err := protojson.Unmarshal(js, spec); err != nil {
+			return fmt.Errorf("decode workflow spec: %w", err)
+		}
+		streams, err := reshard.ForTarget(spec, target)
+		if err != nil {
+			return fmt.Errorf("workflow %q: %w", workflow, err)
+		}
 		var running int
 		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+Schema+".verify WHERE workflow = ? AND NOT done FOR UPDATE",
 			workflow).Scan(&running); err != nil {
@@ -70,10 +89,10 @@ func (s *Store) StartVerify(ctx context.Context, workflow string, sources, table
 			return fmt.Errorf("start verify of %q: %w", workflow, err)
 		}
 		now := time.Now().UnixMicro()
-		for _, src := range sources {
-			for _, t := range tables {
+		for _, st := range streams {
+			for _, t := range st.Spec.GetTables() {
 				if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".verify (workflow, source, table_name, started_at_us, repair, examples, updated_at_us) "+
-					"VALUES (?, ?, ?, ?, ?, '[]', ?)", workflow, src, t, now, repair, now); err != nil {
+					"VALUES (?, ?, ?, ?, ?, '[]', ?)", workflow, st.Source.GetName(), t.GetName(), now, repair, now); err != nil {
 					return fmt.Errorf("start verify of %q: %w", workflow, err)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -78,6 +79,21 @@ func (p *tablePlan) verifying(vp *verify.Plan, repair bool) *tablePlan {
 			tail[i] = p.exprs[idx]
 			v.keyIdx[i] = vp.Width() + i
 		}
+	}
+	if p.filter != nil {
+		// The verify chunk's rows are filtered to the range like the copy's: by
+		// the sharding column among the streamed ones, or added at the end.
+		f := *p.filter
+		f.idx = vp.Width() + p.filter.idx
+		if !repair {
+			if i := slices.Index(p.keyIdx, p.filter.idx); i >= 0 {
+				f.idx = vp.Width() + i
+			} else {
+				tail = append(tail, p.exprs[p.filter.idx])
+				f.idx = vp.Width() + len(tail) - 1
+			}
+		}
+		v.filter = &f
 	}
 	v.width = vp.Width() + len(tail)
 	v.selectFrom = "SELECT " + vp.Columns() + ", " + strings.Join(tail, ", ") + " FROM " + rowcodec.QualifiedIdent(p.table.Database, p.table.Name)

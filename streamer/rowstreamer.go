@@ -117,9 +117,6 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	// the last row scanned, so the chunk's last part still carries the scanned
 	// boundary as its LastPk.
 	filter := r.plan.filter
-	if r.verify {
-		filter = nil
-	}
 	var skipped [][]byte
 	lastSkipped := false
 	for rows.Next() {

@@ -339,11 +339,6 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 		if _, err := checkSharding(t); err != nil {
 			return nil, fmt.Errorf("stream request with key range %s: %w", kr, err)
 		}
-		if t.GetVerify() != nil {
-			// A verify hashes whole chunks; the target holds only the range's rows.
-			return nil, fmt.Errorf("stream request with key range %s: table %s asks for a verify, which this streamer version "+
-				"cannot run on a key range", kr, t.GetName())
-		}
 	}
 	o := &rowliftv1.StreamOptions{
 		ChunkRows:       req.GetOptions().GetChunkRows(),

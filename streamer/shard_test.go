@@ -121,6 +121,9 @@ func TestCheckRequestKeyRange(t *testing.T) {
 		shardRequest(&rowliftv1.KeyRange{}, &rowliftv1.TableRequest{Name: "t"}),
 		shardRequest(half, &rowliftv1.TableRequest{Name: "t", ShardingColumn: "id"}),
 		shardRequest(half, &rowliftv1.TableRequest{Name: "t", ShardingColumn: "id", ShardingFunction: "xxhash"}),
+		// A verify filters its chunks like the copy; a reference table is sent whole.
+		shardRequest(half, &rowliftv1.TableRequest{Name: "t", ShardingColumn: "id", Verify: &rowliftv1.VerifyProgress{}}),
+		shardRequest(half, &rowliftv1.TableRequest{Name: "t", ShardingColumn: "id"}, &rowliftv1.TableRequest{Name: "u", Reference: true}),
 	} {
 		_, err := checkRequest(ok)
 		require.NoError(t, err, "%v", ok)
@@ -134,8 +137,6 @@ func TestCheckRequestKeyRange(t *testing.T) {
 			&rowliftv1.TableRequest{Name: "t", ShardingColumn: "id"}),
 		"up to 16 hexadecimal digits": shardRequest(&rowliftv1.KeyRange{Start: make([]byte, 9)},
 			&rowliftv1.TableRequest{Name: "t", ShardingColumn: "id"}),
-		"table t asks for a verify": shardRequest(half, &rowliftv1.TableRequest{Name: "t", ShardingColumn: "id",
-			Verify: &rowliftv1.VerifyProgress{}}),
 	} {
 		_, err := checkRequest(req)
 		require.ErrorContains(t, err, msg)

@@ -107,6 +107,11 @@ type Stream struct {
 	// reshard, and rows are not filtered at all.
 	Range    keyrange.Range
 	Filtered bool
+	// TargetRange is the target's whole range; First marks the target's first
+	// stream, which carries its reference tables and whose verify also checks
+	// that no row outside TargetRange reached the target.
+	TargetRange keyrange.Range
+	First       bool
 	// Spec is the workflow with only the stream's tables.
 	Spec *rowliftv1.WorkflowSpec
 }
@@ -145,7 +150,7 @@ func ForTarget(spec *rowliftv1.WorkflowSpec, target string) ([]Stream, error) {
 	if !Resharding(spec) {
 		out := make([]Stream, len(spec.GetSources()))
 		for i, src := range spec.GetSources() {
-			out[i] = Stream{Source: src, Target: tgt, Spec: spec}
+			out[i] = Stream{Source: src, Target: tgt, Spec: spec, First: i == 0}
 		}
 		return out, nil
 	}
@@ -164,24 +169,23 @@ func ForTarget(spec *rowliftv1.WorkflowSpec, target string) ([]Stream, error) {
 		return nil, err
 	}
 	var out []Stream
-	referenced := false
 	for i, src := range spec.GetSources() {
 		overlap, ok := srcRanges[i].Intersect(tr)
 		if !ok {
 			continue
 		}
+		first := len(out) == 0
 		s := proto.Clone(spec).(*rowliftv1.WorkflowSpec)
 		s.Tables = nil
 		for _, t := range spec.GetTables() {
-			if !t.GetReference() || !referenced {
+			if !t.GetReference() || first {
 				s.Tables = append(s.Tables, t)
 			}
 		}
-		referenced = true
 		if len(s.Tables) == 0 {
 			continue
 		}
-		out = append(out, Stream{Source: src, Target: tgt, Range: overlap, Filtered: true, Spec: s})
+		out = append(out, Stream{Source: src, Target: tgt, Range: overlap, Filtered: true, TargetRange: tr, First: first, Spec: s})
 	}
 	return out, nil
 }

@@ -142,8 +142,12 @@ func TestEveryIDHasOneStreamPerTarget(t *testing.T) {
 		require.NoError(t, Check(s))
 		streams, err := Streams(s)
 		require.NoError(t, err)
-		refs := map[string]int{}
+		refs, firsts := map[string]int{}, map[string]int{}
 		for _, st := range streams {
+			if st.First {
+				firsts[st.Target.GetName()]++
+				require.Equal(t, st.Target.GetKeyRange(), st.TargetRange.String())
+			}
 			for _, tb := range st.Spec.GetTables() {
 				if tb.GetReference() {
 					refs[st.Target.GetName()]++
@@ -152,6 +156,7 @@ func TestEveryIDHasOneStreamPerTarget(t *testing.T) {
 		}
 		for _, tg := range s.GetTargets() {
 			require.Equal(t, 1, refs[tg.GetName()], "reference table copies to %s in %v→%v", tg.GetName(), src, dst)
+			require.Equal(t, 1, firsts[tg.GetName()], "first streams of %s in %v→%v", tg.GetName(), src, dst)
 		}
 		for range 50 {
 			id := rng.Uint64()

@@ -34,19 +34,7 @@ func TestStreamKeyRange(t *testing.T) {
 	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
 		"CREATE TABLE d.t (id INT PRIMARY KEY, k BIGINT NULL, v VARCHAR(20))",
 		"INSERT INTO d.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) SELECT i, i, CONCAT('v', i) FROM s")
-	s, err := New(Config{SourceDSN: srv.DSN(""), Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
-
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
-	rowliftv1.RegisterStreamerServer(gs, s)
-	go gs.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpcopt.DialOptions()...)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
+	_, client := serveStreamer(t, srv)
 
 	half, err := keyrange.Parse("-80")
 	require.NoError(t, err)
@@ -66,7 +54,7 @@ func TestStreamKeyRange(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stream, err := rowliftv1.NewStreamerClient(conn).Stream(ctx, &rowliftv1.StreamRequest{
+	stream, err := client.Stream(ctx, &rowliftv1.StreamRequest{
 		Workflow: "wf", Database: "d", KeyRange: &rowliftv1.KeyRange{End: []byte{0x80}},
 		Tables:  []*rowliftv1.TableRequest{{Name: "t", ShardingColumn: "k"}},
 		Options: &rowliftv1.StreamOptions{ChunkRows: 3, PacketBytes: 1, HeartbeatMs: 50},
@@ -149,6 +137,24 @@ func TestStreamKeyRange(t *testing.T) {
 		require.ErrorContains(t, err, "table t: sharding column k has value NULL, which has no keyspace ID")
 		break
 	}
+}
+
+// serveStreamer serves a streamer of srv's server over gRPC on a local port
+// until the test ends.
+func serveStreamer(t *testing.T, srv *sandbox.Server) (*Server, rowliftv1.StreamerClient) {
+	s, err := New(Config{SourceDSN: srv.DSN(""), Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	rowliftv1.RegisterStreamerServer(gs, s)
+	go gs.Serve(lis) //nolint:errcheck // ends with Stop
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpcopt.DialOptions()...)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return s, rowliftv1.NewStreamerClient(conn)
 }
 
 func describeChange(t *testing.T, ch *rowliftv1.RowChange) string {

@@ -41,6 +41,37 @@ type mergeTable struct {
 	// one after another, so their fences only grow, and only the oldest decides
 	// what may be emitted.
 	chunks []*mergeChunk
+	// placed are the positions every later chunk's fence must cover: the
+	// stream's start, the fences of the table's chunks, and every transaction
+	// touching the table emitted while it copies (even one whose changes were
+	// all dropped above the copied boundary). A chunk fenced before one of them
+	// would lack changes the stream has already placed ahead of it. No entry
+	// covers another, so there is about one per GTID domain.
+	placed []position
+}
+
+// place records a position later chunks of the table must cover.
+func (t *mergeTable) place(pos position) {
+	kept := t.placed[:0]
+	for _, p := range t.placed {
+		if p.covers(pos) {
+			return
+		}
+		if !pos.covers(p) {
+			kept = append(kept, p)
+		}
+	}
+	t.placed = append(kept, pos)
+}
+
+// coveredBy reports whether fence covers every position placed for the table.
+func (t *mergeTable) coveredBy(fence position) bool {
+	for _, p := range t.placed {
+		if !fence.covers(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // newest is the chunk being read, or nil.
@@ -77,6 +108,8 @@ type mergeTx struct {
 // that knows every pending fence, so every drop decision is made at emission.
 type merger struct {
 	tables map[string]*mergeTable
+	// start is the stream's start position, which every chunk's fence covers.
+	start position
 	// queue holds transactions read but not emitted, in binlog order.
 	queue []*mergeTx
 	// readerAt is how far the binlog reader has read: nothing at or before it
@@ -91,10 +124,13 @@ type merger struct {
 }
 
 func newMerger(start position) *merger {
-	return &merger{tables: map[string]*mergeTable{}, readerAt: start, visible: start}
+	return &merger{tables: map[string]*mergeTable{}, start: start, readerAt: start, visible: start}
 }
 
-func (m *merger) addTable(name string, t *mergeTable) { m.tables[name] = t }
+func (m *merger) addTable(name string, t *mergeTable) {
+	t.placed = []position{m.start}
+	m.tables[name] = t
+}
 
 // requestChunk records that a chunk of table is about to take its snapshot. It
 // must be called before the snapshot starts: until the fence is known, no
@@ -108,14 +144,36 @@ func (m *merger) requestChunk(table string) error {
 	return nil
 }
 
+// fenceChunk gives the requested chunk of table its fence, which must cover
+// every position placed for the table: a snapshot begun after the request
+// always does (what the stream placed was visible before, and a previous
+// chunk's snapshot began earlier), so a fence that does not is a bug that
+// would lose changes, and stops the stream.
 func (m *merger) fenceChunk(table string, fence position) error {
-	c := m.tables[table].newest()
+	t := m.tables[table]
+	c := t.newest()
 	if c == nil || c.fenced {
 		return fmt.Errorf("merge: fence for %s without a requested chunk", table)
 	}
+	if !t.coveredBy(fence) {
+		return fmt.Errorf("merge: fence %v of %s is before a position the stream has already placed for it (%v)", fence, table, t.placed)
+	}
 	c.fenced, c.fence = true, fence
+	t.place(fence)
 	m.observeVisible(fence)
 	return nil
+}
+
+// canFence reports whether the requested chunk of table may take fence, the
+// fence of a chunk another stream read (see chunkCache): only when it covers
+// this stream's start and everything this stream has placed for the table.
+// Otherwise the chunk would lack changes this stream has already emitted past
+// it (filtered by the old copied boundary, so dropped for the chunk's rows),
+// and the stream must read the chunk itself.
+func (m *merger) canFence(table string, fence position) bool {
+	t := m.tables[table]
+	c := t.newest()
+	return c != nil && !c.fenced && t.coveredBy(fence)
 }
 
 // observeVisible records a snapshot's position (a chunk's fence, or a probe
@@ -280,6 +338,11 @@ func (m *merger) blocked(tx *mergeTx) bool {
 // emitTx filters a transaction's changes to what the target needs and emits it
 // if anything is left (a DDL always goes out).
 func (m *merger) emitTx(tx *mergeTx) error {
+	for _, name := range tx.tables {
+		if t := m.tables[name]; t != nil && t.copying {
+			t.place(tx.pos)
+		}
+	}
 	trx := tx.item.GetTransaction()
 	if trx == nil {
 		m.out = append(m.out, tx.item)

@@ -74,11 +74,14 @@ type simChunk struct {
 	// its fence yet; meanwhile the reader may read past it.
 	snapped   bool
 	snapFence int
-	fenced    bool
-	rows      []int64 // the snapshot's rows still to deliver
-	snap      simTable
-	full      bool // the snapshot had chunkRows rows: more chunks follow
-	done      bool
+	// shared: the snapshot is an older one, as another stream of the workflow
+	// read it; the merger decides whether it can place it.
+	shared bool
+	fenced bool
+	rows   []int64 // the snapshot's rows still to deliver
+	snap   simTable
+	full   bool // the snapshot had chunkRows rows: more chunks follow
+	done   bool
 }
 
 type sim struct {
@@ -96,10 +99,22 @@ type sim struct {
 	// dropLastPk sends parts without the scanned boundary, as a streamer that
 	// filters rows but moves the copy only by the rows it sends.
 	dropLastPk bool
-	t          *testing.T
-	rng        *rand.Rand
-	source     map[string]simTable
-	target     map[string]simTable
+	// share takes half the chunks from an older snapshot, as if another stream
+	// had read them: the chunk cache offers the stream another stream's read,
+	// and the stream reads the chunk itself when the merger cannot place it.
+	share bool
+	// shareBlindly places every older snapshot it is offered: the flaw
+	// merger.canFence exists to prevent.
+	shareBlindly bool
+	// sharedPlaced and sharedRefused count the older snapshots the merger
+	// placed and those it refused.
+	sharedPlaced, sharedRefused int
+	// history[i] is what snapshots saw when i transactions were visible.
+	history []map[string]simTable
+	t       *testing.T
+	rng     *rand.Rand
+	source  map[string]simTable
+	target  map[string]simTable
 	// visible is the source as snapshots see it: the binlog's first visibleUpTo
 	// transactions. A commit is in the binlog before it becomes visible.
 	visible     map[string]simTable
@@ -130,7 +145,12 @@ func newSim(t *testing.T, seed uint64) *sim {
 		s.chunks[name] = &simChunk{}
 		s.m.addTable(name, &mergeTable{keyOf: simKey, compare: simCompare, copying: true})
 	}
+	s.history = []map[string]simTable{s.snapshotNow()}
 	return s
+}
+
+func (s *sim) snapshotNow() map[string]simTable {
+	return map[string]simTable{"a": s.visible["a"].clone(), "b": s.visible["b"].clone()}
 }
 
 func (s *sim) val() string {
@@ -201,25 +221,28 @@ func (s *sim) stepChunk(name string) {
 		c.requested, c.requestedAt = true, s.visibleUpTo
 	case !c.snapped:
 		// The snapshot sees the visible transactions: its fence is the last of them.
-		c.snapFence = s.visibleUpTo
+		fence, seen := s.visibleUpTo, s.visibleUpTo
 		if s.staleFence {
-			c.snapFence = c.requestedAt
+			fence = c.requestedAt
 		}
-		c.snapped = true
-		var keys []int64
-		for k := range s.visible[name] {
-			if !c.started || k > c.lastRead {
-				keys = append(keys, k)
-			}
+		c.shared = (s.share || s.shareBlindly) && s.rng.IntN(2) == 0
+		if c.shared {
+			fence = s.rng.IntN(s.visibleUpTo + 1)
+			seen = fence
 		}
-		slices.Sort(keys)
-		c.full = len(keys) >= s.chunkRows
-		if c.full {
-			keys = keys[:s.chunkRows]
-		}
-		c.rows, c.snap = keys, s.visible[name].clone()
+		s.snap(c, name, fence, seen)
 	case !c.fenced:
-		require.NoError(s.t, s.m.fenceChunk(name, s.pos(c.snapFence)))
+		switch {
+		case !c.shared || s.shareBlindly:
+		case s.m.canFence(name, s.pos(c.snapFence)):
+			s.sharedPlaced++
+		default:
+			s.sharedRefused++
+			s.snap(c, name, s.visibleUpTo, s.visibleUpTo) // the stream reads the chunk itself
+		}
+		if err := s.m.fenceChunk(name, s.pos(c.snapFence)); err != nil {
+			s.fail("%v", err)
+		}
 		c.fenced = true
 	default:
 		n := min(len(c.rows), s.rng.IntN(3)+1)
@@ -251,6 +274,25 @@ func (s *sim) stepChunk(name string) {
 	}
 }
 
+// snap takes the chunk's snapshot as it was when seen transactions were
+// visible, fenced at fence (seen unless the fence is a stale one).
+func (s *sim) snap(c *simChunk, name string, fence, seen int) {
+	c.snapFence, c.snapped = fence, true
+	state := s.history[seen][name]
+	var keys []int64
+	for k := range state {
+		if !c.started || k > c.lastRead {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	c.full = len(keys) >= s.chunkRows
+	if c.full {
+		keys = keys[:s.chunkRows]
+	}
+	c.rows, c.snap = keys, state
+}
+
 // makeVisible lets the oldest invisible commit become visible to snapshots.
 func (s *sim) makeVisible() {
 	for _, ev := range s.binlog[s.visibleUpTo].item.GetTransaction().GetEvents() { // nil item: no events
@@ -267,6 +309,7 @@ func (s *sim) makeVisible() {
 		}
 	}
 	s.visibleUpTo++
+	s.history = append(s.history, s.snapshotNow())
 }
 
 // probe is the streamer's probe snapshot: it shows what is visible now.
@@ -501,6 +544,126 @@ func TestMergeSimulationTrustingTheBinlogFails(t *testing.T) {
 	failures := failingSeeds(t, func(s *sim) { s.trustBinlog = true })
 	t.Logf("%d of 200 seeds found divergence when trusting the binlog", failures)
 	require.Greater(t, failures, 10, "the simulation does not model commits becoming visible after the binlog write")
+}
+
+// TestMergeSimulationSharedChunks runs the simulation with half the chunks
+// offered from older snapshots, as the chunk cache offers a chunk another
+// stream of the workflow read earlier, under every key range: the merger
+// places those it can at their fence, the stream reads the others itself, and
+// the target must still end equal to the source's rows in range.
+func TestMergeSimulationSharedChunks(t *testing.T) {
+	ranges := []string{"-40", "40-80", "80-c0", "c0-", ""}
+	placed, refused := 0, 0
+	for seed := uint64(1); seed <= 1500; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			s := newSim(t, seed)
+			s.share = true
+			if kr := ranges[seed%uint64(len(ranges))]; kr != "" {
+				s.filter = simFilter(t, kr)
+			}
+			s.run(200)
+			placed, refused = placed+s.sharedPlaced, refused+s.sharedRefused
+		})
+		if t.Failed() {
+			t.Fatalf("seed %d failed", seed)
+		}
+	}
+	t.Logf("older snapshots placed %d, refused %d", placed, refused)
+	require.Positive(t, placed, "the simulation places older snapshots")
+	require.Positive(t, refused, "the simulation offers snapshots the merger must refuse")
+}
+
+// TestMergeSimulationSharingBlindlyFails proves merger.canFence matters: a
+// stream that places another stream's older chunk without asking loses the
+// changes it has already emitted past that chunk's fence.
+func TestMergeSimulationSharingBlindlyFails(t *testing.T) {
+	failures := failingSeeds(t, func(s *sim) { s.shareBlindly = true })
+	t.Logf("%d of 200 seeds found divergence when sharing chunks blindly", failures)
+	require.Greater(t, failures, 50, "the simulation hardly notices chunks placed before what the stream emitted")
+}
+
+// TestMergerCanFence walks through every way a position comes to be placed
+// for a table, and what canFence and fenceChunk then take.
+func TestMergerCanFence(t *testing.T) {
+	tx := func(n int, table string, k int64) *mergeTx {
+		return &mergeTx{pos: seqPos(n), tables: []string{table}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{
+			Transaction: &rowliftv1.Transaction{Gtid: strconv.Itoa(n), Events: []*rowliftv1.RowEvent{{Table: table,
+				Changes: []*rowliftv1.RowChange{{After: simRow(k, "v")}}}}}}}}
+	}
+	setup := func() (*merger, *mergeTable) {
+		m := newMerger(seqPos(5))
+		tbl := &mergeTable{keyOf: simKey, compare: simCompare, copying: true}
+		m.addTable("t", tbl)
+		m.addTable("u", &mergeTable{keyOf: simKey, compare: simCompare, copying: true})
+		return m, tbl
+	}
+	emit := func(m *merger, txs ...*mergeTx) {
+		for _, x := range txs {
+			m.addTx(x, x.pos)
+			m.observeVisible(x.pos)
+		}
+		_, err := m.drain()
+		require.NoError(t, err)
+		require.True(t, m.idle())
+	}
+
+	t.Run("no chunk requested", func(t *testing.T) {
+		m, _ := setup()
+		require.False(t, m.canFence("t", seqPos(9)))
+	})
+	t.Run("the start", func(t *testing.T) {
+		m, _ := setup()
+		require.NoError(t, m.requestChunk("t"))
+		require.False(t, m.canFence("t", seqPos(4)), "a chunk before the stream's start lacks what the target already has")
+		require.True(t, m.canFence("t", seqPos(5)))
+		require.ErrorContains(t, m.fenceChunk("t", seqPos(4)), "fence 4 of t is before a position the stream has already placed for it ([5])")
+		require.NoError(t, m.fenceChunk("t", seqPos(5)))
+		require.False(t, m.canFence("t", seqPos(9)), "the chunk is fenced already")
+	})
+	t.Run("emitted transactions of the table", func(t *testing.T) {
+		m, tbl := setup()
+		emit(m, tx(7, "t", 1))
+		require.NoError(t, m.requestChunk("t"))
+		require.False(t, m.canFence("t", seqPos(6)), "the stream emitted 7, which a chunk at 6 lacks")
+		require.True(t, m.canFence("t", seqPos(7)))
+		require.Nil(t, tbl.lastPK, "7 was dropped entirely (nothing copied yet), and still counts")
+	})
+	t.Run("other tables and tables done copying", func(t *testing.T) {
+		m, tbl := setup()
+		emit(m, tx(7, "u", 1))
+		require.NoError(t, m.requestChunk("t"))
+		require.True(t, m.canFence("t", seqPos(5)), "a transaction of another table does not count")
+		require.NoError(t, m.fenceChunk("t", seqPos(5)))
+		require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", TableDone: true}, true))
+		emit(m, tx(9, "t", 1))
+		require.False(t, tbl.copying)
+		require.Equal(t, []position{seqPos(5)}, tbl.placed, "a table done copying takes no more copy chunks")
+	})
+	t.Run("fences of earlier chunks", func(t *testing.T) {
+		m, _ := setup()
+		require.NoError(t, m.requestChunk("t"))
+		require.NoError(t, m.fenceChunk("t", seqPos(8)))
+		require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", LastPk: simRow(3, "")}, true))
+		require.NoError(t, m.requestChunk("t"))
+		require.False(t, m.canFence("t", seqPos(7)),
+			"the previous chunk, still in flight, lets transactions up to 8 out before this one")
+		require.True(t, m.canFence("t", seqPos(8)))
+	})
+	t.Run("placed positions stay minimal across GTID domains", func(t *testing.T) {
+		gtid := func(s string) position {
+			g, err := mysql.ParseMariadbGTIDSet(s)
+			require.NoError(t, err)
+			return gtidPos{g}
+		}
+		tbl := &mergeTable{placed: []position{gtid("0-1-5")}}
+		tbl.place(gtid("0-1-3"))
+		tbl.place(gtid("1-1-2"))
+		tbl.place(gtid("0-2-9"))
+		require.Equal(t, "[1-1-2 0-2-9]", fmt.Sprint(tbl.placed))
+		require.True(t, tbl.coveredBy(gtid("0-1-9,1-1-4")))
+		require.False(t, tbl.coveredBy(gtid("0-1-9")), "nothing of domain 1")
+		require.False(t, tbl.coveredBy(gtid("0-1-8,1-1-4")))
+	})
 }
 
 func TestGTIDPositionsCover(t *testing.T) {

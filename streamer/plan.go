@@ -241,26 +241,18 @@ func perShardKeys(ctx context.Context, db *sql.DB, p *tablePlan) ([]string, erro
 	return out, rows.Err()
 }
 
-// keep reports whether a row (values in streamed column order) is in range.
-func (f *shardFilter) keep(values [][]byte) (bool, error) {
-	return f.keepValue(values[f.idx])
-}
-
-func (f *shardFilter) keepValue(v []byte) (bool, error) {
-	id, err := f.fn.ID(v)
-	if err != nil {
-		return false, &keyspaceIDError{table: f.table, column: f.column, value: v, err: err}
-	}
-	return f.kr.Contains(id), nil
-}
-
-// keepRow is keep for a packed row, as the binlog reader converts them.
+// keepRow reports whether a packed row (values in streamed column order) is
+// in range.
 func (f *shardFilter) keepRow(row *rowliftv1.Row) (bool, error) {
 	v, err := packedValue(row, f.idx)
 	if err != nil {
 		return false, fmt.Errorf("table %s: sharding column %s: %w", f.table, f.column, err)
 	}
-	return f.keepValue(v)
+	id, err := f.fn.ID(v)
+	if err != nil {
+		return false, &keyspaceIDError{table: f.table, column: f.column, value: v, err: err}
+	}
+	return f.kr.Contains(id), nil
 }
 
 // packedValue is the i-th value of a packed row (nil for NULL), without

@@ -31,14 +31,19 @@ type rowStreamer struct {
 	gate *copyGate
 	// verify marks the chunks as a verify's (plan is then the verifying one).
 	verify bool
+	// shared is the stream's chunk group when the plan has a key range (nil:
+	// the chunks are read and streamed by this stream alone).
+	shared *chunkMember
 }
 
 // chunkSink receives a table's chunks: request before the snapshot starts (it
-// returns once the merger knows a chunk is pending), the fence once known, then
-// the parts, the last one marked.
+// returns once the merger knows a chunk is pending), the fence once known (or
+// share, which offers the fence of a chunk another stream read and reports
+// whether the merger took it), then the parts, the last one marked.
 type chunkSink interface {
 	request(ctx context.Context, table string) error
 	fence(ctx context.Context, table string, fence position) error
+	share(ctx context.Context, table string, fence position) (bool, error)
 	part(ctx context.Context, part *rowliftv1.Chunk, last bool) error
 }
 
@@ -74,10 +79,30 @@ func (r *rowStreamer) run(ctx context.Context) error {
 }
 
 // chunk reads and emits one chunk; done means the table has no rows after it.
+// Without a key range the rows go out in parts as they are read; with one the
+// chunk is read whole (a copy chunk shared with the workflow's other streams,
+// see chunkCache), and each stream filters it to its own range.
 func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	if err := r.sink.request(ctx, r.plan.table.Name); err != nil {
 		return false, err
 	}
+	if r.plan.filter == nil {
+		return r.stream(ctx)
+	}
+	read := r.sharedChunk
+	if r.verify {
+		read = r.readOwn // a verify's chunks hash the rows: not the copy's
+	}
+	c, err := read(ctx)
+	if err != nil {
+		return false, err
+	}
+	return r.emit(ctx, c)
+}
+
+// stream reads the chunk in its snapshot and sends its rows in parts of about
+// packetBytes as they are read.
+func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 	fenceTime := time.Now().UnixMicro() // the snapshot sees at least every commit before now
 	fence, fencePos, err := r.snapshot(ctx)
 	if err != nil {
@@ -91,83 +116,180 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
 		return false, err
 	}
-	testhook.Delay(ctx, testhook.ChunkRead)
-	q, err := r.plan.chunkQuery(r.lastPK, r.chunkRows)
-	if err != nil {
-		return false, err
-	}
-	rows, err := r.conn.QueryContext(ctx, q)
-	if err != nil {
-		return false, fmt.Errorf("select chunk: %w", err)
-	}
-	defer rows.Close()
-
-	raw := make([]sql.RawBytes, r.plan.width)
-	dest := make([]any, len(raw))
-	for i := range raw {
-		dest[i] = &raw[i]
-	}
-	values := make([][]byte, len(raw))
 	var arena rowArena
 	part := r.newPart(fence, fenceTime)
 	size := 0
-	var n int64
-	// With a key range, rows out of range are scanned but not sent; skipped
-	// holds the key of the last row not sent and lastSkipped says whether it is
-	// the last row scanned, so the chunk's last part still carries the scanned
-	// boundary as its LastPk.
-	filter := r.plan.filter
-	var skipped [][]byte
-	lastSkipped := false
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return false, fmt.Errorf("read chunk row: %w", err)
-		}
-		for i, v := range raw {
-			values[i] = v
-		}
-		n++
-		if filter != nil {
-			keep, err := filter.keep(values)
-			if err != nil {
-				return false, err
-			}
-			if !keep {
-				skipped, lastSkipped = copyKey(skipped, r.plan.keyIdx, values), true
-				continue
-			}
-			lastSkipped = false
-		}
+	n, err := r.scan(ctx, func(values [][]byte) error {
 		row := arena.pack(values)
 		part.Rows = append(part.Rows, row)
 		size += rowcodec.Size(row)
-		if size >= r.packetBytes {
-			part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
-			testhook.Delay(ctx, testhook.ChunkEmit)
-			if err := r.sink.part(ctx, part, false); err != nil {
-				return false, err
-			}
-			r.lastPK = rowKey(part.LastPk)
-			part, size = r.newPart(fence, fenceTime), 0
+		if size < r.packetBytes {
+			return nil
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("read chunk: %w", err)
+		part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
+		testhook.Delay(ctx, testhook.ChunkEmit)
+		if err := r.sink.part(ctx, part, false); err != nil {
+			return err
+		}
+		r.lastPK = rowKey(part.LastPk)
+		part, size = r.newPart(fence, fenceTime), 0
+		return nil
+	})
+	if err != nil {
+		return false, err
 	}
 	done = n < r.chunkRows
-	switch {
-	case lastSkipped:
-		part.LastPk = &rowliftv1.Row{}
-		rowcodec.Pack(part.LastPk, skipped)
-		r.lastPK = rowKey(part.LastPk)
-	case len(part.Rows) > 0:
-		// The last row's RawBytes died with rows.Next; take the key from its copy.
+	if len(part.Rows) > 0 {
+		// The last row's RawBytes died with the scan; take the key from its copy.
 		part.LastPk = r.plan.keyOf(rowKey(part.Rows[len(part.Rows)-1]))
 		r.lastPK = rowKey(part.LastPk)
 	}
 	part.TableDone = done
 	testhook.Delay(ctx, testhook.ChunkEmit)
 	return done, r.sink.part(ctx, part, true)
+}
+
+// scan runs the chunk's SELECT in the open snapshot and calls row for each row
+// (values in streamed column order, valid until row returns); n is the number
+// of rows scanned.
+func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) error) (n int64, err error) {
+	testhook.Delay(ctx, testhook.ChunkRead)
+	q, err := r.plan.chunkQuery(r.lastPK, r.chunkRows)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := r.conn.QueryContext(ctx, q)
+	if err != nil {
+		return 0, fmt.Errorf("select chunk: %w", err)
+	}
+	defer rows.Close()
+	raw := make([]sql.RawBytes, r.plan.width)
+	dest := make([]any, len(raw))
+	for i := range raw {
+		dest[i] = &raw[i]
+	}
+	values := make([][]byte, len(raw))
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return 0, fmt.Errorf("read chunk row: %w", err)
+		}
+		for i, v := range raw {
+			values[i] = v
+		}
+		n++
+		if err := row(values); err != nil {
+			return 0, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("read chunk: %w", err)
+	}
+	return n, nil
+}
+
+// sharedChunk returns the chunk after r.lastPK, fenced in the stream's merger:
+// another stream's read of it when there is one and the merger can place it
+// at its fence (merger.canFence), else one this stream reads, shared with the
+// group when no other stream was reading it.
+func (r *rowStreamer) sharedChunk(ctx context.Context) (*sharedChunk, error) {
+	if r.shared == nil {
+		return r.readOwn(ctx)
+	}
+	c, lead := r.shared.acquire(r.lastPK)
+	defer r.shared.took(c)
+	if lead {
+		err := r.read(ctx, c)
+		r.shared.finish(c, err)
+		if err != nil {
+			return nil, err
+		}
+		return c, r.sink.fence(ctx, r.plan.table.Name, c.fencePos)
+	}
+	switch err := c.wait(ctx); {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err == nil:
+		ok, err := r.sink.share(ctx, r.plan.table.Name, c.fencePos)
+		if err != nil || ok {
+			return c, err
+		}
+	}
+	// The leader failed, or this stream has placed changes after its fence.
+	return r.readOwn(ctx)
+}
+
+// readOwn reads the chunk after r.lastPK for this stream alone.
+func (r *rowStreamer) readOwn(ctx context.Context) (*sharedChunk, error) {
+	c := &sharedChunk{}
+	if err := r.read(ctx, c); err != nil {
+		return nil, err
+	}
+	return c, r.sink.fence(ctx, r.plan.table.Name, c.fencePos)
+}
+
+// read reads the chunk after r.lastPK into c, every row scanned, in its own
+// snapshot, which ends before the rows are emitted. It does not touch the
+// sink, so a stream whose target is slow never holds up the others waiting
+// for the chunk.
+func (r *rowStreamer) read(ctx context.Context, c *sharedChunk) (err error) {
+	c.fenceTime = time.Now().UnixMicro() // the snapshot sees at least every commit before now
+	c.fence, c.fencePos, err = r.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if _, cerr := r.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
+			err = fmt.Errorf("end snapshot: %w", cerr)
+		}
+	}()
+	var arena rowArena
+	n, err := r.scan(ctx, func(values [][]byte) error {
+		c.rows = append(c.rows, arena.pack(values))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.more = n == r.chunkRows
+	if n > 0 {
+		c.lastPK = r.plan.keyOf(rowKey(c.rows[n-1]))
+	}
+	return nil
+}
+
+// emit sends the rows of a read chunk that are in the stream's key range, in
+// parts of about packetBytes. The last part carries the last key scanned, past
+// the last row sent when the range filtered the rest out, so the copy moves on
+// by the rows scanned, the same in every stream.
+func (r *rowStreamer) emit(ctx context.Context, c *sharedChunk) (done bool, err error) {
+	part := r.newPart(c.fence, c.fenceTime)
+	size := 0
+	for _, row := range c.rows {
+		keep, err := r.plan.filter.keepRow(row)
+		if err != nil {
+			return false, err
+		}
+		if !keep {
+			continue
+		}
+		part.Rows = append(part.Rows, row)
+		size += rowcodec.Size(row)
+		if size >= r.packetBytes {
+			part.LastPk = r.plan.keyOf(rowKey(row))
+			testhook.Delay(ctx, testhook.ChunkEmit)
+			if err := r.sink.part(ctx, part, false); err != nil {
+				return false, err
+			}
+			part, size = r.newPart(c.fence, c.fenceTime), 0
+		}
+	}
+	if c.lastPK != nil {
+		part.LastPk = c.lastPK
+		r.lastPK = rowKey(c.lastPK)
+	}
+	part.TableDone = !c.more
+	testhook.Delay(ctx, testhook.ChunkEmit)
+	return !c.more, r.sink.part(ctx, part, true)
 }
 
 // snapshot begins the chunk's snapshot and returns its fence. A snapshot older
@@ -203,25 +325,6 @@ func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, positi
 
 func (r *rowStreamer) newPart(fence *rowliftv1.Position, fenceTimeUS int64) *rowliftv1.Chunk {
 	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS, Verify: r.verify}
-}
-
-// copyKey copies the key values of a scanned row into dst, reusing its
-// storage: the row's RawBytes die with the next Scan.
-func copyKey(dst [][]byte, keyIdx []int, values [][]byte) [][]byte {
-	if len(dst) != len(keyIdx) {
-		dst = make([][]byte, len(keyIdx))
-	}
-	for i, idx := range keyIdx {
-		switch v := values[idx]; {
-		case v == nil:
-			dst[i] = nil
-		case dst[i] == nil:
-			dst[i] = append(make([]byte, 0, len(v)), v...)
-		default:
-			dst[i] = append(dst[i][:0], v...)
-		}
-	}
-	return dst
 }
 
 // rowKey unpacks a row this package packed, which is always well-formed.

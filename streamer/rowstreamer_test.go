@@ -59,6 +59,7 @@ func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRow
 	sink := &recordingSink{t: t}
 	r := &rowStreamer{plan: p, conn: conn, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK, sink: sink}
 	require.NoError(t, r.run(ctx))
+	require.Zero(t, sink.shares, "a row streamer in no chunk group is offered no chunk")
 	require.Equal(t, sink.requests, sink.fences, "every chunk requested is fenced")
 	require.Equal(t, sink.requests, sink.lasts, "every chunk fenced ends with a last part")
 	return sink.parts
@@ -67,9 +68,10 @@ func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRow
 // recordingSink records what a row streamer sends, checking the protocol order:
 // request, fence, parts, last part.
 type recordingSink struct {
-	t                       *testing.T
-	requests, fences, lasts int
-	parts                   []*rowliftv1.Chunk
+	t                               *testing.T
+	requests, fences, lasts, shares int
+	accept                          bool
+	parts                           []*rowliftv1.Chunk
 }
 
 func (s *recordingSink) request(context.Context, string) error {
@@ -82,6 +84,17 @@ func (s *recordingSink) fence(_ context.Context, _ string, fence position) error
 	require.NotNil(s.t, fence)
 	s.fences++
 	return nil
+}
+
+// share takes another stream's chunk when accept says so, as the merger
+// would if the fence covers what the stream placed.
+func (s *recordingSink) share(_ context.Context, _ string, fence position) (bool, error) {
+	require.NotNil(s.t, fence)
+	s.shares++
+	if s.accept {
+		s.fences++
+	}
+	return s.accept, nil
 }
 
 func (s *recordingSink) part(_ context.Context, part *rowliftv1.Chunk, last bool) error {
@@ -213,4 +226,50 @@ func TestRowStreamerKeyRangeKeepsTheScannedBoundary(t *testing.T) {
 	}
 	require.Equal(t, fmt.Sprint(want), fmt.Sprint(got))
 	require.Positive(t, empty, "a quarter of the keyspace leaves some chunks with no row to send")
+}
+
+// TestRowStreamersShareAChunkRead: of three row streamers in one chunk group,
+// the first reads the chunk; the second is offered that read and, its merger
+// taking the fence, emits it with the first one's fence; the third's merger
+// refuses the fence (it placed a change after it), so it reads the chunk
+// itself, in a new snapshot that sees the source's latest write.
+func TestRowStreamersShareAChunkRead(t *testing.T) {
+	db, p := sourceWithRows(t, 300)
+	kr, err := keyrange.Parse("-80")
+	require.NoError(t, err)
+	filtered := *p
+	require.NoError(t, filtered.shard("v", vindex.XXHash, kr))
+	ctx := context.Background()
+	cache := newChunkCache()
+	run := func(accept bool, member *chunkMember) *recordingSink {
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		sink := &recordingSink{t: t, accept: accept}
+		r := &rowStreamer{plan: &filtered, conn: conn, chunkRows: 50, packetBytes: 1 << 20, sink: sink, shared: member}
+		done, err := r.chunk(ctx)
+		require.NoError(t, err)
+		require.False(t, done)
+		require.Equal(t, 1, sink.fences)
+		require.Equal(t, 1, sink.lasts)
+		return sink
+	}
+	a, b, c := cache.join("g"), cache.join("g"), cache.join("g")
+	first := run(false, a)
+	require.Zero(t, first.shares, "the first stream reads the chunk")
+	_, err = db.Exec("UPDATE d.t SET v = 'changed' WHERE region = 'a' AND id = 3")
+	require.NoError(t, err)
+
+	second := run(true, b)
+	require.Equal(t, 1, second.shares)
+	require.Equal(t, fmt.Sprint(first.parts), fmt.Sprint(second.parts), "the same rows at the same fence")
+
+	third := run(false, c)
+	require.Equal(t, 1, third.shares)
+	require.NotEqual(t, first.parts[0].GetFence().GetGtidSet(), third.parts[0].GetFence().GetGtidSet(), "a snapshot of its own")
+	require.Equal(t, fmt.Sprint(first.parts[0].GetLastPk()), fmt.Sprint(third.parts[0].GetLastPk()), "the same chunk boundary")
+	require.Empty(t, cache.groups["g"].chunks, "every stream took the chunk")
+	for _, m := range []*chunkMember{a, b, c} {
+		m.leave()
+	}
 }

@@ -60,6 +60,9 @@ type Server struct {
 	locks *tableLocks
 	// lockWait bounds how long a freeze waits for its tables (maxLockWait).
 	lockWait time.Duration
+	// chunks shares chunk reads among the streams of a workflow, so a reshard
+	// reads each source row about once whatever the number of targets.
+	chunks *chunkCache
 }
 
 // New opens the source pool; it does not connect until a stream needs it, so a
@@ -74,7 +77,7 @@ func New(cfg Config) (*Server, error) {
 		log = zap.NewNop()
 	}
 	return &Server{db: db, cfg: mcfg, log: log.With(zap.String("source", dbconn.Redacted(mcfg))), targets: newTargetThrottles(),
-		locks: newTableLocks(), lockWait: maxLockWait}, nil
+		locks: newTableLocks(), lockWait: maxLockWait, chunks: newChunkCache()}, nil
 }
 
 // Close releases the freeze locks and closes the source pool.
@@ -266,6 +269,10 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			defer conn.Close()
 			r := &rowStreamer{plan: plan, conn: conn, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
 				start: start, lastPK: lastPK, gate: gate, verify: verifying}
+			if plan.filter != nil && !verifying {
+				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts.ChunkRows))
+				defer r.shared.leave()
+			}
 			if verifying {
 				vp, err := verify.NewPlan(ctx, s.db, plan.table, t.GetColumns())
 				if err != nil {

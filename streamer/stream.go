@@ -32,6 +32,9 @@ type mergeInput struct {
 	ack     chan struct{}
 	table   string // with fence
 	fence   position
+	// shared marks a fence offered by share: the merger takes it only if it
+	// can place the chunk there, and answers on shared.
+	shared  chan bool
 	part    *rowliftv1.Chunk
 	last    bool
 	probed  bool     // a probe snapshot ended
@@ -65,6 +68,19 @@ func (s mergeSink) request(ctx context.Context, table string) error {
 
 func (s mergeSink) fence(ctx context.Context, table string, fence position) error {
 	return s.send(ctx, mergeInput{table: table, fence: fence})
+}
+
+func (s mergeSink) share(ctx context.Context, table string, fence position) (bool, error) {
+	taken := make(chan bool, 1)
+	if err := s.send(ctx, mergeInput{table: table, fence: fence, shared: taken}); err != nil {
+		return false, err
+	}
+	select {
+	case ok := <-taken:
+		return ok, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
 
 func (s mergeSink) part(ctx context.Context, part *rowliftv1.Chunk, last bool) error {
@@ -234,6 +250,12 @@ func apply(m *merger, in mergeInput) error {
 		err := m.requestChunk(in.request)
 		close(in.ack)
 		return err
+	case in.shared != nil:
+		ok := m.canFence(in.table, in.fence)
+		in.shared <- ok
+		if ok {
+			return m.fenceChunk(in.table, in.fence)
+		}
 	case in.fence != nil:
 		return m.fenceChunk(in.table, in.fence)
 	case in.part != nil:

@@ -163,16 +163,8 @@ func (d *demo) run(ctx context.Context) error {
 	d.nextID = int64(d.rows) + 1
 	start := time.Now()
 	d.say("filling the source: demo.events (%s rows), demo.customers, demo.all_types", formatCount(int64(d.rows)))
-	for _, t := range demoTables {
-		fill := t.fill
-		if t.name == "events" {
-			fill = strings.ReplaceAll(fill, "{rows}", strconv.Itoa(d.rows))
-		}
-		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl, fill} {
-			if _, err := d.srcDB.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("fill the source: %w", err)
-			}
-		}
+	if err := fillDemo(ctx, d.srcDB, d.rows); err != nil {
+		return fmt.Errorf("fill the source: %w", err)
 	}
 	d.say("  done in %s", formatDuration(time.Since(start)))
 
@@ -247,6 +239,23 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	if d.cutover {
 		return d.runCutover(ctx, control, spec.GetName())
+	}
+	return nil
+}
+
+// fillDemo creates the sample tables in database demo on db and fills them,
+// demo.events with rows rows.
+func fillDemo(ctx context.Context, db *sql.DB, rows int) error {
+	for _, t := range demoTables {
+		fill := t.fill
+		if t.name == "events" {
+			fill = strings.ReplaceAll(fill, "{rows}", strconv.Itoa(rows))
+		}
+		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl, fill} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover soak clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard soak clean
 
 ## setup: install a MariaDB server if none is present, download modules, build pinned tools
 setup:
@@ -66,7 +66,7 @@ proto-check: proto
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
 ## bench: run every benchmark program; each prints rowlift beside a baseline from the same run
-bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover
+bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
@@ -97,6 +97,13 @@ bench-apply:
 CUTOVERFLAGS ?=
 bench-cutover:
 	$(GO) run ./benchmarks/cutover $(CUTOVERFLAGS)
+
+## bench-reshard: a 1→4 split (--shards 4, hash of the PK) beside the 1→1 move of the same table in the
+## same run: wall time until every target's copy is done and source rows read per row moved
+## (ROWS=table rows, RESHARDFLAGS=more flags, e.g. -runs 3)
+RESHARDFLAGS ?=
+bench-reshard:
+	$(GO) run ./benchmarks/reshard -rows $(ROWS) $(RESHARDFLAGS)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
 ## the applier, streamer and source server each (a failing

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -45,6 +46,29 @@ func TestDemoCutover(t *testing.T) {
 	}
 	require.Len(t, regexp.MustCompile(`(?m)^write pause: \d+ ms$`).FindAllString(out, -1), 3, "a write pause per cutover:\n%s", out)
 	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "\nidentical: yes"), "the output ends with identical: yes:\n%s", out)
+}
+
+// TestDemoReshard runs `rowlift demo --reshard 4`: the sample tables split
+// from one source over four target shards under the writer, the warning of a
+// unique key without the sharding column, the streams with their ranges, and
+// one comparison line per shard, each ending in "identical: yes".
+func TestDemoReshard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	b, err := exec.CommandContext(ctx, rowliftBin, "demo", "--rows", "20000", "--reshard", "4").CombinedOutput()
+	out := string(b)
+	require.NoError(t, err, "demo output:\n%s", out)
+	for _, want := range []string{"creating workflow demo-reshard", "warning: table customers: unique key email (email) does not contain the sharding column id",
+		"copy done", "split:           3 tables by hash of id over 4 target shards"} {
+		require.Contains(t, out, want)
+	}
+	shards := regexp.MustCompile(`(?m)^  (shard\d) +(\S+) +events [\d,]+, customers [\d,]+, all_types [\d,]+ rows +identical: (\S+)$`).FindAllStringSubmatch(out, -1)
+	require.Len(t, shards, 4, "a comparison line per shard:\n%s", out)
+	for i, m := range shards {
+		require.Equal(t, fmt.Sprintf("shard%d", i+1), m[1])
+		require.Equal(t, []string{"-40", "40-80", "80-c0", "c0-"}[i], m[2])
+		require.Equal(t, "yes", m[3], "%s differs from the source rows of its range:\n%s", m[1], out)
+	}
 }
 
 // TestDemoInterrupted: Ctrl-C during the demo stops it cleanly, with its

@@ -27,8 +27,10 @@ import (
 	"github.com/rowlift/rowlift/internal/controlclient"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/verify"
+	"github.com/rowlift/rowlift/internal/vindex"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
@@ -56,23 +58,35 @@ var demoTables = []struct{ name, ddl, fill string }{
 }
 
 func demoCommand() *command {
-	var rows int
+	var rows, shards int
 	var keep, cutover bool
 	return &command{
 		name:    "demo",
-		summary: "move a table set between two throwaway MariaDB servers under live writes, and compare",
-		usage:   "[--rows N] [--cutover]",
+		summary: "move a table set between two throwaway MariaDB servers (or split it over N) under live writes, and compare",
+		usage:   "[--rows N] [--cutover | --reshard N]",
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&rows, "rows", 1_000_000, "rows in the large sample table, e.g. --rows 100000")
 			fs.BoolVar(&keep, "keep", false, "keep the servers running after the summary until Ctrl-C, to look around, e.g. --keep")
 			fs.BoolVar(&cutover, "cutover", false, "go on to the end of the move: verify, switch (the writer follows to the target), reverse,\n"+
 				"switch again and complete, with the write pause of each, then compare again, e.g. --cutover")
+			fs.IntVar(&shards, "reshard", 0, "split the tables from the source over N target servers instead (N a power of two, at least 2; the\n"+
+				"ranges of --shards N, every table by hash of its id), then compare each shard with the source rows of its range, e.g. --reshard 4")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, stdout io.Writer) error {
 			if rows < 1 {
 				return usagef("--rows must be at least 1")
 			}
 			d := &demo{out: stdout, rows: rows, cutover: cutover}
+			if shards != 0 {
+				if cutover {
+					return usagef("--reshard %d and --cutover: the demo's cutover is of a move; give one or the other", shards)
+				}
+				ranges, err := keyrange.Even(shards)
+				if err != nil || shards < 2 {
+					return usagef("--reshard %d: want a power of two from 2 to 256, e.g. --reshard 4", shards)
+				}
+				d.ranges = ranges
+			}
 			defer d.close()
 			err := d.run(ctx)
 			if ctx.Err() != nil {
@@ -80,7 +94,11 @@ func demoCommand() *command {
 				return nil
 			}
 			if err == nil && keep {
-				fmt.Fprintf(stdout, "\nsource: %s\ntarget: %s\nPress Ctrl-C to stop and remove them.\n", d.src.DSN("demo"), d.dst.DSN("demo"))
+				fmt.Fprintf(stdout, "\nsource: %s\n", d.src.DSN("demo"))
+				for _, t := range d.targets {
+					fmt.Fprintf(stdout, "target %s: %s\n", t.name, t.srv.DSN("demo"))
+				}
+				fmt.Fprintln(stdout, "Press Ctrl-C to stop and remove them.")
 				<-ctx.Done()
 			}
 			return err
@@ -93,10 +111,14 @@ type demo struct {
 	out  io.Writer
 	rows int
 	// cutover runs the roles the other way round too, and the cutover steps.
-	cutover      bool
-	dir          string
-	src, dst     *sandbox.Server
-	srcDB, dstDB *sql.DB
+	cutover bool
+	// ranges are the target shards' key ranges with --reshard; none for a move.
+	ranges []keyrange.Range
+	dir    string
+	src    *sandbox.Server
+	srcDB  *sql.DB
+	// targets are the move's one target, or the shards of a reshard.
+	targets []demoTarget
 	// route is where the writer writes: the side that takes the writes.
 	route atomic.Pointer[sql.DB]
 	// nextID is the next new key of demo.events, kept from one writer to the next.
@@ -110,6 +132,23 @@ type demo struct {
 	closers                           []func()
 }
 
+// demoTarget is a target server of the demo, with the coordinator's name for
+// it and, in a reshard, the key range it owns.
+type demoTarget struct {
+	name     string
+	keyRange keyrange.Range
+	srv      *sandbox.Server
+	db       *sql.DB
+}
+
+// targetsWord is what the demo's output calls its target servers.
+func (d *demo) targetsWord() string {
+	if d.ranges != nil {
+		return "target shards"
+	}
+	return "target"
+}
+
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
 
 func (d *demo) run(ctx context.Context) error {
@@ -117,34 +156,15 @@ func (d *demo) run(ctx context.Context) error {
 	if d.dir, err = os.MkdirTemp("", "rowlift-demo-"); err != nil {
 		return err
 	}
-	d.say("starting two throwaway MariaDB servers")
-	if d.src, err = sandbox.Start(ctx, sandbox.Options{}); err != nil {
+	if err := d.startServers(ctx); err != nil {
 		return err
-	}
-	if d.dst, err = sandbox.Start(ctx, sandbox.Options{Args: []string{"--local-infile=ON"}}); err != nil {
-		return err
-	}
-	d.say("  source %s in %s\n  target %s in %s", d.src.Addr(), d.src.Dir, d.dst.Addr(), d.dst.Dir)
-	if d.srcDB, err = sql.Open("mysql", d.src.DSN("")); err != nil {
-		return err
-	}
-	if d.dstDB, err = sql.Open("mysql", d.dst.DSN("")); err != nil {
-		return fmt.Errorf("open the target: %w", err)
 	}
 	d.route.Store(d.srcDB)
 	d.nextID = int64(d.rows) + 1
 	start := time.Now()
 	d.say("filling the source: demo.events (%s rows), demo.customers, demo.all_types", formatCount(int64(d.rows)))
-	for _, t := range demoTables {
-		fill := t.fill
-		if t.name == "events" {
-			fill = strings.ReplaceAll(fill, "{rows}", strconv.Itoa(d.rows))
-		}
-		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl, fill} {
-			if _, err := d.srcDB.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("fill the source: %w", err)
-			}
-		}
+	if err := fillDemo(ctx, d.srcDB, d.rows); err != nil {
+		return fmt.Errorf("fill the source: %w", err)
 	}
 	d.say("  done in %s", formatDuration(time.Since(start)))
 
@@ -155,21 +175,14 @@ func (d *demo) run(ctx context.Context) error {
 	var writes atomic.Int64
 	d.startWriter(ctx, &writes)
 
-	spec := &rowliftv1.WorkflowSpec{
-		Name: "demo-move", SourceDatabase: "demo",
-		Sources: []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: d.streamerAddr}},
-		Targets: []*rowliftv1.TargetShard{{Name: "main"}},
-	}
-	if d.cutover {
-		spec.Sources[0].ReverseTarget = demoOrigin
-		spec.Targets[0].ReverseStreamerAddress = d.reverseStreamerAddr
-	}
-	for _, t := range demoTables {
-		spec.Tables = append(spec.Tables, &rowliftv1.TableSpec{Name: t.name})
-	}
-	d.say("creating workflow demo-move while a writer keeps changing the source\n")
-	if _, err := control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec}); err != nil {
+	spec := d.spec()
+	d.say("creating workflow %s while a writer keeps changing the source\n", spec.GetName())
+	created, err := control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+	if err != nil {
 		return fmt.Errorf("create workflow: %s", status.Convert(err).Message())
+	}
+	for _, w := range created.GetWarnings() {
+		d.say("warning: %s", w)
 	}
 	copyStart := time.Now()
 	if _, err := control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: spec.GetName()}); err != nil {
@@ -186,30 +199,133 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		return err
 	}
-	d.say("\nwriter stopped after %s transactions; waiting for the target to apply up to %s", formatCount(writes.Load()), pos)
+	d.say("\nwriter stopped after %s transactions; waiting for the %s to apply up to %s", formatCount(writes.Load()), d.targetsWord(), pos)
 	final, err := d.waitApplied(ctx, control, spec.GetName(), pos)
 	if err != nil {
 		return err
 	}
-	identical, err := d.compare(ctx, d.srcDB, d.dstDB, false)
+	var identical bool
+	var shardLines []string
+	if d.ranges != nil {
+		d.say("comparing each target shard with the source rows of its range")
+		shardLines, identical, err = d.compareShards(ctx)
+	} else {
+		identical, err = d.compare(ctx, d.srcDB, d.targets[0].db, false)
+	}
 	if err != nil {
 		return err
 	}
 	copied := last.GetStatus().GetRowsCopied()
 	d.say("\nsummary")
+	if d.ranges != nil {
+		d.say("  split:           %d tables by hash of id over %d target shards", len(demoTables), len(d.targets))
+	}
 	d.say("  rows copied:     %s in %d tables", formatCount(copied), len(demoTables))
 	d.say("  copy time:       %s (%s)", formatDuration(copyTime), formatRate(float64(copied)/copyTime.Seconds()))
-	d.say("  live writes:     %s source transactions during the copy, replayed on the target", formatCount(writes.Load()))
+	d.say("  live writes:     %s source transactions during the copy, replayed on the %s", formatCount(writes.Load()), d.targetsWord())
 	d.say("  lag at the end:  %s", formatDuration(time.Duration(final.GetStatus().GetLagMs())*time.Millisecond))
-	d.say("  identical:       %s", map[bool]string{true: "yes", false: "NO"}[identical])
+	if d.ranges == nil {
+		d.say("  identical:       %s", map[bool]string{true: "yes", false: "NO"}[identical])
+	}
 	d.say("  logs:            %s", d.dir)
+	for _, line := range shardLines {
+		d.say("  %s", line)
+	}
 	if !identical {
+		if d.ranges != nil {
+			return errors.New("a target shard differs from the source rows of its range")
+		}
 		return errors.New("the target differs from the source")
 	}
 	if d.cutover {
 		return d.runCutover(ctx, control, spec.GetName())
 	}
 	return nil
+}
+
+// fillDemo creates the sample tables in database demo on db and fills them,
+// demo.events with rows rows.
+func fillDemo(ctx context.Context, db *sql.DB, rows int) error {
+	for _, t := range demoTables {
+		fill := t.fill
+		if t.name == "events" {
+			fill = strings.ReplaceAll(fill, "{rows}", strconv.Itoa(rows))
+		}
+		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl, fill} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// startServers starts the source server and the target servers (one, or
+// one per shard with --reshard) and opens a pool on each.
+func (d *demo) startServers(ctx context.Context) error {
+	var err error
+	if d.ranges == nil {
+		d.targets = []demoTarget{{name: "main"}}
+		d.say("starting two throwaway MariaDB servers")
+	} else {
+		for i, r := range d.ranges {
+			d.targets = append(d.targets, demoTarget{name: fmt.Sprintf("shard%d", i+1), keyRange: r})
+		}
+		d.say("starting %d throwaway MariaDB servers: a source and %d target shards", 1+len(d.ranges), len(d.ranges))
+	}
+	if d.src, err = sandbox.Start(ctx, sandbox.Options{}); err != nil {
+		return err
+	}
+	d.say("  source %s in %s", d.src.Addr(), d.src.Dir)
+	if d.srcDB, err = sql.Open("mysql", d.src.DSN("")); err != nil {
+		return err
+	}
+	for i := range d.targets {
+		t := &d.targets[i]
+		if t.srv, err = sandbox.Start(ctx, sandbox.Options{Args: []string{"--local-infile=ON"}}); err != nil {
+			return err
+		}
+		if d.ranges == nil {
+			d.say("  target %s in %s", t.srv.Addr(), t.srv.Dir)
+		} else {
+			d.say("  target %s (%s) %s in %s", t.name, t.keyRange, t.srv.Addr(), t.srv.Dir)
+		}
+		if t.db, err = sql.Open("mysql", t.srv.DSN("")); err != nil {
+			return fmt.Errorf("open target %s: %w", t.name, err)
+		}
+	}
+	return nil
+}
+
+// spec is the demo's workflow: a move of every table to the target, or with
+// --reshard a split of every table by hash of its id over the shards.
+func (d *demo) spec() *rowliftv1.WorkflowSpec {
+	spec := &rowliftv1.WorkflowSpec{
+		Name: "demo-move", SourceDatabase: "demo",
+		Sources: []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: d.streamerAddr}},
+	}
+	if d.ranges != nil {
+		spec.Name = "demo-reshard"
+	}
+	for _, t := range d.targets {
+		ts := &rowliftv1.TargetShard{Name: t.name}
+		if d.ranges != nil {
+			ts.KeyRange = t.keyRange.String()
+		}
+		spec.Targets = append(spec.Targets, ts)
+	}
+	if d.cutover {
+		spec.Sources[0].ReverseTarget = demoOrigin
+		spec.Targets[0].ReverseStreamerAddress = d.reverseStreamerAddr
+	}
+	for _, t := range demoTables {
+		ts := &rowliftv1.TableSpec{Name: t.name}
+		if d.ranges != nil {
+			ts.ShardingColumn, ts.ShardingFunction = demoShardingColumn, string(vindex.Hash)
+		}
+		spec.Tables = append(spec.Tables, ts)
+	}
+	return spec
 }
 
 // demoOrigin is the coordinator's name for the source server, where the
@@ -227,9 +343,12 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 	if d.streamerAddr, err = d.startStreamer(d.src, "streamer"); err != nil {
 		return nil, err
 	}
-	targets := map[string]string{"main": d.dst.DSN("")}
+	targets := map[string]string{}
+	for _, t := range d.targets {
+		targets[t.name] = t.srv.DSN("")
+	}
 	if d.cutover {
-		if d.reverseStreamerAddr, err = d.startStreamer(d.dst, "reverse-streamer"); err != nil {
+		if d.reverseStreamerAddr, err = d.startStreamer(d.targets[0].srv, "reverse-streamer"); err != nil {
 			return nil, err
 		}
 		targets[demoOrigin] = d.src.DSN("")
@@ -249,8 +368,14 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 	}
 	// As `rowlift coordinator` does: it finishes a cutover a call left unfinished.
 	d.background(ctx, co.Run)
-	if err := d.startApplier(ctx, d.dst, "applier"); err != nil {
-		return nil, err
+	for _, t := range d.targets {
+		name := "applier"
+		if d.ranges != nil {
+			name += "-" + t.name
+		}
+		if err := d.startApplier(ctx, t.srv, name); err != nil {
+			return nil, err
+		}
 	}
 	if d.cutover {
 		if err := d.startApplier(ctx, d.src, "reverse-applier"); err != nil {
@@ -449,14 +574,18 @@ func (d *demo) close() {
 	for i := len(d.closers) - 1; i >= 0; i-- {
 		d.closers[i]()
 	}
-	for _, pool := range []*sql.DB{d.srcDB, d.dstDB} {
-		if pool != nil {
-			pool.Close()
-		}
+	if d.srcDB != nil {
+		d.srcDB.Close()
 	}
-	for _, s := range []*sandbox.Server{d.src, d.dst} {
-		if s != nil {
-			_ = s.Remove()
+	if d.src != nil {
+		_ = d.src.Remove()
+	}
+	for _, t := range d.targets {
+		if t.db != nil {
+			t.db.Close()
+		}
+		if t.srv != nil {
+			_ = t.srv.Remove()
 		}
 	}
 }

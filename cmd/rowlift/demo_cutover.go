@@ -40,7 +40,7 @@ func (d *demo) runCutover(ctx context.Context, control rowliftv1.ControlClient, 
 		case <-time.After(demoStepGap):
 		}
 		req := &rowliftv1.SwitchRequest{Workflow: &rowliftv1.WorkflowRef{Name: name}}
-		rpc, to, side := control.SwitchWorkflow, d.dstDB, "target"
+		rpc, to, side := control.SwitchWorkflow, d.targets[0].db, "target"
 		if direction == "reverse" {
 			rpc, to, side = control.ReverseWorkflow, d.srcDB, "source"
 		}
@@ -60,7 +60,7 @@ func (d *demo) runCutover(ctx context.Context, control rowliftv1.ControlClient, 
 	}
 	d.stopWriter()
 	var pos string
-	if err := d.dstDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	if err := d.targets[0].db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
 		return fmt.Errorf("target position: %w", err)
 	}
 	d.say("writer stopped after %s transactions; waiting for %s to apply the target's writes up to %s", formatCount(writes.Load()), reverseName, pos)
@@ -73,7 +73,7 @@ func (d *demo) runCutover(ctx context.Context, control rowliftv1.ControlClient, 
 	}
 	d.say("complete: %s and the workflow's state are removed; kept source tables (renamed): %s", reverseName, strings.Join(done.GetKeptTables(), ", "))
 	d.say("\nfinal comparison: the target's tables against the source's frozen ones")
-	identical, err := d.compare(ctx, d.dstDB, d.srcDB, true)
+	identical, err := d.compare(ctx, d.targets[0].db, d.srcDB, true)
 	if err != nil {
 		return err
 	}

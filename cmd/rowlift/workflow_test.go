@@ -166,6 +166,12 @@ func TestCreateFlagErrorsAreUsageErrors(t *testing.T) {
 		{[]string{"--apply-workers", "-1", "--table", "t"}, "--apply-workers -1: must be between 0"},
 		{[]string{"--chunk-rows", "-5", "--table", "t"}, "--chunk-rows -5: must be 0 (the default) or more"},
 		{nil, "no table to move"},
+		{[]string{"--table", "t", "--shards", "3"}, "--shards 3: 3 shards: the keyspace splits evenly into 1, 2, 4"},
+		{[]string{"--table", "t", "--shards", "2"}, "--shards 2: give exactly 2 --target names (got 1)"},
+		{[]string{"--table", "t", "--sharding-column", "u=id"}, `--sharding-column "u=id": table u is not among --table/--tables`},
+		{[]string{"--table", "t", "--sharding-column", "t"}, `--sharding-column "t": want TABLE=COLUMN[:FUNCTION]`},
+		{[]string{"--table", "t", "--reference-tables", "t,u"}, `--reference-tables "t,u": table u is not among`},
+		{[]string{"--table", "t", "--source-range", "other=-80"}, `--source-range "other=-80": want NAME=RANGE with NAME one of the --source names`},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			var c createFlags
@@ -178,6 +184,39 @@ func TestCreateFlagErrorsAreUsageErrors(t *testing.T) {
 			require.Equal(t, 2, exitCode(err))
 		})
 	}
+}
+
+// TestCreateReshardFlags: --target NAME=RANGE (an address has a colon),
+// --shards, --source-range, --sharding-column and --reference-tables.
+func TestCreateReshardFlags(t *testing.T) {
+	spec := func(args ...string) *rowliftv1.WorkflowSpec {
+		t.Helper()
+		var c createFlags
+		fs := newTestFlagSet()
+		c.register(fs)
+		require.NoError(t, fs.Parse(append([]string{"--name", "w", "--source-database", "d", "--tables", "orders,countries"}, args...)))
+		s, err := c.spec()
+		require.NoError(t, err)
+		return s
+	}
+	s := spec("--source", "old1=h:1", "--source", "old2=h:2", "--source-range", "old1=-80", "--source-range", "old2=80-",
+		"--target", "a=-55", "--target", "b=55-aa", "--target", "c=10.0.0.7:7002",
+		"--sharding-column", "orders=customer_id", "--sharding-column", "countries=code:xxhash")
+	require.Equal(t, "-80", s.GetSources()[0].GetKeyRange())
+	require.Equal(t, "80-", s.GetSources()[1].GetKeyRange())
+	require.Equal(t, []string{"-55", "55-aa", ""}, []string{s.GetTargets()[0].GetKeyRange(), s.GetTargets()[1].GetKeyRange(), s.GetTargets()[2].GetKeyRange()})
+	require.Equal(t, "10.0.0.7:7002", s.GetTargets()[2].GetApplierAddress())
+	require.Equal(t, [2]string{"customer_id", ""}, [2]string{s.GetTables()[0].GetShardingColumn(), s.GetTables()[0].GetShardingFunction()})
+	require.Equal(t, [2]string{"code", "xxhash"}, [2]string{s.GetTables()[1].GetShardingColumn(), s.GetTables()[1].GetShardingFunction()})
+
+	s = spec("--source", "main=h:1", "--target", "n1", "--target", "n2", "--target", "n3", "--target", "n4", "--shards", "4",
+		"--sharding-column", "orders=customer_id", "--reference-tables", "countries")
+	var ranges []string
+	for _, tg := range s.GetTargets() {
+		ranges = append(ranges, tg.GetKeyRange())
+	}
+	require.Equal(t, []string{"-40", "40-80", "80-c0", "c0-"}, ranges)
+	require.True(t, s.GetTables()[1].GetReference())
 }
 
 func TestRequiredCreateFlags(t *testing.T) {

@@ -43,8 +43,9 @@ type shard struct {
 	addr           string       // a source's streamer address
 	store          *state.Store // the server's state (a source's too when the env switches)
 	// revAddr is the address of a target's reverse streamer when the env
-	// switches (a source then has a reverse applier).
+	// switches (a source then has a reverse applier); revProc is that process.
 	revAddr string
+	revProc *proc
 }
 
 // shardEnv is N source and M target servers, each with its own streamer or
@@ -82,7 +83,7 @@ func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRan
 			store, err := state.Open(context.Background(), s.db)
 			require.NoError(t, err)
 			s.store = store
-			startProc(t, "reverse-applier-"+s.name, hooks, "applier", "--target-dsn", s.srv.DSN(""), "--poll-interval", "50ms")
+			s.revProc = startProc(t, "reverse-applier-"+s.name, hooks, "applier", "--target-dsn", s.srv.DSN(""), "--poll-interval", "50ms")
 			coordArgs = append(coordArgs, "--target", "origin-"+s.name+"="+s.srv.DSN(""))
 		}
 	}
@@ -99,7 +100,7 @@ func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRan
 			port, err := sandbox.FreePort()
 			require.NoError(t, err)
 			d.revAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			startProc(t, "reverse-streamer-"+d.name, hooks, "streamer", "--listen", d.revAddr, "--source-dsn", d.srv.DSN(""))
+			d.revProc = startProc(t, "reverse-streamer-"+d.name, hooks, "streamer", "--listen", d.revAddr, "--source-dsn", d.srv.DSN(""))
 		}
 		coordArgs = append(coordArgs, "--target", d.name+"="+d.srv.DSN(""))
 	}
@@ -491,8 +492,8 @@ func TestReshardRefusals(t *testing.T) {
 // TestReshardCutover is the end of a 1→2 split under the race writers:
 // verify (clean), switch (the writers move to the target shards, at random,
 // and the reverse workflow merges them back 2→1 into the source's frozen
-// tables), reverse, switch again, complete; every side checked after each
-// step.
+// tables, across SIGKILL of its applier and of a streamer), reverse, switch
+// again, complete; every side checked after each step.
 func TestReshardCutover(t *testing.T) {
 	seed := testSeed(t)
 	keys := envInt("ROWLIFT_RESHARD_KEYS", 600)
@@ -574,6 +575,13 @@ func TestReshardCutover(t *testing.T) {
 		stop = e.writers(seed, keys, &route, &committed)
 	}
 	cut("switch")
+	// The 2→1 merge back survives SIGKILL of its applier and of a streamer.
+	e.sources[0].revProc.kill()
+	e.targets[1].revProc.kill()
+	t.Log("SIGKILL reverse applier of s0 and reverse streamer of t1")
+	waitWrites("while the reverse side is down")
+	e.sources[0].revProc.restart()
+	e.targets[1].revProc.restart()
 	check(reverse)
 	cut("reverse")
 	check(spec)

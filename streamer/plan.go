@@ -38,6 +38,11 @@ type tablePlan struct {
 	orderBy    string
 	// filter keeps the rows in the stream's key range (nil: no key range).
 	filter *shardFilter
+	// rangeCond, under numeric, is the key range as a condition on the
+	// sharding column, which the chunk SELECT carries: the server then sends
+	// only the range's rows (and reads only those when the column leads the
+	// key), so the stream reads alone, unfiltered ("": none).
+	rangeCond string
 }
 
 func newTablePlan(t *schema.Table, columns []string) (*tablePlan, error) {
@@ -107,9 +112,15 @@ func (p *tablePlan) chunkQuery(lastPK [][]byte, limit int64) (string, error) {
 	}
 	buf := make([]byte, 0, len(p.selectFrom)+len(p.orderBy)+64)
 	buf = append(buf, p.selectFrom...)
+	where := " WHERE "
 	if lastPK != nil {
-		buf = append(buf, " WHERE "...)
+		buf = append(buf, where...)
 		buf = p.key.AppendAfter(buf, lastPK)
+		where = " AND "
+	}
+	if p.rangeCond != "" {
+		buf = append(buf, where...)
+		buf = append(buf, p.rangeCond...)
 	}
 	buf = append(buf, p.orderBy...)
 	buf = append(buf, " LIMIT "...)
@@ -210,9 +221,75 @@ func (p *tablePlan) shard(column string, fn vindex.Func, kr keyrange.Range) erro
 				"(tinyint to bigint): use xxhash for other types", p.table.Name, c.Name, c.DataType, fn)
 		}
 		p.filter = &shardFilter{table: p.table.Name, column: c.Name, idx: i, fn: fn, kr: kr}
+		if fn == vindex.Numeric {
+			p.rangeCond = numericCond(rowcodec.Ident(c.Name), kr, strings.Contains(strings.ToLower(c.ColumnType), "unsigned"))
+		}
 		return nil
 	}
 	return status.Errorf(codes.InvalidArgument, "table %s: sharding column %s is not among its streamed columns", p.table.Name, column)
+}
+
+// valueInterval is a half-open interval of integer column values in decimal,
+// either end empty for unbounded.
+type valueInterval struct{ lo, hi string }
+
+// numericIntervals are the column values whose numeric keyspace ID is in r:
+// the value itself for an unsigned column; for a signed one, the two's
+// complement, so negative values hold the IDs from 2^63 up.
+func numericIntervals(r keyrange.Range, unsigned bool) []valueInterval {
+	start, end, hasEnd := r.Bounds()
+	dec := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	if unsigned {
+		iv := valueInterval{}
+		if start > 0 {
+			iv.lo = dec(start)
+		}
+		if hasEnd {
+			iv.hi = dec(end)
+		}
+		return []valueInterval{iv}
+	}
+	const half = uint64(1) << 63
+	signed := func(v uint64) string { return strconv.FormatInt(int64(v), 10) }
+	var out []valueInterval
+	if start < half { // the non-negative values
+		iv := valueInterval{lo: dec(start)}
+		if hasEnd && end < half {
+			iv.hi = dec(end)
+		}
+		out = append(out, iv)
+	}
+	if !hasEnd || end > half { // the negative values
+		iv := valueInterval{hi: "0"}
+		if start > half {
+			iv.lo = signed(start)
+		}
+		if hasEnd {
+			iv.hi = signed(end)
+		}
+		out = append(out, iv)
+	}
+	return out
+}
+
+// numericCond is numericIntervals as a SQL condition on column (an
+// identifier).
+func numericCond(column string, r keyrange.Range, unsigned bool) string {
+	var ors []string
+	for _, iv := range numericIntervals(r, unsigned) {
+		var ands []string
+		if iv.lo != "" {
+			ands = append(ands, column+" >= "+iv.lo)
+		}
+		if iv.hi != "" {
+			ands = append(ands, column+" < "+iv.hi)
+		}
+		if len(ands) == 0 {
+			return ""
+		}
+		ors = append(ors, strings.Join(ands, " AND "))
+	}
+	return "(" + strings.Join(ors, " OR ") + ")"
 }
 
 // perShardKeys names each unique key of a sharded table that lacks its

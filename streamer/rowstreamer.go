@@ -79,15 +79,16 @@ func (r *rowStreamer) run(ctx context.Context) error {
 }
 
 // chunk reads and emits one chunk; done means the table has no rows after it.
-// Without a key range the rows go out in parts as they are read; with one the
-// chunk is read whole (a copy chunk shared with the workflow's other streams,
-// see chunkCache), and each stream filters it to its own range.
+// Without a key range, or with one the SELECT carries (numeric), the rows go
+// out in parts as they are read; with another the chunk is read whole (a copy
+// chunk shared with the workflow's other streams, see chunkCache), and each
+// stream filters it to its own range.
 func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	if err := r.sink.request(ctx, r.plan.table.Name); err != nil {
 		return false, err
 	}
-	if r.plan.filter == nil {
-		return r.stream(ctx)
+	if r.plan.filter == nil || r.plan.rangeCond != "" {
+		return r.stream(ctx) // every row the SELECT returns is in range
 	}
 	read := r.sharedChunk
 	if r.verify {

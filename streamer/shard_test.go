@@ -1,8 +1,13 @@
 package streamer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -171,4 +176,83 @@ func TestPlanShard(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, p.shard("id", vindex.Hash, kr), typ)
 	}
+}
+
+// TestNumericIntervals: a value is in the intervals exactly when its numeric
+// keyspace ID is in the range, for signed and unsigned columns, at the edges
+// and at random.
+func TestNumericIntervals(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	inIntervals := func(ivs []valueInterval, v *big.Int) bool {
+		for _, iv := range ivs {
+			lo, hi := true, true
+			if iv.lo != "" {
+				b, _ := new(big.Int).SetString(iv.lo, 10)
+				lo = v.Cmp(b) >= 0
+			}
+			if iv.hi != "" {
+				b, _ := new(big.Int).SetString(iv.hi, 10)
+				hi = v.Cmp(b) < 0
+			}
+			if lo && hi {
+				return true
+			}
+		}
+		return false
+	}
+	ranges := []string{"-", "-80", "80-", "-40", "40-80", "80-c0", "c0-", "7f-81", "00ff-0100", "ffff-"}
+	for range 200 {
+		a, b := rng.Uint64(), rng.Uint64()
+		if a > b {
+			a, b = b, a
+		}
+		r := keyrange.Range{Start: binary.BigEndian.AppendUint64(nil, a), End: binary.BigEndian.AppendUint64(nil, b)}
+		if a < b {
+			ranges = append(ranges, r.String())
+		}
+	}
+	edges := []int64{0, 1, -1, math.MaxInt64, math.MinInt64, math.MinInt64 + 1, 1 << 62, -(1 << 62)}
+	for _, kr := range ranges {
+		r, err := keyrange.Parse(kr)
+		require.NoError(t, err, kr)
+		for _, unsigned := range []bool{false, true} {
+			ivs := numericIntervals(r, unsigned)
+			values := []string{}
+			for _, e := range edges {
+				if !unsigned || e >= 0 {
+					values = append(values, strconv.FormatInt(e, 10))
+				}
+			}
+			start, end, hasEnd := r.Bounds()
+			for _, b := range []uint64{start, start - 1, end, end - 1} {
+				if unsigned {
+					values = append(values, strconv.FormatUint(b, 10))
+				} else if hasEnd || b != end {
+					values = append(values, strconv.FormatInt(int64(b), 10))
+				}
+			}
+			for range 200 {
+				if unsigned {
+					values = append(values, strconv.FormatUint(rng.Uint64(), 10))
+				} else {
+					values = append(values, strconv.FormatInt(int64(rng.Uint64()), 10))
+				}
+			}
+			for _, v := range values {
+				id, err := vindex.Numeric.ID([]byte(v))
+				require.NoError(t, err)
+				n, _ := new(big.Int).SetString(v, 10)
+				require.Equal(t, r.Contains(id), inIntervals(ivs, n), "value %s in %s (unsigned %v): intervals %v", v, kr, unsigned, ivs)
+			}
+		}
+	}
+	require.Equal(t, "(`k` >= 4611686018427387904 OR `k` < 0)", numericCond("`k`", mustRange(t, "40-"), false),
+		"a signed column: the non-negative half from 0x40…, then every negative value")
+}
+
+func mustRange(t *testing.T, kr string) keyrange.Range {
+	t.Helper()
+	r, err := keyrange.Parse(kr)
+	require.NoError(t, err)
+	return r
 }

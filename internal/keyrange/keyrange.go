@@ -82,15 +82,26 @@ func (r Range) Whole() bool {
 	return len(r.End) == 0 && bytes.Equal(padded(r.Start), padded(nil))
 }
 
+// Bounds are the range's ends as keyspace IDs: start, and end (exclusive)
+// unless the range runs to the keyspace's end (hasEnd false).
+func (r Range) Bounds() (start, end uint64, hasEnd bool) {
+	start = binary.BigEndian.Uint64(padded(r.Start))
+	if len(r.End) > 0 {
+		end, hasEnd = binary.BigEndian.Uint64(padded(r.End)), true
+	}
+	return start, end, hasEnd
+}
+
 // Fraction is the share of the keyspace the range covers, from 0 to 1: the
 // share of a table's rows it holds when keyspace IDs are spread evenly (as
 // hashed ones are).
 func (r Range) Fraction() float64 {
-	end := 1.0
-	if len(r.End) > 0 {
-		end = float64(binary.BigEndian.Uint64(padded(r.End))) / (1 << 64)
+	start, end, hasEnd := r.Bounds()
+	to := 1.0
+	if hasEnd {
+		to = float64(end) / (1 << 64)
 	}
-	return end - float64(binary.BigEndian.Uint64(padded(r.Start)))/(1<<64)
+	return to - float64(start)/(1<<64)
 }
 
 // below reports whether start is below end; an empty end is the keyspace's.

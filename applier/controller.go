@@ -46,8 +46,8 @@ func (c *controller) run(ctx context.Context) {
 	backoff := minBackoff
 	for attempt := 1; ; attempt++ {
 		progressed, err := c.stream(ctx)
-		if ctx.Err() != nil {
-			return
+		if ctx.Err() != nil || errors.Is(err, errNotRunning) {
+			return // the engine runs it again if it is resumed
 		}
 		if IsPermanent(err) {
 			st := state.Error
@@ -78,6 +78,10 @@ func (c *controller) run(ctx context.Context) {
 	}
 }
 
+// errNotRunning ends a stream whose workflow left copying and running (a
+// stop, a cutover's park) before the engine noticed.
+var errNotRunning = errors.New("workflow is no longer copying or running")
+
 // IsPermanent reports whether retrying err cannot help without an operator: the
 // applier stops the workflow on such errors, the coordinator refuses a request.
 func IsPermanent(err error) bool {
@@ -104,6 +108,13 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	owner, err := store.TakeOver(ctx, name, c.source.GetName())
 	if err != nil {
 		return false, err
+	}
+	// After the takeover: a cutover that parks the workflow later fences this
+	// run; one that parked it before is seen here, and the stream ends.
+	if wf, err := store.Workflow(ctx, name); err != nil {
+		return false, err
+	} else if wf.State != state.Copying && wf.State != state.Running {
+		return false, errNotRunning
 	}
 	copies, err := store.CopyState(ctx, name, c.source.GetName())
 	if err != nil {

@@ -376,11 +376,21 @@ func (s *Store) setState(ctx context.Context, name string, st State, message, co
 	// updated_at changes on every move, so a matched row counts as affected
 	// with or without ClientFoundRows, even for a move to the state it is in.
 	args := append([]any{st, message, name}, condArgs...)
-	res, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".workflow SET "+set+" WHERE name = ?"+cond, args...)
-	if err != nil {
-		return 0, fmt.Errorf("set workflow %q to %s: %w", name, st, err)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE "+Schema+".workflow SET "+set+" WHERE name = ?"+cond, args...)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil || n == 0 || st == Copying || st == Running {
+			return err
+		}
+		// A workflow that must not apply (stopped, parked by a cutover, in
+		// error) fences its streams in the same transaction: a run still going
+		// until its applier notices can commit nothing more (ErrNotOwner).
+		_, err = tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET owner = 0 WHERE workflow = ?", name)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("set workflow %q to %s: %w", name, st, err)
 	}

@@ -266,3 +266,24 @@ func TestLagIsCommitTimeMinusSourceTime(t *testing.T) {
 	require.GreaterOrEqual(t, streams[0].Lag(), 5*time.Second)
 	require.GreaterOrEqual(t, streams[0].AppliedAtUS, sourceTime)
 }
+
+// TestLeavingRunningFencesStreams: a move out of copying and running (a
+// cutover's park, a stop, an error) refuses every later write of the runs
+// still going, in the same transaction; a move back does not.
+func TestLeavingRunningFencesStreams(t *testing.T) {
+	store, db := openStore(t)
+	ctx := context.Background()
+	require.NoError(t, store.CreateWorkflow(ctx, spec("park"), "main"))
+	require.NoError(t, store.SetState(ctx, "park", state.Running, ""))
+	for _, to := range []state.State{state.Switched, state.Stopped, state.Error} {
+		owner, err := store.TakeOver(ctx, "park", "-80")
+		require.NoError(t, err)
+		require.NoError(t, store.SetState(ctx, "park", state.Running, "resumed"))
+		require.NoError(t, state.SaveCopyProgress(ctx, db, "park", "-80", owner, "orders", nil, 1, false), "a move to running keeps the run")
+		moved, err := store.Transition(ctx, "park", []state.State{state.Running}, to, "away")
+		require.NoError(t, err)
+		require.True(t, moved)
+		err = state.SaveCopyProgress(ctx, db, "park", "-80", owner, "orders", nil, 2, false)
+		require.ErrorIs(t, err, state.ErrNotOwner, "after a move to %s", to)
+	}
+}

@@ -38,7 +38,7 @@ mirror=$(
 		cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
 			sed -nE 's/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+).*/\2/p'
 		cat /etc/apt/sources.list.d/*.sources 2>/dev/null | sed -nE 's/^URIs:[[:space:]]*//p' | tr ' ' '\n'
-	} | grep -E '^https?://' | grep -v -- '-security' | grep -E '/debian/?$' | head -1
+	} | grep -E '^https?://' | grep -v -- '-security' | grep -E '/debian(/|$)' | head -1
 )
 if [ -z "$mirror" ]; then
 	echo "mysql: no Debian mirror in /etc/apt/sources.list or /etc/apt/sources.list.d/*.sources;" >&2

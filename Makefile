@@ -11,13 +11,16 @@ export PATH := $(BIN):$(PATH)
 
 .PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard soak clean
 
-## setup: install a MariaDB server if none is present, download modules, build pinned tools
+## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
+## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
+## download modules, build pinned tools
 setup:
 	@if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then \
 		echo "installing mariadb-server (tests start their own throwaway servers from it)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q mariadb-server mariadb-client; \
 	fi
+	./tools/mysql-root.sh
 	$(GO) mod download
 	cd tools && $(GO) mod download
 	$(MAKE) $(TOOLS)

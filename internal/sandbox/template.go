@@ -26,8 +26,8 @@ var templateSetup = []string{
 // ensureTemplate returns the directory of an initialized datadir for this server
 // binary and version, creating it on first use. Concurrent test processes may race
 // to create it; each builds in its own directory and the first rename wins.
-func ensureTemplate(ctx context.Context, root string, flavor Flavor, bin, version string) (string, error) {
-	sum := sha256.Sum256([]byte(strings.Join([]string{templateFormat, string(flavor), bin, version}, "\x00")))
+func ensureTemplate(ctx context.Context, root string, flavor Flavor, prog program, version string) (string, error) {
+	sum := sha256.Sum256([]byte(strings.Join([]string{templateFormat, string(flavor), prog.path, version}, "\x00")))
 	final := filepath.Join(root, "template-"+hex.EncodeToString(sum[:6]))
 	if _, err := os.Stat(filepath.Join(final, "data")); err == nil {
 		return filepath.Join(final, "data"), nil
@@ -41,11 +41,19 @@ func ensureTemplate(ctx context.Context, root string, flavor Flavor, bin, versio
 		return "", fmt.Errorf("template owner file: %w", err)
 	}
 	data := filepath.Join(build, "data")
-	if err := initDatadir(ctx, flavor, bin, data, filepath.Join(build, "init.log")); err != nil {
+	if err := initDatadir(ctx, flavor, prog, data, filepath.Join(build, "init.log")); err != nil {
 		return "", err
 	}
-	if err := setupTemplate(ctx, flavor, bin, build); err != nil {
-		return "", err
+	if flavor == MariaDB { // MySQL ran templateSetup at initialization
+		if err := setupTemplate(ctx, flavor, prog, build); err != nil {
+			return "", err
+		}
+	}
+	// MySQL names each server by the UUID in auto.cnf, created at first start when
+	// missing, and its GTIDs carry that UUID: instances copied from one template must
+	// not share it, or their GTID sets and replication between them mix up.
+	if err := os.Remove(filepath.Join(data, "auto.cnf")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("template: %w", err)
 	}
 	tmp := filepath.Join(build, "t")
 	if err := os.Mkdir(tmp, 0o755); err != nil {
@@ -63,29 +71,38 @@ func ensureTemplate(ctx context.Context, root string, flavor Flavor, bin, versio
 	return filepath.Join(final, "data"), nil
 }
 
-func initDatadir(ctx context.Context, flavor Flavor, bin, data, logPath string) error {
+func initDatadir(ctx context.Context, flavor Flavor, prog program, data, logPath string) error {
 	var cmd *exec.Cmd
 	switch flavor {
 	case MariaDB:
-		installDB := filepath.Join(filepath.Dir(bin), "mariadb-install-db")
+		installDB := filepath.Join(filepath.Dir(prog.path), "mariadb-install-db")
 		if _, err := os.Stat(installDB); err != nil {
 			if installDB, err = exec.LookPath("mariadb-install-db"); err != nil {
 				return fmt.Errorf("%w: mariadb-install-db not found: run `make setup`", ErrNoServer)
 			}
 		}
 		args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
-			"--skip-test-db", "--skip-name-resolve", "--innodb-log-file-size=48M"}
+			"--skip-test-db", "--skip-name-resolve", redoLogArg(flavor)}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}
 		cmd = exec.CommandContext(ctx, installDB, args...)
 	case MySQL:
-		args := []string{"--no-defaults", "--initialize-insecure", "--datadir=" + data,
-			"--innodb-log-file-size=48M", "--log-error=" + logPath}
+		// --initialize creates only localhost accounts, so templateSetup is all the
+		// setup it needs, and --init-file runs it then: no extra start and shutdown.
+		initFile := filepath.Join(filepath.Dir(data), "init.sql")
+		if err := os.WriteFile(initFile, []byte(strings.Join(templateSetup, ";\n")+";\n"), 0o644); err != nil {
+			return fmt.Errorf("template init file: %w", err)
+		}
+		args := []string{"--initialize-insecure", "--init-file=" + initFile, "--datadir=" + data,
+			redoLogArg(flavor), "--log-error=" + logPath}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}
-		cmd = exec.CommandContext(ctx, bin, args...)
+		var err error
+		if cmd, err = prog.command(ctx, args...); err != nil {
+			return err
+		}
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -95,13 +112,12 @@ func initDatadir(ctx context.Context, flavor Flavor, bin, data, logPath string) 
 	return nil
 }
 
-// setupTemplate starts the fresh datadir once, without binlog or networking, runs
-// templateSetup and shuts it down cleanly.
-func setupTemplate(ctx context.Context, flavor Flavor, bin, build string) error {
+// setupTemplate starts a fresh MariaDB datadir once, without binlog or networking,
+// runs templateSetup and shuts it down cleanly.
+func setupTemplate(ctx context.Context, flavor Flavor, prog program, build string) error {
 	s := &Server{Flavor: flavor, Dir: build, DataDir: filepath.Join(build, "data"),
-		Socket: filepath.Join(build, "mysqld.sock"), binary: bin}
+		Socket: filepath.Join(build, "mysqld.sock"), prog: prog}
 	s.args = []string{
-		"--no-defaults",
 		"--datadir=" + s.DataDir,
 		"--socket=" + s.Socket,
 		"--skip-networking",
@@ -109,16 +125,13 @@ func setupTemplate(ctx context.Context, flavor Flavor, bin, build string) error 
 		"--pid-file=" + filepath.Join(build, "mysqld.pid"),
 		"--log-error=" + filepath.Join(build, "error.log"),
 		"--tmpdir=" + s.TmpDir(),
-		"--innodb-log-file-size=48M",
+		redoLogArg(flavor),
 	}
 	if err := os.MkdirAll(s.TmpDir(), 0o750); err != nil {
 		return fmt.Errorf("template tmpdir: %w", err)
 	}
 	if os.Geteuid() == 0 {
 		s.args = append(s.args, "--user=root")
-	}
-	if flavor == MySQL {
-		s.args = append(s.args, "--mysqlx=OFF")
 	}
 	if err := s.start(ctx); err != nil {
 		return fmt.Errorf("start template server: %w", err)

@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard soak clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard soak soak-reshard clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
@@ -117,6 +117,12 @@ KILLS ?= 5
 soak:
 	ROWLIFT_RACE_RUNS=$(RUNS) ROWLIFT_RACE_KEYS=$(KEYS) ROWLIFT_RACE_KILLS=$(KILLS) $(GO) test -count=1 -timeout 4h -run 'TestRace$$' -v ./e2e/ \
 		| grep -E '^\s*(--- |ok|FAIL|PASS)|race_test.go'
+
+## soak-reshard: the reshard tests (1→2 with kills, 1→4, 2→3, 4→2, 2→1, and the 1→2
+## cutover) RUNS times with KEYS keys per table
+soak-reshard:
+	ROWLIFT_RESHARD_KEYS=$(KEYS) $(GO) test -count=$(RUNS) -timeout 4h -run 'TestReshard$$|TestReshardCutover$$' -v ./e2e/ \
+		| grep -E '^\s*(--- |ok|FAIL|PASS)|reshard_test.go'
 
 clean:
 	rm -rf $(BIN)

@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
@@ -143,7 +144,7 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 			return nil, fmt.Errorf("replay connection: %w", err)
 		}
 		g.Go(func() error {
-			defer conn.Close()
+			defer release(ctx, conn)
 			return r.work(ctx, conn, slot)
 		})
 	}
@@ -400,6 +401,18 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	}
 	r.committed(seq, g)
 	return nil
+}
+
+// release ends whatever transaction a worker left open (a group cut short by
+// an error, a fence or a stop) before its connection goes back to the pool,
+// where the transaction would keep its row locks, and its share lock on the
+// stream row that a cutover's Follow waits for, until the connection's next
+// user. A connection that cannot roll back is closed instead.
+func release(ctx context.Context, conn *sql.Conn) {
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	conn.Close()
 }
 
 // rollback ends the connection's transaction, if it has one.

@@ -121,3 +121,48 @@ func TestStuckReplayGroupRollsBackLaterOnes(t *testing.T) {
 	require.Contains(t, e.applier.logText(), "rolling back the later ones waiting to commit",
 		"no group was ever stuck long enough: the test did not reach the case it is for")
 }
+
+// TestStopLeavesNoTransactionOpen stops a workflow while replay groups are
+// in flight (delayed by the test hook, several waiting for their commit
+// turn): the stop fences the streams, the applier ends the run, and no
+// transaction of its replay workers stays open on the target, holding row
+// locks and the share lock on the stream row that a cutover's Follow (or a
+// resume) needs.
+func TestStopLeavesNoTransactionOpen(t *testing.T) {
+	seed := testSeed(t)
+	e := newEnv(t)
+	e.hooks = []string{testhook.EnvVar + fmt.Sprintf("=replay_exec=20-300ms,seed=%d", seed)}
+	names := createRaceTables(e, 300)
+	e.startStreamer()
+	e.startApplier()
+	spec := e.workflow("halt", "race", names...)
+	spec.Options.ApplyWorkers, spec.Options.CommitBatchItems = 4, 1
+	e.start(spec)
+	e.waitState("halt", state.Running, 2*time.Minute)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var committed atomic.Int64
+	wait := startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, 300, 300, &committed)
+	e.waitFor("100 source commits", time.Minute, func() (bool, string) { return committed.Load() >= 100, fmt.Sprint(committed.Load()) })
+	moved, err := e.store.Transition(context.Background(), "halt", []state.State{state.Running}, state.Stopped, "stopped by the test")
+	require.NoError(t, err)
+	require.True(t, moved)
+	stop()
+	t.Logf("%d source transactions", wait())
+	e.waitFor("no open transaction on the target", time.Minute, func() (bool, string) {
+		var n int
+		var what string
+		require.NoError(t, e.dstDB.QueryRow("SELECT COUNT(*), IFNULL(GROUP_CONCAT(CONCAT(trx_state, ' since ', trx_started, ': ', IFNULL(trx_query, '-'))), '') "+
+			"FROM information_schema.INNODB_TRX").Scan(&n, &what))
+		return n == 0, what
+	})
+	// And the stream row is free: a resume takes it over and catches up.
+	_, err = e.store.Transition(context.Background(), "halt", []state.State{state.Stopped}, state.Running, "resumed by the test")
+	require.NoError(t, err)
+	e.waitCaughtUp("halt", 2*time.Minute)
+	for _, name := range names {
+		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "race", "race", name, verify.Options{})
+		require.NoError(t, err)
+		require.True(t, r.Identical(), "table %s: %s", name, r.String())
+	}
+}

@@ -94,24 +94,10 @@ func TestParallelReplay(t *testing.T) {
 // test hook stalls groups before they run so the case comes up often.
 func TestStuckReplayGroupRollsBackLaterOnes(t *testing.T) {
 	seed := testSeed(t)
-	e := newEnv(t)
-	e.hooks = []string{testhook.EnvVar + fmt.Sprintf("=replay_exec=0-250ms,seed=%d", seed)}
-	names := createRaceTables(e, 90)
-	e.startStreamer()
-	e.startApplier()
-	spec := e.workflow("stall", "race", names...)
-	spec.Options.ApplyWorkers, spec.Options.CommitBatchItems = 4, 1
-	e.start(spec)
-	e.waitState("stall", state.Running, 2*time.Minute)
-
-	// A burst of a fixed number of commits, however slow the machine: enough
-	// groups for some to wait behind a stalled one.
-	ctx, stop := context.WithCancel(context.Background())
-	var committed atomic.Int64
-	wait := startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, 200, 90, &committed)
-	e.waitFor("50 source commits", time.Minute, func() (bool, string) { return committed.Load() >= 50, fmt.Sprint(committed.Load()) })
-	stop()
-	t.Logf("%d source transactions", wait())
+	e, names := stalledReplay(t, seed, "stall", "0-250ms", 90)
+	// Enough groups for some to wait behind a stalled one.
+	stop := e.burst(seed, 90, 50)
+	t.Logf("%d source transactions", stop())
 	e.waitCaughtUp("stall", 3*time.Minute)
 	for _, name := range names {
 		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "race", "race", name, verify.Options{})
@@ -130,25 +116,12 @@ func TestStuckReplayGroupRollsBackLaterOnes(t *testing.T) {
 // resume) needs.
 func TestStopLeavesNoTransactionOpen(t *testing.T) {
 	seed := testSeed(t)
-	e := newEnv(t)
-	e.hooks = []string{testhook.EnvVar + fmt.Sprintf("=replay_exec=20-300ms,seed=%d", seed)}
-	names := createRaceTables(e, 300)
-	e.startStreamer()
-	e.startApplier()
-	spec := e.workflow("halt", "race", names...)
-	spec.Options.ApplyWorkers, spec.Options.CommitBatchItems = 4, 1
-	e.start(spec)
-	e.waitState("halt", state.Running, 2*time.Minute)
-
-	ctx, stop := context.WithCancel(context.Background())
-	var committed atomic.Int64
-	wait := startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, 300, 300, &committed)
-	e.waitFor("100 source commits", time.Minute, func() (bool, string) { return committed.Load() >= 100, fmt.Sprint(committed.Load()) })
+	e, names := stalledReplay(t, seed, "halt", "20-300ms", 300)
+	stop := e.burst(seed, 300, 100)
 	moved, err := e.store.Transition(context.Background(), "halt", []state.State{state.Running}, state.Stopped, "stopped by the test")
 	require.NoError(t, err)
 	require.True(t, moved)
-	stop()
-	t.Logf("%d source transactions", wait())
+	t.Logf("%d source transactions", stop())
 	e.waitFor("no open transaction on the target", time.Minute, func() (bool, string) {
 		var n int
 		var what string
@@ -164,5 +137,39 @@ func TestStopLeavesNoTransactionOpen(t *testing.T) {
 		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "race", "race", name, verify.Options{})
 		require.NoError(t, err)
 		require.True(t, r.Identical(), "table %s: %s", name, r.String())
+	}
+}
+
+// stalledReplay runs workflow name over the race tables (keys keys) with four
+// replay workers, one transaction per group, and each group stalled before it
+// runs for a time in stall ("0-250ms"), and waits until it runs.
+func stalledReplay(t *testing.T, seed uint64, name, stall string, keys int) (*env, []string) {
+	t.Helper()
+	e := newEnv(t)
+	e.hooks = []string{testhook.EnvVar + fmt.Sprintf("=replay_exec=%s,seed=%d", stall, seed)}
+	names := createRaceTables(e, keys)
+	e.startStreamer()
+	e.startApplier()
+	spec := e.workflow(name, "race", names...)
+	spec.Options.ApplyWorkers, spec.Options.CommitBatchItems = 4, 1
+	e.start(spec)
+	e.waitState(name, state.Running, 2*time.Minute)
+	return e, names
+}
+
+// burst runs the race writers on the source until they have committed n
+// transactions, however slow the machine; the writers go on until stop, which
+// returns how many they committed.
+func (e *env) burst(seed uint64, keys, n int) (stop func() int) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var committed atomic.Int64
+	wait := startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, 200, keys, &committed)
+	e.waitFor(fmt.Sprintf("%d source commits", n), time.Minute, func() (bool, string) {
+		return committed.Load() >= int64(n), fmt.Sprint(committed.Load())
+	})
+	return func() int {
+		cancel()
+		return wait()
 	}
 }

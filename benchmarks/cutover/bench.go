@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,9 +41,8 @@ type bench struct {
 	benchkit.Servers
 	// tgtStore reads the forward workflow's positions on the target.
 	tgtStore *state.Store
-	procs    []*benchkit.Proc
-	// names are the procs' names in the report: "forward streamer", ...
-	names   []string
+	// procs are named in the report: "forward streamer", ...
+	procs   benchkit.Procs
 	conn    *grpc.ClientConn
 	control rowliftv1.ControlClient
 	spec    *rowliftv1.WorkflowSpec
@@ -78,7 +75,7 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 		return b, err
 	}
 	if err := b.startWorkflow(ctx); err != nil {
-		return b, fmt.Errorf("%w\n%s", err, b.logTails())
+		return b, fmt.Errorf("%w\n%s", err, b.procs.LogTails())
 	}
 	return b, nil
 }
@@ -127,18 +124,18 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 		if err != nil {
 			return fmt.Errorf("%s streamer: %w", pair.name, err)
 		}
-		b.add(pair.name+" streamer", st)
+		b.procs.Add(pair.name+" streamer", st)
 		ap, err := benchkit.StartApplier(bin, dir, pair.to.DSN(""))
 		if err != nil {
 			return fmt.Errorf("%s applier: %w", pair.name, err)
 		}
-		b.add(pair.name+" applier", ap)
+		b.procs.Add(pair.name+" applier", ap)
 	}
 	co, err := benchkit.StartCoordinator(ctx, bin, b.tmp, coordAddr, map[string]string{targetName: b.Target.DSN(""), originName: b.Source.DSN("")})
 	if err != nil {
 		return err
 	}
-	b.add("coordinator", co)
+	b.procs.Add("coordinator", co)
 	if b.conn, err = grpc.NewClient(coordAddr, grpcopt.DialOptions()...); err != nil {
 		return fmt.Errorf("coordinator client: %w", err)
 	}
@@ -152,11 +149,6 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 		Options:        &rowliftv1.WorkflowOptions{},
 	}
 	return nil
-}
-
-func (b *bench) add(name string, p *benchkit.Proc) {
-	b.procs = append(b.procs, p)
-	b.names = append(b.names, name)
 }
 
 // startWorkflow creates and starts the workflow through the coordinator and
@@ -179,40 +171,12 @@ func (b *bench) startWorkflow(ctx context.Context) error {
 	return nil
 }
 
-// logProblems returns the warning and error lines of the rowlift logs, by process.
-func (b *bench) logProblems() (map[string][]string, error) {
-	out := map[string][]string{}
-	for i, p := range b.procs {
-		lines, err := p.LogProblems()
-		if err != nil {
-			return nil, err
-		}
-		if len(lines) > 0 {
-			out[b.names[i]] = lines
-		}
-	}
-	return out, nil
-}
-
-// logTails is the end of every rowlift log, for errors.
-func (b *bench) logTails() string {
-	var tails []string
-	for _, p := range b.procs {
-		tails = append(tails, p.LogTail())
-	}
-	return strings.Join(tails, "\n")
-}
-
 // close stops the rowlift processes and the servers and removes the temp dir.
 func (b *bench) close() {
 	if b.conn != nil {
 		b.conn.Close()
 	}
-	var errs []error
-	for i := len(b.procs) - 1; i >= 0; i-- {
-		errs = append(errs, b.procs[i].Stop())
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := b.procs.Stop(); err != nil {
 		progress("%v", err)
 	}
 	b.ClosePools()

@@ -74,7 +74,7 @@ func run(ctx context.Context, cfg config) error {
 	defer b.close()
 	rep, err := b.measureAll(ctx)
 	if err != nil {
-		return fmt.Errorf("%w\n%s", err, b.logTails())
+		return fmt.Errorf("%w\n%s", err, b.procs.LogTails())
 	}
 	rep.print(os.Stdout)
 	if err := benchkit.WriteJSON(cfg.Out, rep); err != nil {

@@ -51,7 +51,7 @@ func (b *bench) measureAll(ctx context.Context) (*report, error) {
 	if err := b.final(ctx, rep); err != nil {
 		return nil, err
 	}
-	rep.LogProblems, err = b.logProblems()
+	rep.LogProblems, err = b.procs.LogProblems()
 	return rep, err
 }
 
@@ -268,7 +268,7 @@ func (b *bench) final(ctx context.Context, rep *report) error {
 	progress("load stopped; waiting for the target to apply up to %s", pos)
 	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
 	defer cancel()
-	if err := benchkit.WaitApplied(wctx, b.tgtStore, workflow, pos, appliedPoll, b.procs...); err != nil {
+	if err := benchkit.WaitApplied(wctx, b.tgtStore, workflow, pos, appliedPoll, b.procs.All()...); err != nil {
 		return err
 	}
 	fz, err := frozen.Name(benchkit.StressTable)

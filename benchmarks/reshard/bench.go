@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,10 +45,11 @@ type bench struct {
 	streamerAddr string
 	// appliers are the move target's applier, then the shards'.
 	appliers []*benchkit.Proc
-	coord    *benchkit.Proc
-	conn     *grpc.ClientConn
-	control  rowliftv1.ControlClient
-	ranges   []keyrange.Range
+	// procs are every rowlift process, named for the report.
+	procs   benchkit.Procs
+	conn    *grpc.ClientConn
+	control rowliftv1.ControlClient
+	ranges  []keyrange.Range
 }
 
 // target is one server a method writes to, as the coordinator names it.
@@ -92,7 +92,7 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 	}
 	progress("loaded %d rows into the source in %.1f s", cfg.Rows, time.Since(start).Seconds())
 	if err := b.startProcs(ctx, bin); err != nil {
-		return b, fmt.Errorf("%w\n%s", err, b.logTails())
+		return b, fmt.Errorf("%w\n%s", err, b.procs.LogTails())
 	}
 	return b, nil
 }
@@ -136,6 +136,7 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 	if b.streamer, err = benchkit.StartStreamer(ctx, bin, b.tmp, b.streamerAddr, b.Source.DSN("")); err != nil {
 		return err
 	}
+	b.procs.Add("streamer", b.streamer)
 	known := map[string]string{}
 	for _, srv := range append([]*sandbox.Server{b.Target}, b.Extra...) {
 		name := targetName(len(b.appliers))
@@ -148,11 +149,14 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 			return fmt.Errorf("applier of %s: %w", name, err)
 		}
 		b.appliers = append(b.appliers, ap)
+		b.procs.Add("applier of "+name, ap)
 		known[name] = srv.DSN("")
 	}
-	if b.coord, err = benchkit.StartCoordinator(ctx, bin, b.tmp, addrs[1], known); err != nil {
+	coord, err := benchkit.StartCoordinator(ctx, bin, b.tmp, addrs[1], known)
+	if err != nil {
 		return err
 	}
+	b.procs.Add("coordinator", coord)
 	if b.conn, err = grpc.NewClient(addrs[1], grpcopt.DialOptions()...); err != nil {
 		return fmt.Errorf("coordinator client: %w", err)
 	}
@@ -333,48 +337,12 @@ func rowsRead(ctx context.Context, pool *sql.DB) (n int64, counter string, err e
 	return n, counter, nil
 }
 
-// logTails is the end of every rowlift log, for errors.
-func (b *bench) logTails() string {
-	var tails []string
-	for _, p := range append([]*benchkit.Proc{b.streamer, b.coord}, b.appliers...) {
-		if p != nil {
-			tails = append(tails, p.LogTail())
-		}
-	}
-	return strings.Join(tails, "\n")
-}
-
-// logProblems returns the warning and error lines of the rowlift logs, by process.
-func (b *bench) logProblems() (map[string][]string, error) {
-	out := map[string][]string{}
-	procs := map[string]*benchkit.Proc{"streamer": b.streamer, "coordinator": b.coord}
-	for i, ap := range b.appliers {
-		procs["applier of "+targetName(i)] = ap
-	}
-	for name, p := range procs {
-		lines, err := p.LogProblems()
-		if err != nil {
-			return nil, err
-		}
-		if len(lines) > 0 {
-			out[name] = lines
-		}
-	}
-	return out, nil
-}
-
 // close stops the rowlift processes and the servers and removes the temp dir.
 func (b *bench) close() {
 	if b.conn != nil {
 		b.conn.Close()
 	}
-	var errs []error
-	for _, p := range append([]*benchkit.Proc{b.coord, b.streamer}, b.appliers...) {
-		if p != nil {
-			errs = append(errs, p.Stop())
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := b.procs.Stop(); err != nil {
 		progress("%v", err)
 	}
 	b.ClosePools()

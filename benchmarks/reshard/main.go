@@ -61,7 +61,7 @@ func run(ctx context.Context, cfg config) error {
 	defer b.close()
 	results, err := b.runAll(ctx)
 	if err != nil {
-		return fmt.Errorf("%w\n%s", err, b.logTails())
+		return fmt.Errorf("%w\n%s", err, b.procs.LogTails())
 	}
 	rep, err := b.report(results)
 	if err != nil {

@@ -56,7 +56,7 @@ func (b *bench) report(results map[string][]sample) (*report, error) {
 	rep.Best = rep.ratios(func(r methodResult) sample { return r.Best })
 	rep.Median = rep.ratios(func(r methodResult) sample { return r.Median })
 	var err error
-	rep.LogProblems, err = b.logProblems()
+	rep.LogProblems, err = b.procs.LogProblems()
 	return rep, err
 }
 

@@ -350,3 +350,52 @@ func TempBuild(ctx context.Context, name string, progress func(string, ...any)) 
 	progress("built %s", bin)
 	return dir, bin, nil
 }
+
+// Procs are a benchmark's rowlift processes by name, so that every benchmark
+// gathers their logs and stops them the same way.
+type Procs struct {
+	names []string
+	procs []*Proc
+}
+
+// Add records a started process under name.
+func (ps *Procs) Add(name string, p *Proc) {
+	ps.names = append(ps.names, name)
+	ps.procs = append(ps.procs, p)
+}
+
+// All are the processes in the order they were added.
+func (ps *Procs) All() []*Proc { return ps.procs }
+
+// LogProblems returns the warning and error lines of the logs, by process name.
+func (ps *Procs) LogProblems() (map[string][]string, error) {
+	out := map[string][]string{}
+	for i, p := range ps.procs {
+		lines, err := p.LogProblems()
+		if err != nil {
+			return nil, err
+		}
+		if len(lines) > 0 {
+			out[ps.names[i]] = lines
+		}
+	}
+	return out, nil
+}
+
+// LogTails is the end of every log, for an error's message.
+func (ps *Procs) LogTails() string {
+	var tails []string
+	for _, p := range ps.procs {
+		tails = append(tails, p.LogTail())
+	}
+	return strings.Join(tails, "\n")
+}
+
+// Stop stops the processes, the last added first.
+func (ps *Procs) Stop() error {
+	var errs []error
+	for i := len(ps.procs) - 1; i >= 0; i-- {
+		errs = append(errs, ps.procs[i].Stop())
+	}
+	return errors.Join(errs...)
+}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -99,13 +97,9 @@ func (b *bench) startServers(ctx context.Context) error {
 // logging in a directory of its own) and a coordinator that knows both, and
 // connects to the coordinator.
 func (b *bench) startProcs(ctx context.Context, bin string) error {
-	var addrs [3]string
-	for i := range addrs {
-		port, err := sandbox.FreePort()
-		if err != nil {
-			return err
-		}
-		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addrs, err := benchkit.FreeAddrs(3)
+	if err != nil {
+		return err
 	}
 	fwdAddr, revAddr, coordAddr := addrs[0], addrs[1], addrs[2]
 	for _, pair := range []struct {

@@ -5,10 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -123,15 +121,10 @@ func (b *bench) targets(split bool) []target {
 // directory of its own) and a coordinator that knows every target, and
 // connects to the coordinator.
 func (b *bench) startProcs(ctx context.Context, bin string) error {
-	var addrs [2]string
-	for i := range addrs {
-		port, err := sandbox.FreePort()
-		if err != nil {
-			return err
-		}
-		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addrs, err := benchkit.FreeAddrs(2)
+	if err != nil {
+		return err
 	}
-	var err error
 	b.streamerAddr = addrs[0]
 	if b.streamer, err = benchkit.StartStreamer(ctx, bin, b.tmp, b.streamerAddr, b.Source.DSN("")); err != nil {
 		return err

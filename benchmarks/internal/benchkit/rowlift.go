@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -398,4 +399,18 @@ func (ps *Procs) Stop() error {
 		errs = append(errs, ps.procs[i].Stop())
 	}
 	return errors.Join(errs...)
+}
+
+// FreeAddrs returns n loopback addresses (host:port) with free ports, for the
+// processes a benchmark starts.
+func FreeAddrs(n int) ([]string, error) {
+	out := make([]string, n)
+	for i := range out {
+		port, err := sandbox.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	return out, nil
 }

@@ -159,9 +159,16 @@ func TestHeartbeatsCarryTheThrottleReason(t *testing.T) {
 	require.Equal(t, "0-1-10", hb.GetPosition().GetGtidSet(), "idle: the position")
 	require.Equal(t, "source Threads_running 60 > 50", hb.GetThrottled())
 
-	// A chunk in flight: the merger is no longer idle.
+	// A chunk in flight: the merger is no longer idle. The merger may be
+	// sending a heartbeat meanwhile: take those while the request waits.
 	ack := make(chan struct{})
-	inputs <- mergeInput{request: "t", ack: ack}
+	for sent := false; !sent; {
+		select {
+		case inputs <- mergeInput{request: "t", ack: ack}:
+			sent = true
+		case <-items:
+		}
+	}
 	<-ack
 	for hb = next(); hb.GetPosition() != nil; hb = next() {
 		// heartbeats made before the request arrived

@@ -59,11 +59,7 @@ func scopeOf(st reshard.Stream, t *rowliftv1.TableSpec) (*verifyScope, error) {
 	if !st.Filtered || t.GetReference() {
 		return nil, nil
 	}
-	name := t.GetShardingFunction()
-	if name == "" {
-		name = string(vindex.Hash)
-	}
-	fn, err := vindex.Parse(name)
+	fn, err := vindex.Parse(t.GetShardingFunction())
 	if err != nil {
 		return nil, permanent("verify %s: %v", t.GetName(), err)
 	}

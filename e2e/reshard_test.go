@@ -299,10 +299,8 @@ var raceKeys = map[string][]string{"ints": {"id"}, "composite": {"region", "id"}
 func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 	e.t.Helper()
 	for _, tbl := range spec.GetTables() {
-		fn := vindex.Func(tbl.GetShardingFunction())
-		if fn == "" {
-			fn = vindex.Hash
-		}
+		fn, err := vindex.Parse(tbl.GetShardingFunction())
+		require.NoError(e.t, err)
 		key := raceKeys[tbl.GetName()]
 		homes := map[string]string{} // source row key → the target holding it
 		for _, tg := range spec.GetTargets() {

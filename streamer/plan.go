@@ -197,11 +197,7 @@ func checkSharding(t *rowliftv1.TableRequest) (vindex.Func, error) {
 	if t.GetShardingColumn() == "" {
 		return "", fmt.Errorf("table %s has no sharding_column: a stream with a key range needs one for every table", t.GetName())
 	}
-	name := t.GetShardingFunction()
-	if name == "" {
-		name = string(vindex.Hash)
-	}
-	fn, err := vindex.Parse(name)
+	fn, err := vindex.Parse(t.GetShardingFunction())
 	if err != nil {
 		return "", fmt.Errorf("table %s: %w", t.GetName(), err)
 	}

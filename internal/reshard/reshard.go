@@ -59,10 +59,8 @@ func Check(spec *rowliftv1.WorkflowSpec) error {
 			return fmt.Errorf("table %s has no sharding column: give --sharding-column %s=COLUMN[:FUNCTION] to split it by key range, "+
 				"or --reference-tables %s to copy it whole to every target shard", t.GetName(), t.GetName(), t.GetName())
 		}
-		if f := t.GetShardingFunction(); f != "" {
-			if _, err := vindex.Parse(f); err != nil {
-				return fmt.Errorf("table %s: %w", t.GetName(), err)
-			}
+		if _, err := vindex.Parse(t.GetShardingFunction()); err != nil {
+			return fmt.Errorf("table %s: %w", t.GetName(), err)
 		}
 	}
 	return nil

@@ -43,8 +43,12 @@ var block3DES = func() cipher.Block {
 	return b
 }()
 
-// Parse checks a function name from a request.
+// Parse checks a function name from a request; empty is hash, the default
+// a spec documents.
 func Parse(name string) (Func, error) {
+	if name == "" {
+		return Hash, nil
+	}
 	switch f := Func(name); f {
 	case Hash, XXHash, Numeric:
 		return f, nil

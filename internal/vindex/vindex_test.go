@@ -74,6 +74,9 @@ func TestBadValuesAndNames(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, name != "xxhash", f.IntegerOnly())
 	}
+	f, err := Parse("")
+	require.NoError(t, err)
+	require.Equal(t, Hash, f, "empty is the default a spec documents")
 	_, err = Parse("md5")
 	require.ErrorContains(t, err, `unknown keyspace ID function "md5": use hash`)
 }

@@ -23,23 +23,8 @@ const (
 	pollEvery   = 20 * time.Millisecond
 )
 
-// flavors are the server flavors every sandbox test runs on.
-var flavors = []sandbox.Flavor{sandbox.MariaDB, sandbox.MySQL}
-
-// eachFlavor runs test once per flavor, as a subtest named for it
-// (TestBinlogSettings/mysql). The flavors run side by side: their servers share
-// nothing, and the package takes about as long as its MySQL half alone.
-func eachFlavor(t *testing.T, test func(t *testing.T, flavor sandbox.Flavor)) {
-	for _, flavor := range flavors {
-		t.Run(string(flavor), func(t *testing.T) {
-			t.Parallel()
-			test(t, flavor)
-		})
-	}
-}
-
 func TestTwoServersAtOnce(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		a := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 		b := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 		require.NotEqual(t, a.Port, b.Port)
@@ -66,7 +51,7 @@ func TestTwoServersAtOnce(t *testing.T) {
 // delete the temporary tables of another server (an explicit one here; queries
 // of information_schema use them too, and crashed the server when they went).
 func TestStartingServerKeepsOthersTempTables(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		a := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 		db := sandboxtest.Open(t, a, "")
 		var tmpdir string
@@ -96,7 +81,7 @@ func TestStartingServerKeepsOthersTempTables(t *testing.T) {
 }
 
 func TestBinlogSettings(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		s := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 		db := sandboxtest.Open(t, s, "")
 		want := map[string]string{
@@ -125,7 +110,7 @@ func TestBinlogSettings(t *testing.T) {
 }
 
 func TestGTIDAdvancesAfterWrite(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		s := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 		db := sandboxtest.Open(t, s, "")
 		// MariaDB: domain-server_id-sequence; MySQL: server_uuid:first-last.
@@ -151,7 +136,7 @@ func TestGTIDAdvancesAfterWrite(t *testing.T) {
 }
 
 func TestKillAndRestartKeepsData(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		s := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 		db := sandboxtest.Open(t, s, "")
 		sandboxtest.Exec(t, db, "CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)", "INSERT INTO d.t VALUES (1), (2)")
@@ -173,7 +158,7 @@ func TestKillAndRestartKeepsData(t *testing.T) {
 }
 
 func TestRemoveLeavesNothingBehind(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		s, err := sandbox.Start(context.Background(), sandbox.Options{Flavor: flavor})
 		require.NoError(t, err)
 		pid := s.Pid()
@@ -186,7 +171,7 @@ func TestRemoveLeavesNothingBehind(t *testing.T) {
 }
 
 func TestExtraArgsOverrideDefaults(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		s := sandboxtest.Start(t, sandbox.Options{Flavor: flavor, Args: []string{"--binlog-row-metadata=MINIMAL", "--max-allowed-packet=4M"}})
 		var meta string
 		var packet int
@@ -210,7 +195,7 @@ func TestOrphansAreReaped(t *testing.T) {
 		os.Stdout.WriteString(s.Dir + "\n" + strconv.Itoa(s.Pid()) + "\n")
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
-	eachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		root := shortTempDir(t)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestOrphansAreReaped$")
 		cmd.Env = append(os.Environ(), "SANDBOX_ORPHAN_CHILD=1", "SANDBOX_ROOT="+root, "SANDBOX_FLAVOR="+string(flavor))

@@ -15,6 +15,23 @@ import (
 	"github.com/rowlift/rowlift/internal/sandbox"
 )
 
+// Flavors are the server flavors every test that starts servers runs on.
+var Flavors = []sandbox.Flavor{sandbox.MariaDB, sandbox.MySQL}
+
+// EachFlavor runs test once per flavor, as a subtest named for it
+// (TestBinlogSettings/mysql), so a failure names the server it failed on. The
+// flavors run side by side: their servers share nothing, and the test takes
+// about as long as its slower half.
+func EachFlavor(t *testing.T, test func(t *testing.T, flavor sandbox.Flavor)) {
+	t.Helper()
+	for _, flavor := range Flavors {
+		t.Run(string(flavor), func(t *testing.T) {
+			t.Parallel()
+			test(t, flavor)
+		})
+	}
+}
+
 // Start starts a sandbox server for the test and removes it when the test ends.
 func Start(t testing.TB, opts sandbox.Options) *sandbox.Server {
 	t.Helper()

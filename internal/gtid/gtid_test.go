@@ -21,12 +21,12 @@ func parse(t *testing.T, text string) *Set {
 
 func TestParseReadsEitherFlavor(t *testing.T) {
 	for text, flavor := range map[string]string{
-		"":                                  "",
-		"0-1-5":                             "mariadb",
-		"0-1-5,1-2-7":                       "mariadb",
-		uuidA + ":1-5":                      "mysql",
+		"":                                   "",
+		"0-1-5":                              "mariadb",
+		"0-1-5,1-2-7":                        "mariadb",
+		uuidA + ":1-5":                       "mysql",
 		uuidA + ":1-5:7-9,\n" + uuidB + ":3": "mysql",
-		uuidA + ":1-5:blue:1-2":             "mysql",
+		uuidA + ":1-5:blue:1-2":              "mysql",
 	} {
 		s := parse(t, text)
 		assert.Equal(t, flavor, s.Flavor(), text)

@@ -1,0 +1,63 @@
+package dbconn
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// Flavor is the kind of server a pool talks to: the SQL that differs between
+// MariaDB and MySQL (positions, settings, the chunk fence, DDL) branches on it.
+type Flavor string
+
+// The flavors, named as go-mysql and the sandbox name them.
+const (
+	MariaDB Flavor = "mariadb"
+	MySQL   Flavor = "mysql"
+)
+
+// Queryer is what flavor and position reads need: a pool, a connection or a
+// transaction.
+type Queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// ServerFlavor reads which kind of server q talks to, and its version text.
+func ServerFlavor(ctx context.Context, q Queryer) (Flavor, string, error) {
+	var version string
+	if err := q.QueryRowContext(ctx, "SELECT @@version").Scan(&version); err != nil {
+		return "", "", fmt.Errorf("read server version: %w", err)
+	}
+	return flavorOfVersion(version), version, nil
+}
+
+func flavorOfVersion(version string) Flavor {
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		return MariaDB
+	}
+	return MySQL
+}
+
+// PositionQuery reads the server's binlog position as a GTID set: every
+// transaction written to its binlog (MariaDB: per domain, the last one).
+func (f Flavor) PositionQuery() string {
+	if f == MySQL {
+		return "SELECT @@GLOBAL.gtid_executed"
+	}
+	return "SELECT @@GLOBAL.gtid_binlog_pos"
+}
+
+// Position reads the server's binlog position as a GTID set, whatever its
+// flavor, with MySQL's line breaks between UUIDs removed.
+func Position(ctx context.Context, q Queryer) (string, error) {
+	f, _, err := ServerFlavor(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	var pos string
+	if err := q.QueryRowContext(ctx, f.PositionQuery()).Scan(&pos); err != nil {
+		return "", fmt.Errorf("read binlog position: %w", err)
+	}
+	return strings.ReplaceAll(pos, "\n", ""), nil
+}

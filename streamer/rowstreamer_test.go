@@ -57,7 +57,7 @@ func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRow
 	require.NoError(t, err)
 	defer conn.Close()
 	sink := &recordingSink{t: t}
-	r := &rowStreamer{plan: p, conn: conn, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK, sink: sink}
+	r := &rowStreamer{plan: p, conn: conn, fence: snapshotFencer{}, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK, sink: sink}
 	require.NoError(t, r.run(ctx))
 	require.Zero(t, sink.shares, "a row streamer in no chunk group is offered no chunk")
 	require.Equal(t, sink.requests, sink.fences, "every chunk requested is fenced")
@@ -246,7 +246,7 @@ func TestRowStreamersShareAChunkRead(t *testing.T) {
 		require.NoError(t, err)
 		defer conn.Close()
 		sink := &recordingSink{t: t, accept: accept}
-		r := &rowStreamer{plan: &filtered, conn: conn, chunkRows: 50, packetBytes: 1 << 20, sink: sink, shared: member}
+		r := &rowStreamer{plan: &filtered, conn: conn, fence: snapshotFencer{}, chunkRows: 50, packetBytes: 1 << 20, sink: sink, shared: member}
 		done, err := r.chunk(ctx)
 		require.NoError(t, err)
 		require.False(t, done)

@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -261,20 +261,17 @@ func (p *pairEnv) twin(n string) string {
 // with its twin on the other side (see twin).
 func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow string, other *sql.DB) {
 	p.t.Helper()
-	var pos string
-	require.NoError(p.t, active.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos))
-	want, err := gomysql.ParseMariadbGTIDSet(pos)
-	require.NoError(p.t, err)
+	pos := position(p.t, active)
 	p.waitFor(workflow+" to apply up to "+pos, 2*time.Minute, func() (bool, string) {
 		streams, err := follower.Streams(context.Background(), workflow)
 		if err != nil || len(streams) == 0 {
 			return false, fmt.Sprint(err)
 		}
-		got, err := gomysql.ParseMariadbGTIDSet(streams[0].Position)
+		ok, err := gtid.Covers(streams[0].Position, pos)
 		if err != nil {
 			return false, err.Error()
 		}
-		return got.Contain(want), "applied " + streams[0].Position
+		return ok, "applied " + streams[0].Position
 	})
 	for _, n := range p.names {
 		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: p.twin(n)})

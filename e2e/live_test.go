@@ -2,15 +2,17 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/state"
 )
@@ -18,26 +20,30 @@ import (
 // waitCaughtUp waits until the workflow's applied position covers the source's.
 func (e *env) waitCaughtUp(workflow string, timeout time.Duration) {
 	e.t.Helper()
-	var src string
-	require.NoError(e.t, e.srcDB.QueryRow("SELECT @@gtid_binlog_pos").Scan(&src))
-	e.waitApplied(workflow, src, timeout)
+	e.waitApplied(workflow, position(e.t, e.srcDB), timeout)
+}
+
+// position reads a server's binlog position, whatever its flavor.
+func position(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	pos, err := dbconn.Position(context.Background(), db)
+	require.NoError(t, err)
+	return pos
 }
 
 // waitApplied waits until the workflow's applied position covers pos.
 func (e *env) waitApplied(workflow, pos string, timeout time.Duration) {
 	e.t.Helper()
-	want, err := gomysql.ParseMariadbGTIDSet(pos)
-	require.NoError(e.t, err)
 	e.waitFor("the target to apply up to "+pos, timeout, func() (bool, string) {
 		streams, err := e.store.Streams(context.Background(), workflow)
 		if err != nil || len(streams) == 0 {
 			return false, fmt.Sprint(err)
 		}
-		got, err := gomysql.ParseMariadbGTIDSet(streams[0].Position)
+		ok, err := gtid.Covers(streams[0].Position, pos)
 		if err != nil {
 			return false, err.Error()
 		}
-		return got.Contain(want), "applied " + streams[0].Position
+		return ok, "applied " + streams[0].Position
 	})
 }
 

@@ -65,9 +65,8 @@ func call[T any](t *testing.T, fn func(ctx context.Context) (T, error)) T {
 func (e *env) seqTable(db, name string, rows int) {
 	e.sourceExec("CREATE DATABASE IF NOT EXISTS "+db,
 		"CREATE TABLE "+db+"."+name+" (id INT PRIMARY KEY, v VARCHAR(100))",
-		"SET SESSION max_recursive_iterations = 1000000",
 		fmt.Sprintf("INSERT INTO %s.%s WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "+
-			"SELECT i, REPEAT(SHA1(i), 2) FROM s", db, name, rows),
+			"SELECT i, REPEAT(LEFT(SHA2(i, 256), 40), 2) FROM s", db, name, rows),
 		"ANALYZE TABLE "+db+"."+name)
 }
 

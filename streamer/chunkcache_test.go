@@ -109,7 +109,6 @@ func reshardSource(t *testing.T, n int) (*sql.DB, *Server, rowliftv1.StreamerCli
 	admin := sandboxtest.Open(t, srv, "")
 	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
 		"CREATE TABLE d.t (id INT PRIMARY KEY, v VARCHAR(40))",
-		"SET SESSION max_recursive_iterations = 100000",
 		fmt.Sprintf("INSERT INTO d.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "+
 			"SELECT i, CONCAT('v', i) FROM s", n))
 	s, client := serveStreamer(t, srv)

@@ -298,7 +298,7 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	for _, t := range sd.new.GetTables() {
 		copied[t.GetName()] = state.TableCopy{Done: true}
 	}
-	if _, _, err := s.validateSources(ctx, sd.new, copied); err != nil {
+	if _, _, _, err := s.validateSources(ctx, sd.new, copied); err != nil {
 		return nil, err
 	}
 	j := &state.Journal{Workflow: name, Partner: p.reverse.GetName(), Direction: direction, Step: string(cutover.Freezing),

@@ -99,7 +99,7 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 // Validate runs the checks a stream starts with and describes the tables, so a
 // workflow is refused at creation rather than when its stream first opens.
 func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
-	opts, plans, _, err := s.prepare(ctx, req)
+	opts, plans, flavor, err := s.prepare(ctx, req)
 	if err == nil {
 		err = checkThrottleReads(ctx, s.db, opts)
 	}
@@ -107,7 +107,7 @@ func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*r
 		s.log.Info("workflow refused", zap.String("workflow", req.GetWorkflow()), zap.Error(err))
 		return nil, err
 	}
-	resp := &rowliftv1.ValidateResponse{}
+	resp := &rowliftv1.ValidateResponse{Flavor: string(flavor)}
 	for _, p := range plans {
 		resp.Tables = append(resp.Tables, p.fields)
 		if p.filter == nil {

@@ -194,9 +194,9 @@ func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uin
 type raceConfig struct {
 	flavor sandbox.Flavor
 	seed   uint64
-	keys  int
-	kills int
-	hooks string
+	keys   int
+	kills  int
+	hooks  string
 	// unsafe runs with the broken fence: the run must find differences.
 	unsafe bool
 }

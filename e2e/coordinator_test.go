@@ -45,6 +45,14 @@ func (e *env) startCoordinator() (*proc, rowliftv1.ControlClient, *grpc.ClientCo
 // connection is refused, or one made before a restart breaks (EOF).
 func call[T any](t *testing.T, fn func(ctx context.Context) (T, error)) T {
 	t.Helper()
+	out, err := callErr(fn)
+	require.NoError(t, err)
+	return out
+}
+
+// callErr is call for an RPC that may fail: it returns the first answer that
+// is not the coordinator being unreachable.
+func callErr[T any](fn func(ctx context.Context) (T, error)) (T, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -54,8 +62,7 @@ func call[T any](t *testing.T, fn func(ctx context.Context) (T, error)) T {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		require.NoError(t, err)
-		return out
+		return out, err
 	}
 }
 

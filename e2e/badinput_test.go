@@ -43,7 +43,11 @@ func (e *env) streamMessage(workflow string) string {
 // wrong against one pair of servers: each must end in state error with a message
 // naming the table and what to do, with nothing written to the target.
 func TestBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T) {
-	e := newEnv(t)
+	sandboxtest.EachFlavor(t, testBadWorkflowsFailWithAMessageAndWriteNothing)
+}
+
+func testBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T, flavor sandbox.Flavor) {
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.startStreamer()
 	e.startApplier()
 	e.sourceExec("CREATE DATABASE bad",

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -97,7 +98,11 @@ func (c *cli) fails(code int, args ...string) string {
 // alone: create and start, watch the copy until it runs, stop, show as JSON,
 // resume, list and delete.
 func TestCLIWorkflowLifecycle(t *testing.T) {
-	e := newEnv(t)
+	sandboxtest.EachFlavor(t, testCLIWorkflowLifecycle)
+}
+
+func testCLIWorkflowLifecycle(t *testing.T, flavor sandbox.Flavor) {
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.sourceExec("CREATE DATABASE clidb",
 		"CREATE TABLE clidb.t1 (id INT PRIMARY KEY, v VARCHAR(40))",
 		"CREATE TABLE clidb.t2 (id INT PRIMARY KEY, v VARCHAR(40), w INT)",

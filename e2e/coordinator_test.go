@@ -149,7 +149,11 @@ func (e *env) waitPhase(ctl rowliftv1.ControlClient, name string, phase rowliftv
 // workflow that fails and is resumed after the fix, watch, list and delete
 // (the target table stays).
 func TestCoordinatorLifecycle(t *testing.T) {
-	e := newEnv(t)
+	sandboxtest.EachFlavor(t, testCoordinatorLifecycle)
+}
+
+func testCoordinatorLifecycle(t *testing.T, flavor sandbox.Flavor) {
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	// A copy of about two seconds, so a stop lands in the middle of it.
 	e.hooks = []string{testhook.EnvVar + "=chunk_apply=30ms-30ms"}
 	e.seqTable("life", "t", 6000)

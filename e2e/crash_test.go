@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/state"
 )
@@ -32,6 +34,10 @@ var crashTables = []struct {
 // each killed with SIGKILL three times at points where the copy is under way,
 // and checks the target ends identical to the source with every row counted once.
 func TestCopySurvivesKills(t *testing.T) {
+	sandboxtest.EachFlavor(t, testCopySurvivesKills)
+}
+
+func testCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("ROWLIFT_TEST_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -39,7 +45,7 @@ func TestCopySurvivesKills(t *testing.T) {
 	t.Logf("seed %d (rerun with ROWLIFT_TEST_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
 
-	e := newEnv(t)
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.sourceExec("CREATE DATABASE crash", "CREATE TABLE crash.seq (i INT PRIMARY KEY)",
 		"INSERT INTO crash.seq WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 30000) SELECT i FROM s")
 	var names []string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -185,7 +186,7 @@ func (p *pairEnv) freezeCycles(n int, live bool) {
 // them: a statement queued behind the lock there fails with "doesn't exist"
 // instead of committing, and so does a writer the routing missed.
 func TestSwitchFreezeLock(t *testing.T) {
-	p := newPairEnv(t, 900, nil)
+	p := newPairEnv(t, sandbox.MariaDB, 900, nil)
 	p.freeze = "lock"
 	p.freezeCycles(envInt("ROWLIFT_FREEZE_CYCLES", 3), true)
 }
@@ -195,7 +196,7 @@ func TestSwitchFreezeLock(t *testing.T) {
 // cutover records the position, which covers every write, and completes; the
 // sides end identical and the move stays reversible.
 func TestSwitchFreezeNone(t *testing.T) {
-	p := newPairEnv(t, 900, nil)
+	p := newPairEnv(t, sandbox.MariaDB, 900, nil)
 	p.freeze = "none"
 	p.freezeCycles(envInt("ROWLIFT_FREEZE_CYCLES", 3), false)
 }
@@ -210,7 +211,7 @@ func TestSwitchFreezeNone(t *testing.T) {
 // their frozen twins (a statement queued behind the new lock fails with
 // "doesn't exist"), and the sides end identical.
 func TestLockFreezeStreamerKilled(t *testing.T) {
-	p := newPairEnv(t, 900, nil)
+	p := newPairEnv(t, sandbox.MariaDB, 900, nil)
 	p.freeze = "lock"
 	stop := p.writers(p.keys)
 	p.waitWrites("writes before the switch")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/state"
 )
@@ -59,7 +61,11 @@ func testSeed(t *testing.T) uint64 {
 // TestResumeAfterApplierDowntime: changes made while the applier is down are
 // applied when it comes back, from the position it had committed.
 func TestResumeAfterApplierDowntime(t *testing.T) {
-	e := newEnv(t)
+	sandboxtest.EachFlavor(t, testResumeAfterApplierDowntime)
+}
+
+func testResumeAfterApplierDowntime(t *testing.T, flavor sandbox.Flavor) {
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.sourceExec("CREATE DATABASE r", "CREATE TABLE r.t (id INT PRIMARY KEY, v INT)", "INSERT INTO r.t VALUES (1, 1), (2, 2)")
 	e.startStreamer()
 	e.startApplier()

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -26,15 +27,27 @@ type loadBuilder struct {
 }
 
 // newLoadBuilder builds the LOAD DATA into the table ident (`db`.`table`).
-func newLoadBuilder(ident string, fields []*rowliftv1.Field) *loadBuilder {
+// A column of kind rowcodec.JSON (MySQL's JSON, which takes no binary
+// string) is read into a variable and set from it as utf8mb4 text.
+func newLoadBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.Kind) *loadBuilder {
 	cols := make([]string, len(fields))
+	var sets []string
 	for i, f := range fields {
 		cols[i] = rowcodec.Ident(f.GetName())
+		if kinds[i] == rowcodec.JSON {
+			v := "@v" + strconv.Itoa(i)
+			sets = append(sets, cols[i]+" = CONVERT("+v+" USING utf8mb4)")
+			cols[i] = v
+		}
+	}
+	set := ""
+	if len(sets) > 0 {
+		set = " SET " + strings.Join(sets, ", ")
 	}
 	return &loadBuilder{
 		prefix: "LOAD DATA LOCAL INFILE 'Reader::",
 		suffix: "' INTO TABLE " + ident +
-			` CHARACTER SET binary FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' (` + strings.Join(cols, ", ") + ")",
+			` CHARACTER SET binary FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' (` + strings.Join(cols, ", ") + ")" + set,
 		ncols: len(fields),
 	}
 }

@@ -1,0 +1,153 @@
+package applier
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/applier/writeset"
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+// docFields is a table with a JSON column as a MySQL source streams it; on a
+// MariaDB target JSON is LONGTEXT, which CREATE TABLE ... JSON also gives.
+func docFields(table string) *rowliftv1.TableFields {
+	return &rowliftv1.TableFields{
+		Table: table,
+		Fields: []*rowliftv1.Field{
+			{Name: "id", DataType: "int", ColumnType: "int"},
+			{Name: "doc", DataType: "json", ColumnType: "json", Nullable: true},
+			{Name: "note", DataType: "text", ColumnType: "text", Charset: "utf8mb4", Collation: "utf8mb4_bin", Nullable: true},
+		},
+		PkColumns:   []int32{0},
+		CreateTable: []byte("CREATE TABLE `" + table + "` (id INT PRIMARY KEY, doc JSON, note TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)"),
+	}
+}
+
+func row(values ...[]byte) *rowliftv1.Row {
+	r := &rowliftv1.Row{}
+	rowcodec.Pack(r, values)
+	return r
+}
+
+// targetServer starts a target of the flavor and opens it as the applier does.
+func targetServer(t *testing.T, flavor sandbox.Flavor) *sql.DB {
+	srv := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
+	db, _, err := dbconn.Open(srv.DSN(""), dbconn.Target)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// sameJSON checks that the target's doc of row id is the JSON value of text:
+// equal as JSON on MySQL (which stores JSON normalized), byte for byte on
+// MariaDB (which keeps the text).
+func sameJSON(t *testing.T, db *sql.DB, flavor sandbox.Flavor, table string, id int, text string) {
+	t.Helper()
+	var same bool
+	q := "SELECT doc = CONVERT(? USING utf8mb4) FROM d." + table + " WHERE id = ?"
+	if flavor == sandbox.MySQL {
+		q = "SELECT doc = CAST(CONVERT(? USING utf8mb4) AS JSON) FROM d." + table + " WHERE id = ?"
+	}
+	require.NoError(t, db.QueryRow(q, text, id).Scan(&same))
+	require.True(t, same, "%s row %d: doc is not %s", table, id, text)
+}
+
+// A copy into a JSON column keeps the value, with LOAD DATA and with INSERTs:
+// MySQL refuses to make JSON of the binary strings both write otherwise.
+func TestCopyIntoJSONColumn(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := targetServer(t, flavor)
+		ctx := context.Background()
+		doc := `{"b": 1, "a": [1.5, "x\ty", "é\\n"], "c": null}`
+		for _, method := range []rowliftv1.CopyMethod{rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA, rowliftv1.CopyMethod_COPY_METHOD_INSERT} {
+			table := "j" + method.String()[len("COPY_METHOD_"):]
+			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
+				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields(table)}, nil, 1<<20)
+			require.NoError(t, err)
+			tbl := tables[table]
+			require.Equal(t, method == rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA, tbl.load != nil)
+			var s scratch
+			write, err := tbl.writer(&s, []*rowliftv1.Row{row([]byte("1"), []byte(doc), []byte("a\tb")), row([]byte("2"), nil, nil)})
+			require.NoError(t, err)
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.NoError(t, write(ctx, tx), method)
+			require.NoError(t, tx.Commit())
+			sameJSON(t, db, flavor, table, 1, doc)
+			var nulls int
+			require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM d."+table+" WHERE id = 2 AND doc IS NULL AND note IS NULL").Scan(&nulls))
+			require.Equal(t, 1, nulls, "NULLs stay NULL")
+		}
+	})
+}
+
+// replay applies transactions to the target as a replay worker does, and
+// returns the warnings of the last statement.
+func replay(ctx context.Context, t *testing.T, db *sql.DB, tables map[string]*targetTable, idempotent bool, trxs ...*rowliftv1.Transaction) (int, error) {
+	keys := map[string]*writeset.Table{}
+	for name, tbl := range tables {
+		k, err := writeset.Load(ctx, db, tbl.database, tbl.table, tbl.fields)
+		require.NoError(t, err)
+		keys[name] = k
+	}
+	w := &rowWriter{p: &player{db: db, tables: tables}, keys: keys}
+	for _, trx := range trxs {
+		require.NoError(t, w.add(trx, idempotent))
+	}
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	if err := w.exec(ctx, conn, 1<<20); err != nil {
+		return 0, err
+	}
+	var warnings int
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&warnings))
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return warnings, err
+}
+
+func change(table string, before, after *rowliftv1.Row) *rowliftv1.Transaction {
+	return &rowliftv1.Transaction{Gtid: "0-1-1", Events: []*rowliftv1.RowEvent{{Table: table, Changes: []*rowliftv1.RowChange{{Before: before, After: after}}}}}
+}
+
+// Replayed inserts, updates and idempotent upserts write JSON values whole,
+// upserts leave no warning (MySQL deprecates VALUES() in them), and an update
+// that finds no row is divergence, on either flavor.
+func TestReplayOnTarget(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := targetServer(t, flavor)
+		ctx := context.Background()
+		spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: "r"}}}
+		tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("r")}, nil, 1<<20)
+		require.NoError(t, err)
+		one, two := `{"k": [1, 2]}`, `{"k": "two", "z": {"y": true}}`
+		_, err = replay(ctx, t, db, tables, false,
+			change("r", nil, row([]byte("1"), []byte(one), []byte("n"))),
+			change("r", nil, row([]byte("2"), []byte(one), nil)),
+			change("r", row([]byte("2"), []byte(one), nil), row([]byte("2"), []byte(two), []byte("m"))))
+		require.NoError(t, err)
+		sameJSON(t, db, flavor, "r", 1, one)
+		sameJSON(t, db, flavor, "r", 2, two)
+
+		warnings, err := replay(ctx, t, db, tables, true, change("r", row([]byte("1"), []byte(one), nil), row([]byte("1"), []byte(two), nil)))
+		require.NoError(t, err)
+		require.Zero(t, warnings, "the upsert left warnings")
+		sameJSON(t, db, flavor, "r", 1, two)
+
+		_, err = replay(ctx, t, db, tables, false, change("r", row([]byte("9"), []byte(one), nil), row([]byte("9"), []byte(two), nil)))
+		require.ErrorContains(t, err, "divergence applying source transaction 0-1-1 to r: no row (id=\"9\") to update")
+		_, err = replay(ctx, t, db, tables, false, change("r", nil, row([]byte("1"), []byte(one), nil)))
+		var me *mysql.MySQLError
+		require.ErrorAs(t, err, &me)
+		require.EqualValues(t, 1062, me.Number, "an insert whose key is taken")
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -86,18 +87,22 @@ func (b *loadBuilder) load(ctx context.Context, tx *sql.Tx, table string, data [
 	if err != nil {
 		return writeError(table, err)
 	}
-	var warnings int
-	if err := tx.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&warnings); err != nil {
-		return fmt.Errorf("load: read warnings: %w", err)
-	}
+	// The first warning, read before anything else: on MySQL even SELECT
+	// @@warning_count clears the list. No warning and every row in is the
+	// one round trip of a good chunk.
 	got, _ := res.RowsAffected()
-	if warnings == 0 && got == int64(want) {
-		return nil
-	}
 	var level, message string
 	var code int
-	if err := tx.QueryRowContext(ctx, "SHOW WARNINGS LIMIT 1").Scan(&level, &code, &message); err != nil && err != sql.ErrNoRows {
+	err = tx.QueryRowContext(ctx, "SHOW WARNINGS LIMIT 1").Scan(&level, &code, &message)
+	if errors.Is(err, sql.ErrNoRows) && got == int64(want) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("load: read warnings: %w", err)
+	}
+	var warnings int
+	if err := tx.QueryRowContext(ctx, "SHOW COUNT(*) WARNINGS").Scan(&warnings); err != nil {
+		return fmt.Errorf("load: count warnings: %w", err)
 	}
 	if code == 1062 {
 		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+

@@ -151,3 +151,53 @@ func TestReplayOnTarget(t *testing.T) {
 		require.EqualValues(t, 1062, me.Number, "an insert whose key is taken")
 	})
 }
+
+// A copy chunk that meets a row already in the target, or a value the target
+// column cannot hold as it is, stops the workflow with what happened, with
+// LOAD DATA (which only warns of both) and with INSERTs, on either flavor.
+func TestCopyRefusesWhatIsNotExact(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := targetServer(t, flavor)
+		ctx := context.Background()
+		for _, method := range []rowliftv1.CopyMethod{rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA, rowliftv1.CopyMethod_COPY_METHOD_INSERT} {
+			table := "x" + method.String()[len("COPY_METHOD_"):]
+			fields := &rowliftv1.TableFields{
+				Table: table,
+				Fields: []*rowliftv1.Field{
+					{Name: "id", DataType: "int", ColumnType: "int"},
+					{Name: "code", DataType: "varchar", ColumnType: "varchar(3)", Charset: "utf8mb4", Collation: "utf8mb4_bin", Nullable: true},
+				},
+				PkColumns:   []int32{0},
+				CreateTable: []byte("CREATE TABLE `" + table + "` (id INT PRIMARY KEY, code VARCHAR(3) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)"),
+			}
+			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
+				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
+			require.NoError(t, err)
+			copyRows := func(rows ...*rowliftv1.Row) error {
+				var s scratch
+				write, err := tables[table].writer(&s, rows)
+				require.NoError(t, err)
+				tx, err := db.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				defer tx.Rollback() //nolint:errcheck // the test commits nothing it checks
+				return write(ctx, tx)
+			}
+			_, err = db.ExecContext(ctx, "INSERT INTO d."+table+" VALUES (2, 'x')")
+			require.NoError(t, err)
+
+			err = copyRows(row([]byte("1"), []byte("a")), row([]byte("2"), []byte("b")))
+			require.True(t, IsPermanent(err), "%v", err)
+			require.ErrorContains(t, err, "copy "+table+": duplicate key")
+			require.ErrorContains(t, err, "the target table holds a row in a range rowlift had not copied yet")
+
+			err = copyRows(row([]byte("3"), []byte("long")))
+			require.True(t, IsPermanent(err), "%v", err)
+			if method == rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA {
+				require.ErrorContains(t, err, "the target took 1 of 1 rows with 1 warnings (first: 1265 Data truncated for column 'code' at row 1); the copy would not be exact")
+			} else {
+				require.ErrorContains(t, err, "the target rejected a row (1406: Data too long for column 'code' at row 1)")
+			}
+		}
+	})
+}

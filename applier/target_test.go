@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -13,6 +14,7 @@ import (
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/schema"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -200,4 +202,110 @@ func TestCopyRefusesWhatIsNotExact(t *testing.T) {
 			}
 		}
 	})
+}
+
+// typesTable has a column of every common type, and typesRows rows that
+// reach their limits, with NULLs in the last.
+const typesTable = `(id INT PRIMARY KEY, ti TINYINT UNSIGNED, bi BIGINT UNSIGNED, sb BIGINT, de DECIMAL(30,8), fl FLOAT, db DOUBLE,
+	bt BIT(64), da DATE, dt DATETIME(6), ts TIMESTAMP(6) NULL, tm TIME(3), yr YEAR, ch CHAR(5) CHARACTER SET latin1,
+	vc VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, bn BINARY(4), vb VARBINARY(300), bl BLOB, tx TEXT CHARACTER SET utf8mb4,
+	en ENUM('a','b c','ü'), st SET('x','y','z'), js JSON)`
+
+var typesRows = []string{
+	`(1, 255, 18446744073709551615, -9223372036854775808, -12345678901234567890.12345678, 3.40282e38, -1.7976931348623157e308,
+		b'1111111111111111111111111111111111111111111111111111111111111111', '1000-01-01', '9999-12-31 23:59:59.999999',
+		'2038-01-19 03:14:07.999999', '-838:59:59.000', 1901, 'é  ', 'a\tb\nc\\\\d''e', X'0102', ` + sandboxtest.HexLiteral(sandboxtest.EveryByte(300, 1)) + `,
+		` + sandboxtest.HexLiteral(sandboxtest.EveryByte(1000, 2)) + `, '😀 text\r\n', 'ü', 'x,z', '{"a": [1, 2.50, "\\\\t"], "b": null, "a2": {}}')`,
+	`(2, 0, 0, 0, 0, -1.5, 5e-324, b'0', '2024-02-29', '1970-01-01 00:00:00', '1970-01-01 00:00:01', '00:00:00', 2155, '', '', X'00000000', '',
+		'', '', 'b c', '', '[]')`,
+	`(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`,
+}
+
+// A copy keeps every value of every common type, with either method: the
+// rows are read as the streamer reads them and copied into a table of the
+// same definition, then compared by the server.
+func TestCopyKeepsEveryType(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		srv := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
+		sandboxtest.Exec(t, sandboxtest.Open(t, srv, ""), "CREATE DATABASE d", "CREATE TABLE d.src "+typesTable,
+			"INSERT INTO d.src VALUES "+strings.Join(typesRows, ", "))
+		db, _, err := dbconn.Open(srv.DSN(""), dbconn.Target)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		read, _, err := dbconn.Open(srv.DSN(""), dbconn.Source)
+		require.NoError(t, err)
+		t.Cleanup(func() { read.Close() })
+		ctx := context.Background()
+
+		src, err := schema.Load(ctx, read, "d", "src")
+		require.NoError(t, err)
+		var exprs []string
+		for _, c := range src.Columns {
+			exprs = append(exprs, rowcodec.SelectExpr(c.Name, c.DataType))
+		}
+		var rows []*rowliftv1.Row
+		require.NoError(t, scanRows(read, "SELECT "+strings.Join(exprs, ", ")+" FROM d.src ORDER BY id", func(vals [][]byte) {
+			rows = append(rows, row(vals...))
+		}))
+		require.Len(t, rows, len(typesRows))
+
+		for _, method := range []rowliftv1.CopyMethod{rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA, rowliftv1.CopyMethod_COPY_METHOD_INSERT} {
+			table := "dst_" + method.String()[len("COPY_METHOD_"):]
+			fields := &rowliftv1.TableFields{Table: table, PkColumns: []int32{0},
+				CreateTable: []byte("CREATE TABLE `" + table + "` " + typesTable)}
+			for _, c := range src.Columns {
+				fields.Fields = append(fields.Fields, &rowliftv1.Field{Name: c.Name, DataType: c.DataType, ColumnType: c.ColumnType,
+					Charset: c.Charset, Collation: c.Collation, Nullable: c.Nullable})
+			}
+			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
+				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
+			require.NoError(t, err)
+			var s scratch
+			write, err := tables[table].writer(&s, rows)
+			require.NoError(t, err)
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.NoError(t, write(ctx, tx), method)
+			require.NoError(t, tx.Commit())
+			for _, c := range src.Columns {
+				var differ int
+				col := rowcodec.Ident(c.Name)
+				require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM d.src s LEFT JOIN d."+table+" t USING (id) WHERE NOT (s."+col+
+					" <=> t."+col+") OR t.id IS NULL").Scan(&differ))
+				require.Zero(t, differ, "%s: column %s differs", method, c.Name)
+			}
+		}
+	})
+}
+
+// scanRows runs a query and gives each row's values (nil for NULL) to fn.
+func scanRows(db *sql.DB, query string, fn func([][]byte)) error {
+	rs, err := db.Query(query)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	cols, err := rs.Columns()
+	if err != nil {
+		return err
+	}
+	for rs.Next() {
+		raw := make([]sql.RawBytes, len(cols))
+		dest := make([]any, len(cols))
+		for i := range raw {
+			dest[i] = &raw[i]
+		}
+		if err := rs.Scan(dest...); err != nil {
+			return err
+		}
+		vals := make([][]byte, len(cols))
+		for i, r := range raw {
+			if r != nil {
+				vals[i] = append([]byte{}, r...)
+			}
+		}
+		fn(vals)
+	}
+	return rs.Err()
 }

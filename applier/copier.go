@@ -6,12 +6,14 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/testhook"
@@ -43,8 +45,14 @@ type targetTable struct {
 	// statement writes to.
 	database, table, ident string
 	fields                 *rowliftv1.TableFields
-	insert                 *insertBuilder
-	load                   *loadBuilder
+	// kinds say how each streamed column's values are written on this
+	// target, whose flavor decides some of them (see literalKinds).
+	kinds []rowcodec.Kind
+	// upsert makes an INSERT of every streamed column overwrite the row
+	// that holds any of its keys, in the target flavor's syntax.
+	upsert string
+	insert *insertBuilder
+	load   *loadBuilder
 }
 
 // TargetTable is the name on the target of a workflow's table: the spec's
@@ -71,18 +79,71 @@ func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpe
 	if err := createTables(ctx, db, targetDB, missing); err != nil {
 		return nil, err
 	}
+	flavor, _, err := dbconn.ServerFlavor(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("target: %w", err)
+	}
 	tables := map[string]*targetTable{}
 	for _, f := range fields {
 		name, _ := TargetTable(spec, f.GetTable())
-		t := &targetTable{name: f.GetTable(), database: targetDB, table: name, ident: rowcodec.QualifiedIdent(targetDB, name), fields: f}
-		if useLoad {
-			t.load = newLoadBuilder(t.ident, f.GetFields())
-		} else {
-			t.insert = newInsertBuilder(t.ident, f.GetFields(), maxStmt)
-		}
-		tables[f.GetTable()] = t
+		tables[f.GetTable()] = newTargetTable(f, targetDB, name, flavor, useLoad, maxStmt)
 	}
 	return tables, nil
+}
+
+// newTargetTable prepares the writes of the streamed table f into
+// database.name on a target of the given flavor: copy chunks with LOAD DATA
+// when useLoad, else with INSERTs of at most maxStmt bytes.
+func newTargetTable(f *rowliftv1.TableFields, database, name string, flavor dbconn.Flavor, useLoad bool, maxStmt int) *targetTable {
+	t := &targetTable{name: f.GetTable(), database: database, table: name, ident: rowcodec.QualifiedIdent(database, name), fields: f,
+		kinds: literalKinds(f.GetFields(), flavor), upsert: upsertClause(f.GetFields(), flavor)}
+	if useLoad {
+		t.load = newLoadBuilder(t.ident, f.GetFields(), t.kinds)
+	} else {
+		t.insert = newInsertBuilder(t.ident, f.GetFields(), t.kinds, maxStmt)
+	}
+	return t
+}
+
+// literalKinds says how each column's values are written as literals on a
+// target of the given flavor: as rowcodec.KindOf says, except that a MySQL
+// JSON column takes its text as a utf8mb4 string.
+func literalKinds(fields []*rowliftv1.Field, flavor dbconn.Flavor) []rowcodec.Kind {
+	kinds := make([]rowcodec.Kind, len(fields))
+	for i, f := range fields {
+		kinds[i] = rowcodec.KindOf(f.GetDataType())
+		if flavor == dbconn.MySQL && f.GetDataType() == "json" {
+			kinds[i] = rowcodec.JSON
+		}
+	}
+	return kinds
+}
+
+// upsertAlias names the inserted row in a MySQL upsert; a name no table of a
+// workflow is likely to have, since the alias may not repeat the table's.
+const upsertAlias = "_rowlift_new"
+
+// upsertClause is the ON DUPLICATE KEY UPDATE that sets every column to the
+// inserted row's value: through VALUES() on MariaDB, and through a row alias
+// on MySQL, which deprecates VALUES() there (warning 1287 on every upsert).
+func upsertClause(fields []*rowliftv1.Field, flavor dbconn.Flavor) string {
+	var b strings.Builder
+	if flavor == dbconn.MySQL {
+		b.WriteString(" AS " + upsertAlias)
+	}
+	b.WriteString(" ON DUPLICATE KEY UPDATE ")
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		col := rowcodec.Ident(f.GetName())
+		if flavor == dbconn.MySQL {
+			b.WriteString(col + " = " + upsertAlias + "." + col)
+		} else {
+			b.WriteString(col + " = VALUES(" + col + ")")
+		}
+	}
+	return b.String()
 }
 
 // CheckTargets checks a workflow's target tables against the streamed fields

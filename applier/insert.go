@@ -73,9 +73,10 @@ func (b *insertBuilder) build(s *scratch, rows []*rowliftv1.Row) ([][]byte, erro
 	return s.stmts, nil
 }
 
-// newInsertBuilder builds the INSERTs into the table ident (`db`.`table`).
-func newInsertBuilder(ident string, fields []*rowliftv1.Field, maxBytes int) *insertBuilder {
-	b := &insertBuilder{maxBytes: maxBytes}
+// newInsertBuilder builds the INSERTs into the table ident (`db`.`table`),
+// each column's values written as literals of its kind.
+func newInsertBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.Kind, maxBytes int) *insertBuilder {
+	b := &insertBuilder{maxBytes: maxBytes, kinds: kinds}
 	b.prefix = append(b.prefix, "INSERT INTO "...)
 	b.prefix = append(b.prefix, ident...)
 	b.prefix = append(b.prefix, " ("...)
@@ -84,7 +85,6 @@ func newInsertBuilder(ident string, fields []*rowliftv1.Field, maxBytes int) *in
 			b.prefix = append(b.prefix, ", "...)
 		}
 		b.prefix = rowcodec.AppendIdent(b.prefix, f.GetName())
-		b.kinds = append(b.kinds, rowcodec.KindOf(f.GetDataType()))
 	}
 	b.prefix = append(b.prefix, ") VALUES "...)
 	return b

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -26,15 +28,27 @@ type loadBuilder struct {
 }
 
 // newLoadBuilder builds the LOAD DATA into the table ident (`db`.`table`).
-func newLoadBuilder(ident string, fields []*rowliftv1.Field) *loadBuilder {
+// A column of kind rowcodec.JSON (MySQL's JSON, which takes no binary
+// string) is read into a variable and set from it as utf8mb4 text.
+func newLoadBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.Kind) *loadBuilder {
 	cols := make([]string, len(fields))
+	var sets []string
 	for i, f := range fields {
 		cols[i] = rowcodec.Ident(f.GetName())
+		if kinds[i] == rowcodec.JSON {
+			v := "@v" + strconv.Itoa(i)
+			sets = append(sets, cols[i]+" = CONVERT("+v+" USING utf8mb4)")
+			cols[i] = v
+		}
+	}
+	set := ""
+	if len(sets) > 0 {
+		set = " SET " + strings.Join(sets, ", ")
 	}
 	return &loadBuilder{
 		prefix: "LOAD DATA LOCAL INFILE 'Reader::",
 		suffix: "' INTO TABLE " + ident +
-			` CHARACTER SET binary FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' (` + strings.Join(cols, ", ") + ")",
+			` CHARACTER SET binary FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' (` + strings.Join(cols, ", ") + ")" + set,
 		ncols: len(fields),
 	}
 }
@@ -73,18 +87,22 @@ func (b *loadBuilder) load(ctx context.Context, tx *sql.Tx, table string, data [
 	if err != nil {
 		return writeError(table, err)
 	}
-	var warnings int
-	if err := tx.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&warnings); err != nil {
-		return fmt.Errorf("load: read warnings: %w", err)
-	}
+	// The first warning, read before anything else: on MySQL even SELECT
+	// @@warning_count clears the list. No warning and every row in is the
+	// one round trip of a good chunk.
 	got, _ := res.RowsAffected()
-	if warnings == 0 && got == int64(want) {
-		return nil
-	}
 	var level, message string
 	var code int
-	if err := tx.QueryRowContext(ctx, "SHOW WARNINGS LIMIT 1").Scan(&level, &code, &message); err != nil && err != sql.ErrNoRows {
+	err = tx.QueryRowContext(ctx, "SHOW WARNINGS LIMIT 1").Scan(&level, &code, &message)
+	if errors.Is(err, sql.ErrNoRows) && got == int64(want) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("load: read warnings: %w", err)
+	}
+	var warnings int
+	if err := tx.QueryRowContext(ctx, "SHOW COUNT(*) WARNINGS").Scan(&warnings); err != nil {
+		return fmt.Errorf("load: count warnings: %w", err)
 	}
 	if code == 1062 {
 		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+

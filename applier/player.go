@@ -346,7 +346,7 @@ func (w *rowWriter) deleteOthers(t *targetTable, key []writeset.KeyPart, row *ro
 // "LEFT(column, n) = LEFT(value, n)", compared under the column's collation.
 func (w *rowWriter) comparison(buf []byte, t *targetTable, pos, prefix int, val []byte) []byte {
 	f := t.fields.GetFields()[pos]
-	kind := rowcodec.KindOf(f.GetDataType())
+	kind := t.kinds[pos]
 	if prefix == 0 {
 		buf = rowcodec.AppendIdent(buf, f.GetName())
 		buf = append(buf, " = "...)
@@ -415,24 +415,15 @@ func (w *rowWriter) insertRow(t *targetTable, after *rowliftv1.Row, upsert bool)
 	if err != nil {
 		return nil, err
 	}
-	for i, f := range t.fields.GetFields() {
+	for i, v := range vals {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = rowcodec.AppendLiteral(buf, rowcodec.KindOf(f.GetDataType()), vals[i])
+		buf = rowcodec.AppendLiteral(buf, t.kinds[i], v)
 	}
 	buf = append(buf, ')')
 	if upsert {
-		buf = append(buf, " ON DUPLICATE KEY UPDATE "...)
-		for i, f := range t.fields.GetFields() {
-			if i > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = rowcodec.AppendIdent(buf, f.GetName())
-			buf = append(buf, " = VALUES("...)
-			buf = rowcodec.AppendIdent(buf, f.GetName())
-			buf = append(buf, ')')
-		}
+		buf = append(buf, t.upsert...)
 	}
 	return buf, nil
 }
@@ -451,7 +442,7 @@ func (w *rowWriter) update(t *targetTable, before, after *rowliftv1.Row) ([]byte
 		}
 		buf = rowcodec.AppendIdent(buf, f.GetName())
 		buf = append(buf, " = "...)
-		buf = rowcodec.AppendLiteral(buf, rowcodec.KindOf(f.GetDataType()), vals[i])
+		buf = rowcodec.AppendLiteral(buf, t.kinds[i], vals[i])
 	}
 	return w.where(buf, t, before)
 }

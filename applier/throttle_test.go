@@ -31,58 +31,60 @@ func (r *throttleRecorder) Throttle(_ context.Context, req *rowliftv1.ThrottleRe
 // back under, and a run starts by sending its state, so that a reason an
 // earlier run left is cleared at once; once the copy is done nothing is read.
 func TestThrottleTargetTellsTheStreamer(t *testing.T) {
-	srv := sandboxtest.Start(t, sandbox.Options{})
-	db := sandboxtest.Open(t, srv, "")
-	sandboxtest.Exec(t, db, "CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (30)")
-	c := &controller{engine: &Engine{db: db}, log: zap.NewNop(), spec: &rowliftv1.WorkflowSpec{Name: "wf", Options: &rowliftv1.WorkflowOptions{
-		Throttle: &rowliftv1.Throttle{Target: &rowliftv1.ThrottleLimits{LagQuery: "SELECT v FROM ctl.lag", MaxLagSeconds: 10}, CheckIntervalMs: 5}}}}
-	rec := &throttleRecorder{calls: make(chan *rowliftv1.ThrottleRequest, 1000)}
-	next := func() *rowliftv1.ThrottleRequest {
-		select {
-		case req := <-rec.calls:
-			return req
-		case <-time.After(10 * time.Second):
-			t.Fatal("no throttle request")
-			return nil
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		srv := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
+		db := sandboxtest.Open(t, srv, "")
+		sandboxtest.Exec(t, db, "CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (30)")
+		c := &controller{engine: &Engine{db: db}, log: zap.NewNop(), spec: &rowliftv1.WorkflowSpec{Name: "wf", Options: &rowliftv1.WorkflowOptions{
+			Throttle: &rowliftv1.Throttle{Target: &rowliftv1.ThrottleLimits{LagQuery: "SELECT v FROM ctl.lag", MaxLagSeconds: 10}, CheckIntervalMs: 5}}}}
+		rec := &throttleRecorder{calls: make(chan *rowliftv1.ThrottleRequest, 1000)}
+		next := func() *rowliftv1.ThrottleRequest {
+			select {
+			case req := <-rec.calls:
+				return req
+			case <-time.After(10 * time.Second):
+				t.Fatal("no throttle request")
+				return nil
+			}
 		}
-	}
-	run := func(copying *atomic.Bool) chan struct{} {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.throttleTarget(context.Background(), rec, copying)
-		}()
-		return done
-	}
+		run := func(copying *atomic.Bool) chan struct{} {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c.throttleTarget(context.Background(), rec, copying)
+			}()
+			return done
+		}
 
-	var copying atomic.Bool
-	copying.Store(true)
-	done := run(&copying)
-	req := next()
-	require.Equal(t, "wf", req.GetWorkflow())
-	require.Equal(t, "target lag 30s > 10s", req.GetReason())
-	require.Equal(t, throttleTTL(5*time.Millisecond).Milliseconds(), req.GetTtlMs())
-	require.Equal(t, "target lag 30s > 10s", next().GetReason(), "refreshed at the next check")
+		var copying atomic.Bool
+		copying.Store(true)
+		done := run(&copying)
+		req := next()
+		require.Equal(t, "wf", req.GetWorkflow())
+		require.Equal(t, "target lag 30s > 10s", req.GetReason())
+		require.Equal(t, throttleTTL(5*time.Millisecond).Milliseconds(), req.GetTtlMs())
+		require.Equal(t, "target lag 30s > 10s", next().GetReason(), "refreshed at the next check")
 
-	sandboxtest.Exec(t, db, "UPDATE ctl.lag SET v = 1")
-	for req = next(); req.GetReason() != ""; req = next() {
-		// refreshes read before the update
-	}
-	copying.Store(false)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the target throttle kept running after the copy")
-	}
+		sandboxtest.Exec(t, db, "UPDATE ctl.lag SET v = 1")
+		for req = next(); req.GetReason() != ""; req = next() {
+			// refreshes read before the update
+		}
+		copying.Store(false)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the target throttle kept running after the copy")
+		}
 
-	// A new run of the stream with the metric under its limit clears whatever
-	// an earlier run left on the streamer, then stops with the copy.
-	for len(rec.calls) > 0 {
-		<-rec.calls
-	}
-	copying.Store(true)
-	done = run(&copying)
-	require.Equal(t, "", next().GetReason())
-	copying.Store(false)
-	<-done
+		// A new run of the stream with the metric under its limit clears whatever
+		// an earlier run left on the streamer, then stops with the copy.
+		for len(rec.calls) > 0 {
+			<-rec.calls
+		}
+		copying.Store(true)
+		done = run(&copying)
+		require.Equal(t, "", next().GetReason())
+		copying.Store(false)
+		<-done
+	})
 }

@@ -710,8 +710,9 @@ func (t *target) lock(ctx context.Context, name string, wait time.Duration) (unl
 	if err != nil {
 		return nil, t.fail(err)
 	}
+	server := serverLockName(name)
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, max(int64(wait.Seconds()), 0)).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", server, max(int64(wait.Seconds()), 0)).Scan(&got); err != nil {
 		conn.Close()
 		return nil, t.fail(err)
 	}
@@ -720,7 +721,7 @@ func (t *target) lock(ctx context.Context, name string, wait time.Duration) (unl
 		return nil, status.Errorf(codes.Aborted, "another coordinator is running %s on target %s; wait for it, then retry", name, t.name)
 	}
 	return func() {
-		conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", name) //nolint:errcheck // closing the connection releases it too
+		conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", server) //nolint:errcheck // closing the connection releases it too
 		conn.Close()
 	}, nil
 }

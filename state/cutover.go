@@ -83,8 +83,11 @@ func (s *Store) SaveJournal(ctx context.Context, c *Journal) error {
 	if err != nil {
 		return fmt.Errorf("encode cutover of %q: %w", c.Workflow, err)
 	}
+	// The new values are given twice, not read back with VALUES(), which
+	// MySQL deprecates (a warning on every upsert) and MariaDB has no
+	// replacement for.
 	_, err = s.db.ExecContext(ctx, "INSERT INTO "+Schema+".cutover (workflow, step, journal) VALUES (?, ?, ?) "+
-		"ON DUPLICATE KEY UPDATE step = VALUES(step), journal = VALUES(journal)", c.Workflow, c.Step, js)
+		"ON DUPLICATE KEY UPDATE step = ?, journal = ?", c.Workflow, c.Step, js, c.Step, js)
 	if err != nil {
 		return fmt.Errorf("save cutover of %q at step %s: %w", c.Workflow, c.Step, err)
 	}

@@ -15,11 +15,14 @@ import (
 // do not queue on one row lock; they take the stream row in share mode only to
 // check the owner, which makes a takeover wait for them and refuses them after.
 func SaveSlot(ctx context.Context, tx Execer, workflow, source string, owner int64, slot int, watermark, applied string, sourceTimeUS int64) error {
+	// The new values are given twice, not read back with VALUES(), which
+	// MySQL deprecates (a warning on every commit) and MariaDB has no
+	// replacement for; the driver interpolates them client-side.
+	now := time.Now().UnixMicro()
 	res, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".replay_slot (workflow, source, slot, watermark, applied, source_time_us, applied_at_us) "+
 		"SELECT workflow, source, ?, ?, ?, ?, ? FROM "+Schema+".stream WHERE workflow = ? AND source = ? AND owner = ? LOCK IN SHARE MODE "+
-		"ON DUPLICATE KEY UPDATE watermark = VALUES(watermark), applied = VALUES(applied), "+
-		"source_time_us = GREATEST(replay_slot.source_time_us, VALUES(source_time_us)), applied_at_us = VALUES(applied_at_us)",
-		slot, watermark, applied, sourceTimeUS, time.Now().UnixMicro(), workflow, source, owner)
+		"ON DUPLICATE KEY UPDATE watermark = ?, applied = ?, source_time_us = GREATEST(replay_slot.source_time_us, ?), applied_at_us = ?",
+		slot, watermark, applied, sourceTimeUS, now, workflow, source, owner, watermark, applied, sourceTimeUS, now)
 	if err != nil {
 		return fmt.Errorf("save replay slot %d of %s/%s: %w", slot, workflow, source, err)
 	}

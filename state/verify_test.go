@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -17,77 +19,79 @@ import (
 // moves, a stream that was taken over or a replaced verify commits nothing,
 // and a new call replaces only a finished verify unless told to restart.
 func TestVerifyProgress(t *testing.T) {
-	store, db := openStore(t)
-	ctx := context.Background()
-	require.NoError(t, store.CreateWorkflow(ctx, spec("v"), "main"))
-	started, err := store.StartVerify(ctx, "v", true, false)
-	require.NoError(t, err)
-	require.True(t, started)
-	gens, err := store.VerifyGenerations(ctx)
-	require.NoError(t, err)
-	require.Len(t, gens, 2, "one running verify per stream")
-
-	rows, err := store.Verify(ctx, "v", "-80")
-	require.NoError(t, err)
-	require.Len(t, rows, 2)
-	tv := rows[0]
-	require.Equal(t, "orders", tv.Table)
-	require.True(t, tv.Repair)
-	require.Nil(t, tv.LastPK)
-	require.Empty(t, tv.Examples)
-
-	owner, err := store.TakeOver(ctx, "v", "-80")
-	require.NoError(t, err)
-	key := func(id int) *rowliftv1.Row {
-		r := &rowliftv1.Row{}
-		rowcodec.Pack(r, [][]byte{[]byte(fmt.Sprint(id))})
-		return r
-	}
-	var examples []string
-	for i := range state.MaxVerifyExamples + 5 {
-		examples = append(examples, fmt.Sprintf("missing on target: (id=%d)", i))
-	}
-	save := func(owner, started int64, c state.VerifyChunk) error {
-		tx, err := db.BeginTx(ctx, nil)
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		store, db := openStore(t, flavor)
+		ctx := context.Background()
+		require.NoError(t, store.CreateWorkflow(ctx, spec("v"), "main"))
+		started, err := store.StartVerify(ctx, "v", true, false)
 		require.NoError(t, err)
-		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-		if err := state.SaveVerifyChunk(ctx, tx, "v", "-80", owner, "orders", started, c); err != nil {
-			return err
+		require.True(t, started)
+		gens, err := store.VerifyGenerations(ctx)
+		require.NoError(t, err)
+		require.Len(t, gens, 2, "one running verify per stream")
+
+		rows, err := store.Verify(ctx, "v", "-80")
+		require.NoError(t, err)
+		require.Len(t, rows, 2)
+		tv := rows[0]
+		require.Equal(t, "orders", tv.Table)
+		require.True(t, tv.Repair)
+		require.Nil(t, tv.LastPK)
+		require.Empty(t, tv.Examples)
+
+		owner, err := store.TakeOver(ctx, "v", "-80")
+		require.NoError(t, err)
+		key := func(id int) *rowliftv1.Row {
+			r := &rowliftv1.Row{}
+			rowcodec.Pack(r, [][]byte{[]byte(fmt.Sprint(id))})
+			return r
 		}
-		return tx.Commit()
-	}
-	require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{LastPK: key(500), Examples: examples, VerifyCounts: state.VerifyCounts{RowsCompared: 500, Missing: 25, Repaired: 25}}))
-	require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{Done: true, VerifyCounts: state.VerifyCounts{Extra: 1, Repaired: 1}, Examples: []string{"extra on target: (id=900)"}}))
-	require.ErrorIs(t, save(owner+1, tv.StartedAtUS, state.VerifyChunk{VerifyCounts: state.VerifyCounts{RowsCompared: 7}}), state.ErrNotOwner)
-	require.ErrorIs(t, save(owner, tv.StartedAtUS+1, state.VerifyChunk{VerifyCounts: state.VerifyCounts{RowsCompared: 7}}), state.ErrNotOwner, "a chunk of a replaced verify")
+		var examples []string
+		for i := range state.MaxVerifyExamples + 5 {
+			examples = append(examples, fmt.Sprintf("missing on target: (id=%d)", i))
+		}
+		save := func(owner, started int64, c state.VerifyChunk) error {
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+			if err := state.SaveVerifyChunk(ctx, tx, "v", "-80", owner, "orders", started, c); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
+		require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{LastPK: key(500), Examples: examples, VerifyCounts: state.VerifyCounts{RowsCompared: 500, Missing: 25, Repaired: 25}}))
+		require.NoError(t, save(owner, tv.StartedAtUS, state.VerifyChunk{Done: true, VerifyCounts: state.VerifyCounts{Extra: 1, Repaired: 1}, Examples: []string{"extra on target: (id=900)"}}))
+		require.ErrorIs(t, save(owner+1, tv.StartedAtUS, state.VerifyChunk{VerifyCounts: state.VerifyCounts{RowsCompared: 7}}), state.ErrNotOwner)
+		require.ErrorIs(t, save(owner, tv.StartedAtUS+1, state.VerifyChunk{VerifyCounts: state.VerifyCounts{RowsCompared: 7}}), state.ErrNotOwner, "a chunk of a replaced verify")
 
-	rows, err = store.Verify(ctx, "v", "-80")
-	require.NoError(t, err)
-	got := rows[0]
-	require.True(t, got.Done)
-	require.NotZero(t, got.FinishedAtUS)
-	require.EqualValues(t, 500, got.RowsCompared)
-	require.EqualValues(t, [4]int64{25, 1, 0, 26}, [4]int64{got.Missing, got.Extra, got.Different, got.Repaired})
-	require.Equal(t, examples[:state.MaxVerifyExamples], got.Examples, "the first keys, up to the cap")
-	require.Equal(t, key(500).String(), got.LastPK.String(), "a chunk without rows keeps the last key")
+		rows, err = store.Verify(ctx, "v", "-80")
+		require.NoError(t, err)
+		got := rows[0]
+		require.True(t, got.Done)
+		require.NotZero(t, got.FinishedAtUS)
+		require.EqualValues(t, 500, got.RowsCompared)
+		require.EqualValues(t, [4]int64{25, 1, 0, 26}, [4]int64{got.Missing, got.Extra, got.Different, got.Repaired})
+		require.Equal(t, examples[:state.MaxVerifyExamples], got.Examples, "the first keys, up to the cap")
+		require.Equal(t, key(500).String(), got.LastPK.String(), "a chunk without rows keeps the last key")
 
-	started, err = store.StartVerify(ctx, "v", false, false)
-	require.NoError(t, err)
-	require.False(t, started, "a running verify is left alone")
-	started, err = store.StartVerify(ctx, "v", false, true)
-	require.NoError(t, err)
-	require.True(t, started, "restart replaces it")
-	rows, err = store.Verify(ctx, "v", "")
-	require.NoError(t, err)
-	require.Len(t, rows, 4)
-	for _, r := range rows {
-		require.False(t, r.Done)
-		require.Zero(t, r.RowsCompared)
-		require.False(t, r.Repair)
-	}
+		started, err = store.StartVerify(ctx, "v", false, false)
+		require.NoError(t, err)
+		require.False(t, started, "a running verify is left alone")
+		started, err = store.StartVerify(ctx, "v", false, true)
+		require.NoError(t, err)
+		require.True(t, started, "restart replaces it")
+		rows, err = store.Verify(ctx, "v", "")
+		require.NoError(t, err)
+		require.Len(t, rows, 4)
+		for _, r := range rows {
+			require.False(t, r.Done)
+			require.Zero(t, r.RowsCompared)
+			require.False(t, r.Repair)
+		}
 
-	require.NoError(t, store.DeleteWorkflow(ctx, "v"))
-	rows, err = store.Verify(ctx, "v", "")
-	require.NoError(t, err)
-	require.Empty(t, rows, "delete removes the verify")
+		require.NoError(t, store.DeleteWorkflow(ctx, "v"))
+		rows, err = store.Verify(ctx, "v", "")
+		require.NoError(t, err)
+		require.Empty(t, rows, "delete removes the verify")
+	})
 }

@@ -33,6 +33,9 @@ type collideCase struct {
 	// so the case tests more than bytes.Equal. Numbers are given as stored,
 	// which the server makes canonical.
 	merges bool
+	// only names the one flavor that has the case's collation or key (empty
+	// for both).
+	only sandbox.Flavor
 }
 
 // TestCollisionsAgreeWithServer checks, for each case, that values the server
@@ -43,7 +46,11 @@ type collideCase struct {
 // (CHAR without its trailing spaces, BINARY with its trailing zeros), the two
 // forms the Row encoding may have: both must hash alike.
 func TestCollisionsAgreeWithServer(t *testing.T) {
-	srv := sandboxtest.Start(t, sandbox.Options{})
+	sandboxtest.EachFlavor(t, collisionsAgreeWithServer)
+}
+
+func collisionsAgreeWithServer(t *testing.T, flavor sandbox.Flavor) {
+	srv := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 	sandboxtest.Exec(t, sandboxtest.Open(t, srv, ""), "CREATE DATABASE d")
 	db, _, err := dbconn.Open(srv.DSN("d"), dbconn.Source)
 	require.NoError(t, err)
@@ -60,8 +67,14 @@ func TestCollisionsAgreeWithServer(t *testing.T) {
 		{name: "utf8mb4_general_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", values: utf8mb4, merges: true},
 		{name: "utf8mb4_unicode_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci", values: utf8mb4, merges: true},
 		{name: "utf8mb4_unicode_520_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_520_ci", values: utf8mb4, merges: true},
-		{name: "utf8mb4_uca1400_ai_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_ai_ci", values: utf8mb4, merges: true},
-		{name: "utf8mb4_unicode_nopad_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_nopad_ci", values: utf8mb4, merges: true},
+		{name: "utf8mb4_uca1400_ai_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_ai_ci", values: utf8mb4, merges: true, only: sandbox.MariaDB},
+		{name: "utf8mb4_unicode_nopad_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_nopad_ci", values: utf8mb4, merges: true, only: sandbox.MariaDB},
+		{name: "utf8mb4_0900_ai_ci", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_ai_ci", values: utf8mb4, merges: true, only: sandbox.MySQL},
+		{name: "utf8mb4_0900_as_cs", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_as_cs", values: utf8mb4, merges: true, only: sandbox.MySQL},
+		// Byte-wise and NO PAD, but keyorder.Bytewise does not know it yet:
+		// left out, which costs parallelism and nothing else.
+		{name: "utf8mb4_0900_bin", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin", values: utf8mb4, only: sandbox.MySQL},
+		{name: "char utf8mb4_0900_ai_ci", def: "CHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_ai_ci", values: utf8mb4, merges: true, only: sandbox.MySQL},
 		{name: "char utf8mb4_general_ci", def: "CHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", values: utf8mb4, merges: true},
 		{name: "utf8mb3_general_ci", def: "VARCHAR(20) CHARACTER SET utf8mb3 COLLATE utf8mb3_general_ci", values: utf8mb3, merges: true},
 		{name: "latin1_swedish_ci", def: "VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_swedish_ci", values: latin1, merges: true},
@@ -70,29 +83,34 @@ func TestCollisionsAgreeWithServer(t *testing.T) {
 		// Binary collations: hashed exactly.
 		{name: "utf8mb4_bin", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", values: utf8mb4, exact: true, merges: true},
 		{name: "char utf8mb4_bin", def: "CHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", values: utf8mb4, exact: true, merges: true},
-		{name: "utf8mb4_nopad_bin", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin", values: utf8mb4, exact: true},
-		{name: "char utf8mb4_nopad_bin", def: "CHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin", values: utf8mb4, exact: true, merges: true},
+		{name: "utf8mb4_nopad_bin", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin", values: utf8mb4, exact: true, only: sandbox.MariaDB},
+		{name: "char utf8mb4_nopad_bin", def: "CHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin", values: utf8mb4, exact: true, merges: true, only: sandbox.MariaDB},
 		{name: "utf8mb3_bin", def: "VARCHAR(20) CHARACTER SET utf8mb3 COLLATE utf8mb3_bin", values: utf8mb3, exact: true, merges: true},
 		{name: "latin1_bin", def: "VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_bin", values: latin1, exact: true, merges: true},
-		{name: "latin1_nopad_bin", def: "VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_nopad_bin", values: latin1, exact: true},
+		{name: "latin1_nopad_bin", def: "VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_nopad_bin", values: latin1, exact: true, only: sandbox.MariaDB},
 		{name: "ascii_bin", def: "VARCHAR(20) CHARACTER SET ascii COLLATE ascii_bin", values: ascii, exact: true, merges: true},
 		{name: "utf8mb4_bin prefix", def: "VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", prefix: 3, values: utf8mb4, exact: true, merges: true},
-		{name: "text utf8mb4_bin", def: "TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", values: utf8mb4, exact: true, merges: true},
+		// A unique key on a whole TEXT or BLOB: MariaDB's long unique keys.
+		{name: "text utf8mb4_bin", def: "TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", values: utf8mb4, exact: true, merges: true, only: sandbox.MariaDB},
 		{name: "text latin1_bin prefix", def: "TEXT CHARACTER SET latin1 COLLATE latin1_bin", prefix: 2, values: latin1, exact: true, merges: true},
 		{name: "binary", def: "BINARY(12)", values: binary, exact: true, merges: true},
 		{name: "varbinary", def: "VARBINARY(20)", values: binary, exact: true},
 		{name: "blob prefix", def: "BLOB", prefix: 3, values: binary, exact: true, merges: true},
-		{name: "blob", def: "BLOB", values: binary, exact: true},
+		{name: "blob", def: "BLOB", values: binary, exact: true, only: sandbox.MariaDB},
 		// Numbers and bits, hashed as read back.
 		{name: "decimal", def: "DECIMAL(10,2)", literals: []string{"0", "-0", "0.00", "-0.00", "-0.001", "0.001", "1.5", "1.50", "-1.5",
 			"0.01", "-0.01", "99999999.99", "-99999999.99", "1", "001.5", "12345.678"}, exact: true},
 		{name: "double", def: "DOUBLE", literals: []string{"0", "-0e0", "-0.0", "1e-300", "-1e-300", "5e-324", "-5e-324", "0.1", "0.10",
-			"1.7976931348623157e308", "-1.7976931348623157e308", "3", "3e0", "30e-1"}, exact: true},
+			"1.7976931348623157e308", "-1.7976931348623157e308", "3", "3e0", "30e-1"}, exact: true,
+			merges: flavor == sandbox.MySQL}, // MySQL stores -0 and reads it back as "-0"
 		{name: "bit", def: "BIT(16)", literals: []string{"0", "b'0'", "b'1'", "1", "0x0001", "0x0100", "256", "65535", "b'1111111111111111'"},
 			exact: true},
 		{name: "int", def: "INT", literals: []string{"0", "-0", "+0", "1", "001", "-1", "2147483647", "-2147483648"}, exact: true},
 	}
 	for i, c := range cases {
+		if c.only != "" && c.only != flavor {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			checkCollisions(t, db, i, c)

@@ -75,6 +75,11 @@ const (
 	Temporal
 	// Bits (BIT) are written as hex literals; their text form is raw bytes.
 	Bits
+	// JSON values for a MySQL JSON column are written as utf8mb4 string
+	// literals: MySQL makes no JSON value of a binary string, which every
+	// String literal is under SET NAMES binary (MariaDB's JSON is text and
+	// takes String literals).
+	JSON
 )
 
 // KindOf maps an information_schema DATA_TYPE to its literal kind.
@@ -106,6 +111,8 @@ func AppendLiteral(buf []byte, kind Kind, v []byte) []byte {
 		return append(buf, '\'')
 	case Bits:
 		return appendHex(buf, v)
+	case JSON:
+		buf = append(buf, "_utf8mb4"...)
 	}
 	return appendEscaped(buf, v)
 }

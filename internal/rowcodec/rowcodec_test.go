@@ -84,6 +84,8 @@ func TestAppendLiteral(t *testing.T) {
 		{String, []byte{}, "''"},
 		{String, []byte("a'b\\c\"d"), `'a\'b\\c"d'`},
 		{String, []byte("\x00\n\r\x1a"), `'\0\n\r\Z'`},
+		{JSON, nil, "NULL"},
+		{JSON, []byte(`{"a": "x'y"}`), `_utf8mb4'{"a": "x\'y"}'`},
 	}
 	for _, c := range cases {
 		require.Equal(t, c.want, string(AppendLiteral(nil, c.kind, c.in)))

@@ -134,6 +134,7 @@ func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSy
 		ParseTime:               false,
 		UseDecimal:              false,
 		TimestampStringLocation: time.UTC,
+		RenderJSONAsMySQLText:   true, // MySQL JSON keeps its types, so binlogrow prints it as SELECT does
 		HeartbeatPeriod:         time.Second,
 		ReadTimeout:             10 * time.Second, // above the heartbeat, or every idle gap reconnects
 		DisableRetrySync:        true,

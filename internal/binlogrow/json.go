@@ -17,9 +17,10 @@ import (
 //
 // One case cannot come out as SELECT prints it: the binlog text no longer
 // tells a double from a DECIMAL (JSON_OBJECT('d', CAST(x AS DECIMAL(p,1)))), so
-// a whole DECIMAL of 16 or more integer digits with scale 1, printed by SELECT
-// as "1000000000000000.0", comes out as the double text "1e15"; the value is the
-// same. Every other number is printed exactly.
+// a whole DECIMAL of 16 or more integer digits with scale 1 whose value a
+// double holds exactly, printed by SELECT as "1000000000000000.0", comes out as
+// the double text "1e15": the same value, other bytes. Every other number is
+// printed exactly.
 func appendJSON(dst []byte, text string) ([]byte, error) {
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.UseNumber()
@@ -121,17 +122,22 @@ func appendJSONString(dst []byte, s string) []byte {
 // go-mysql prints integers as digits, DECIMALs as their digits with their
 // scale, and doubles with a '.' or an exponent: whole ones as "123.0" and the
 // others in Go's %g ("0.5", "1.5e-07", "1.23456789e+07"). MySQL prints the
-// same shortest digits, but with other exponent rules; the texts differ only
-// for doubles with an exponent and for whole doubles of 16 or more digits.
+// same shortest digits with other exponent rules, so the texts differ only
+// for doubles with an exponent and whole doubles of 16 or more digits. A whole
+// number of 16 or more digits with ".0" is taken for a double when it is one
+// exactly (a DECIMAL of that value is the ambiguous case, see appendJSON).
 func appendJSONNumber(dst []byte, n string) ([]byte, error) {
 	intPart, frac, hasFrac := strings.Cut(strings.TrimPrefix(n, "-"), ".")
-	isDouble := strings.ContainsAny(n, "eE") || hasFrac && frac == "0" && len(intPart) > 15
-	if !isDouble {
+	exponent := strings.ContainsAny(n, "eE")
+	if !exponent && !(hasFrac && frac == "0" && len(intPart) > 15) {
 		return append(dst, n...), nil
 	}
 	f, err := strconv.ParseFloat(n, 64)
 	if err != nil {
 		return dst, fmt.Errorf("JSON number %q from the binlog decoder: %w", n, err)
+	}
+	if !exponent && strconv.FormatFloat(f, 'f', 1, 64) != n {
+		return append(dst, n...), nil // a DECIMAL no double equals
 	}
 	return appendJSONDouble(dst, f), nil
 }

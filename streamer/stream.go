@@ -143,6 +143,7 @@ func (s *Server) startBinlog(start *gtid.Set, flavor dbconn.Flavor) (*replicatio
 		ParseTime:               false,
 		UseDecimal:              false,
 		TimestampStringLocation: time.UTC,
+		RenderJSONAsMySQLText:   true, // MySQL JSON keeps its types, so binlogrow prints it as SELECT does
 		HeartbeatPeriod:         time.Second,
 		ReadTimeout:             10 * time.Second, // above the heartbeat, or every idle gap reconnects
 		DisableRetrySync:        true,

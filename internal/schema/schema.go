@@ -96,7 +96,9 @@ func Load(ctx context.Context, q Queryer, database, table string) (*Table, error
 }
 
 func (t *Table) loadKey(ctx context.Context, q Queryer) error {
-	rows, err := q.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+	// A MySQL functional key part has no column: its COLUMN_NAME is NULL,
+	// read as "", which no column has, so such a key is never usable.
+	rows, err := q.QueryContext(ctx, `SELECT INDEX_NAME, IFNULL(COLUMN_NAME, '') FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0
 		ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX`, t.Database, t.Name)
 	if err != nil {

@@ -95,15 +95,10 @@ func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, er
 		// (a reconnect, a crashed source): it never committed, so it is dropped.
 		r.begin(e.GTID.String(), int64(ev.Header.Timestamp)*1e6)
 	case *replication.GTIDEvent:
-		next, err := e.GTIDNext()
-		if err != nil {
-			return readResult{}, false, fmt.Errorf("binlog GTID event: %w", err)
-		}
-		commitUS := int64(e.ImmediateCommitTimestamp)
-		if commitUS == 0 {
-			commitUS = int64(ev.Header.Timestamp) * 1e6
-		}
-		r.begin(next.String(), commitUS)
+		return readResult{}, false, r.beginMySQL(e, ev.Header.Timestamp)
+	case *replication.GtidTaggedLogEvent:
+		// A tagged GTID (uuid:tag:n, MySQL 8.3+) comes in an event of its own type.
+		return readResult{}, false, r.beginMySQL(&e.GTIDEvent, ev.Header.Timestamp)
 	case *replication.TransactionPayloadEvent:
 		return r.payload(e)
 	case *replication.TableMapEvent:
@@ -116,6 +111,21 @@ func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, er
 		return r.query(e)
 	}
 	return readResult{}, false, nil
+}
+
+// beginMySQL opens the transaction a MySQL GTID event starts, timed by its
+// commit in microseconds where the event has it.
+func (r *binlogReader) beginMySQL(e *replication.GTIDEvent, headerSeconds uint32) error {
+	next, err := e.GTIDNext()
+	if err != nil {
+		return fmt.Errorf("binlog GTID event: %w", err)
+	}
+	commitUS := int64(e.ImmediateCommitTimestamp)
+	if commitUS == 0 {
+		commitUS = int64(headerSeconds) * 1e6
+	}
+	r.begin(next.String(), commitUS)
+	return nil
 }
 
 func (r *binlogReader) begin(gtid string, commitUS int64) {
@@ -156,8 +166,13 @@ func (r *binlogReader) mapTable(e *replication.TableMapEvent) {
 
 func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent) error {
 	t := r.mapped[e.TableID]
-	if t == nil || r.tx == nil {
+	if t == nil {
 		return nil
+	}
+	if r.tx == nil {
+		// Fail closed: rows the reader cannot place in a transaction would be
+		// lost (an event type that starts transactions this reader does not know).
+		return fmt.Errorf("binlog rows of %s outside a transaction: no GTID event before them", t.name)
 	}
 	if t.err != nil {
 		return fmt.Errorf("binlog rows of %s: %w", t.name, t.err)

@@ -218,6 +218,34 @@ func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
 // CheckShape compares a target table with the streamed fields: every streamed
 // column must exist on the target with the same type, character set, collation
 // and nullability, and the target must be keyed by the same columns. It returns
+// SameType reports whether two COLUMN_TYPEs hold the same values, as MariaDB
+// and MySQL print them: MySQL 8.0.19+ leaves out the display width of integer
+// types (int, not int(11)) and of YEAR, which changes nothing stored unless
+// the column is ZEROFILL.
+func SameType(a, b string) bool {
+	return strings.EqualFold(a, b) || normalType(a) == normalType(b)
+}
+
+// displayWidth is an integer or YEAR type's display width.
+var displayWidth = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint|year)\(\d+\)`)
+
+func normalType(t string) string {
+	t = strings.ToLower(t)
+	if strings.Contains(t, "zerofill") {
+		return t
+	}
+	return displayWidth.ReplaceAllString(t, "$1")
+}
+
+// jsonAsText reports whether a target column takes JSON documents as the
+// source holds them across flavors: MariaDB's JSON is LONGTEXT, and a MySQL
+// JSON column on the other side holds the same documents (the workflow's
+// creation warns that MySQL stores them normalised).
+func jsonAsText(target, source string) bool {
+	t, s := strings.ToLower(target), strings.ToLower(source)
+	return (t == "json" && s == "longtext") || (t == "longtext" && s == "json")
+}
+
 // one error that lists every difference.
 func CheckShape(target *Table, fields *rowliftv1.TableFields) error {
 	var diffs []string
@@ -228,7 +256,7 @@ func CheckShape(target *Table, fields *rowliftv1.TableFields) error {
 			diffs = append(diffs, fmt.Sprintf("column %s is missing", f.GetName()))
 		case c.Generated:
 			diffs = append(diffs, fmt.Sprintf("column %s is generated on the target", f.GetName()))
-		case !strings.EqualFold(c.ColumnType, f.GetColumnType()):
+		case !SameType(c.ColumnType, f.GetColumnType()) && !jsonAsText(c.ColumnType, f.GetColumnType()):
 			diffs = append(diffs, fmt.Sprintf("column %s is %s, source has %s", f.GetName(), c.ColumnType, f.GetColumnType()))
 		case c.Collation != f.GetCollation():
 			diffs = append(diffs, fmt.Sprintf("column %s has collation %q, source has %q", f.GetName(), c.Collation, f.GetCollation()))

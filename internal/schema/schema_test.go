@@ -116,3 +116,25 @@ func TestCheckShapeListsEveryDifference(t *testing.T) {
 		require.NoError(t, schema.CheckShape(same, fields), "extra nullable target columns are allowed")
 	})
 }
+
+func TestSameTypeAcrossFlavors(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"int(11)", "int", true},
+		{"bigint(20) unsigned", "bigint unsigned", true},
+		{"tinyint(4)", "TINYINT", true},
+		{"year(4)", "year", true},
+		{"mediumint(9)", "mediumint", true},
+		{"int(5) unsigned zerofill", "int unsigned zerofill", false},
+		{"int(11)", "bigint", false},
+		{"varchar(10)", "varchar(20)", false},
+		{"decimal(10,2)", "decimal(10,3)", false},
+		{"char(4)", "char(4)", true},
+		{"json", "longtext", false},
+	} {
+		require.Equal(t, c.same, schema.SameType(c.a, c.b), "%s vs %s", c.a, c.b)
+		require.Equal(t, c.same, schema.SameType(c.b, c.a), "%s vs %s", c.b, c.a)
+	}
+}

@@ -356,7 +356,7 @@ func planKeys(ctx context.Context, src *sql.DB, st, tt *schema.Table) (*Plan, er
 		switch {
 		case tc == nil:
 			return nil, fmt.Errorf("%w: target has no key column %s", schema.ErrColumn, c.Name)
-		case !strings.EqualFold(c.ColumnType, tc.ColumnType) || c.Collation != tc.Collation:
+		case !schema.SameType(c.ColumnType, tc.ColumnType) || c.Collation != tc.Collation:
 			return nil, fmt.Errorf("%w: key column %s is %s %s on the source but %s %s on the target, so the servers would sort it differently",
 				schema.ErrColumn, c.Name, c.ColumnType, c.Collation, tc.ColumnType, tc.Collation)
 		}

@@ -256,9 +256,10 @@ func CheckShape(target *Table, fields *rowliftv1.TableFields) error {
 			diffs = append(diffs, fmt.Sprintf("column %s is missing", f.GetName()))
 		case c.Generated:
 			diffs = append(diffs, fmt.Sprintf("column %s is generated on the target", f.GetName()))
-		case !SameType(c.ColumnType, f.GetColumnType()) && !jsonAsText(c.ColumnType, f.GetColumnType()):
+		case !jsonAsText(c.ColumnType, f.GetColumnType()) && !SameType(c.ColumnType, f.GetColumnType()):
 			diffs = append(diffs, fmt.Sprintf("column %s is %s, source has %s", f.GetName(), c.ColumnType, f.GetColumnType()))
-		case c.Collation != f.GetCollation():
+		// A MySQL JSON column has no collation; MariaDB's JSON is utf8mb4 text.
+		case !jsonAsText(c.ColumnType, f.GetColumnType()) && c.Collation != f.GetCollation():
 			diffs = append(diffs, fmt.Sprintf("column %s has collation %q, source has %q", f.GetName(), c.Collation, f.GetCollation()))
 		case c.Nullable != f.GetNullable():
 			diffs = append(diffs, fmt.Sprintf("column %s nullable=%v, source nullable=%v", f.GetName(), c.Nullable, f.GetNullable()))

@@ -217,8 +217,10 @@ func newColumn(tm *replication.TableMapEvent, i int, sc schema.Column) (column, 
 		// MySQL 9's VECTOR: its float32s as little-endian bytes, as a SELECT
 		// returns them.
 		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_VECTOR}
-	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
-		// SRID and WKB, as a SELECT returns them.
+	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection",
+		"geomcollection":
+		// SRID and WKB, as a SELECT returns them. MySQL names
+		// GEOMETRYCOLLECTION's DATA_TYPE geomcollection.
 		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_GEOMETRY}
 	default:
 		// MariaDB's UUID and INET types are stored in binary but selected as

@@ -69,7 +69,7 @@ var allTypesCommonDDL = `CREATE TABLE binlogrow.alltypes (
   dt DATE, dtm DATETIME(6), dtm0 DATETIME, dtm3 DATETIME(3),
   ts TIMESTAMP(6) NULL DEFAULT NULL, ts0 TIMESTAMP NULL DEFAULT NULL, ts3 TIMESTAMP(3) NULL DEFAULT NULL,
   tm TIME(6), tm0 TIME, tm2 TIME(2), tm3 TIME(3), yr YEAR,
-  js JSON, pt POINT, geo GEOMETRY,
+  js JSON, pt POINT, geo GEOMETRY, ls LINESTRING, mpt MULTIPOINT, gc GEOMETRYCOLLECTION,
   g_sum BIGINT AS (IFNULL(i, 0) + IFNULL(si, 0)) STORED,
   g_len BIGINT AS (LENGTH(lbl)) VIRTUAL,
   g_js VARCHAR(100) CHARACTER SET utf8mb4 AS (JSON_VALUE(js, '$.k')) VIRTUAL,
@@ -218,7 +218,9 @@ func typeRows(flavor sandbox.Flavor) []typeRow {
 			"dec52": "-1.5", "dec10": "-123456789"}},
 		{"BIT patterns", map[string]string{"bit1": "b'1'", "bit12": "b'100000000001'", "bit64": "X'8000000000000001'"}},
 		{"BIT with leading zero bytes", map[string]string{"bit1": "b'0'", "bit12": "b'000000000001'", "bit64": "X'00000000000000FF'"}},
-		{"geometry", map[string]string{"pt": "POINT(1.5, -2)", "geo": "ST_GeomFromText('POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))', 4326)"}},
+		{"geometry", map[string]string{"pt": "POINT(1.5, -2)", "geo": "ST_GeomFromText('POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))', 4326)",
+			"ls": "ST_GeomFromText('LINESTRING(0 0, 1 1, 2 0)')", "mpt": "ST_GeomFromText('MULTIPOINT((1 1), (2 2))')",
+			"gc": "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))')"}},
 	}
 	if flavor != sandbox.MySQL {
 		return rows

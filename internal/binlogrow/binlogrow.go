@@ -445,3 +445,15 @@ func padBinary(dst []byte, start, width int) ([]byte, error) {
 	}
 	return dst, nil
 }
+
+// Unwrap returns the events ev carries, so a reader handles a transaction that
+// MySQL logged compressed (binlog_transaction_compression=ON) as it handles a
+// plain one: the table map, rows and XID events inside a TRANSACTION_PAYLOAD
+// event (go-mysql decompresses and decodes them with the syncer's options),
+// and any other event as itself.
+func Unwrap(ev *replication.BinlogEvent) []*replication.BinlogEvent {
+	if p, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
+		return p.Events
+	}
+	return []*replication.BinlogEvent{ev}
+}

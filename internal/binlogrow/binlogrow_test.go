@@ -591,11 +591,8 @@ func readImagesWith(t *testing.T, srv *sandbox.Server, cfg replication.BinlogSyn
 	for {
 		ev, err := stream.GetEvent(ctx)
 		require.NoError(t, err, "reading the binlog until the row in %s", stop)
-		events, compressed := []*replication.BinlogEvent{ev}, false
-		if p, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
-			events, compressed = p.Events, true
-		}
-		for _, ev := range events {
+		_, compressed := ev.Event.(*replication.TransactionPayloadEvent)
+		for _, ev := range Unwrap(ev) {
 			re, ok := ev.Event.(*replication.RowsEvent)
 			if !ok {
 				continue

@@ -70,6 +70,7 @@ var allTypesCommonDDL = `CREATE TABLE binlogrow.alltypes (
   ts TIMESTAMP(6) NULL DEFAULT NULL, ts0 TIMESTAMP NULL DEFAULT NULL, ts3 TIMESTAMP(3) NULL DEFAULT NULL,
   tm TIME(6), tm0 TIME, tm2 TIME(2), tm3 TIME(3), yr YEAR,
   js JSON, pt POINT, geo GEOMETRY, ls LINESTRING, mpt MULTIPOINT, gc GEOMETRYCOLLECTION,
+  pg POLYGON, mls MULTILINESTRING, mpg MULTIPOLYGON, dm DOUBLE(10,2), fm FLOAT(7,3), du DOUBLE UNSIGNED,
   g_sum BIGINT AS (IFNULL(i, 0) + IFNULL(si, 0)) STORED,
   g_len BIGINT AS (LENGTH(lbl)) VIRTUAL,
   g_js VARCHAR(100) CHARACTER SET utf8mb4 AS (JSON_VALUE(js, '$.k')) VIRTUAL,
@@ -220,7 +221,11 @@ func typeRows(flavor sandbox.Flavor) []typeRow {
 		{"BIT with leading zero bytes", map[string]string{"bit1": "b'0'", "bit12": "b'000000000001'", "bit64": "X'00000000000000FF'"}},
 		{"geometry", map[string]string{"pt": "POINT(1.5, -2)", "geo": "ST_GeomFromText('POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))', 4326)",
 			"ls": "ST_GeomFromText('LINESTRING(0 0, 1 1, 2 0)')", "mpt": "ST_GeomFromText('MULTIPOINT((1 1), (2 2))')",
-			"gc": "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))')"}},
+			"gc": "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))')",
+			"pg": "ST_GeomFromText('POLYGON((0 0, 3 0, 3 3, 0 0))')", "mls": "ST_GeomFromText('MULTILINESTRING((0 0, 1 1), (2 2, 3 3))')",
+			"mpg": "ST_GeomFromText('MULTIPOLYGON(((0 0, 3 0, 3 3, 0 0)), ((5 5, 6 5, 6 6, 5 5)))')"}},
+		{"DOUBLE and FLOAT with a scale", map[string]string{"dm": "1.5", "fm": "-2.25", "du": "0.1"}},
+		{"DOUBLE and FLOAT with a scale, whole", map[string]string{"dm": "-12345678.00", "fm": "1", "du": "1e300"}},
 	}
 	if flavor != sandbox.MySQL {
 		return rows

@@ -366,7 +366,7 @@ func testConvertMatchesSelect(t *testing.T, flavor sandbox.Flavor) {
 	// snapshots[view][phase] maps an id to the SELECT's values of its row.
 	snapshots := make([][2]map[string][][]byte, len(views))
 	for v, view := range views {
-		snapshots[v][inserted] = selectRows(t, src, view.cols)
+		snapshots[v][inserted] = selectRows(t, src, "alltypes", view.cols)
 	}
 	checkSourceValues(t, flavor, rows, full, snapshots[0][inserted])
 
@@ -381,7 +381,7 @@ func testConvertMatchesSelect(t *testing.T, flavor sandbox.Flavor) {
 	}
 	exec(fmt.Sprintf("UPDATE binlogrow.alltypes a JOIN binlogrow.next b ON b.id = a.id %% %d + 1 SET %s", len(rows), strings.Join(set, ", ")))
 	for v, view := range views {
-		snapshots[v][updated] = selectRows(t, src, view.cols)
+		snapshots[v][updated] = selectRows(t, src, "alltypes", view.cols)
 	}
 	if flavor == sandbox.MySQL {
 		exec("SET SESSION binlog_transaction_compression = DEFAULT")
@@ -506,10 +506,10 @@ func rowWhat(rows []typeRow, id string) string {
 	return rows[i-1].what
 }
 
-// selectRows reads the table's rows as the streamer's copy does: the same select
+// selectRows reads the rows of binlogrow.<table> as the streamer's copy does: the same select
 // list (FLOAT as DOUBLE, YEAR as text) on a dbconn source pool, scanned as raw
 // bytes. It maps each row's id to its values.
-func selectRows(t *testing.T, db *sql.DB, cols []schema.Column) map[string][][]byte {
+func selectRows(t *testing.T, db *sql.DB, table string, cols []schema.Column) map[string][][]byte {
 	t.Helper()
 	idAt := -1
 	var list []string
@@ -527,7 +527,7 @@ func selectRows(t *testing.T, db *sql.DB, cols []schema.Column) map[string][][]b
 		}
 	}
 	require.GreaterOrEqual(t, idAt, 0)
-	rows, err := db.Query("SELECT " + strings.Join(list, ", ") + " FROM " + rowcodec.QualifiedIdent("binlogrow", "alltypes"))
+	rows, err := db.Query("SELECT " + strings.Join(list, ", ") + " FROM " + rowcodec.QualifiedIdent("binlogrow", table))
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string][][]byte{}
@@ -710,5 +710,40 @@ func testCheckSkippedRejectsMinimalImages(t *testing.T, flavor sandbox.Flavor) {
 			continue
 		}
 		require.ErrorContains(t, conv.CheckSkipped(im.skipped), "leaves out streamed column", im.kind)
+	}
+}
+
+// TestConvertMySQLHiddenColumns: an INVISIBLE column is logged and streamed
+// like any other, and the hidden generated columns behind functional indexes,
+// which information_schema does not show, are not logged.
+func TestConvertMySQLHiddenColumns(t *testing.T) {
+	ctx := context.Background()
+	srv := sandboxtest.Start(t, sandbox.Options{Flavor: sandbox.MySQL})
+	db := sandboxtest.Open(t, srv, "")
+	sandboxtest.Exec(t, db, "CREATE DATABASE binlogrow",
+		"CREATE TABLE binlogrow.h (id INT PRIMARY KEY, a VARCHAR(10), inv INT INVISIBLE, b INT, KEY fn ((UPPER(a))), KEY fn2 ((b * 2)))",
+		"INSERT INTO binlogrow.h (id, a, inv, b) VALUES (1, 'x', 7, 2), (2, NULL, NULL, NULL)",
+		"CREATE TABLE binlogrow.done (id INT PRIMARY KEY)", "INSERT INTO binlogrow.done VALUES (1)")
+	tbl, err := schema.Load(ctx, db, "binlogrow", "h")
+	require.NoError(t, err)
+	cols, err := tbl.Streamed(nil)
+	require.NoError(t, err)
+	var names []string
+	for _, c := range cols {
+		names = append(names, c.Name)
+	}
+	require.Equal(t, []string{"id", "a", "inv", "b"}, names)
+	want := selectRows(t, db, "h", cols)
+	images := readImages(t, srv, "h", "done")
+	require.Len(t, images, 2)
+	require.Equal(t, names, images[0].table.ColumnNameString(), "the functional indexes' hidden columns are not logged")
+	row := &rowliftv1.Row{}
+	for _, im := range images {
+		conv, err := NewConverter(im.table, cols)
+		require.NoError(t, err)
+		require.NoError(t, conv.Convert(row, im.values))
+		got, err := rowcodec.Values(nil, row)
+		require.NoError(t, err)
+		requireSameValues(t, "row "+string(got[0]), cols, got, want[string(got[0])])
 	}
 }

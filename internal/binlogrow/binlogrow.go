@@ -15,7 +15,6 @@
 package binlogrow
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -333,9 +332,11 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 			return dst, fmt.Errorf("partial JSON update (%s of %s): the source must log with binlog_row_value_options='' "+
 				"(PARTIAL_JSON logs only the change, not the value)", j.Op, j.Path)
 		case []byte:
+			// An empty document, which INSERT IGNORE or a non-strict
+			// session stores for NULL in a NOT NULL column: MySQL
+			// reads it as the JSON null literal, and SELECT prints null.
 			if len(j) == 0 {
-				return dst, errors.New("empty JSON document (written by INSERT IGNORE or a non-strict session); " +
-					"a SELECT does not return it as it is stored")
+				return append(dst, "null"...), nil
 			}
 		}
 	case kindBytes, kindBinary:

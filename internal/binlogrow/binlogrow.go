@@ -15,7 +15,6 @@
 package binlogrow
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -217,8 +216,10 @@ func newColumn(tm *replication.TableMapEvent, i int, sc schema.Column) (column, 
 		// MySQL 9's VECTOR: its float32s as little-endian bytes, as a SELECT
 		// returns them.
 		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_VECTOR}
-	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
-		// SRID and WKB, as a SELECT returns them.
+	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection",
+		"geomcollection":
+		// SRID and WKB, as a SELECT returns them. MySQL names
+		// GEOMETRYCOLLECTION's DATA_TYPE geomcollection.
 		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_GEOMETRY}
 	default:
 		// MariaDB's UUID and INET types are stored in binary but selected as
@@ -331,9 +332,11 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 			return dst, fmt.Errorf("partial JSON update (%s of %s): the source must log with binlog_row_value_options='' "+
 				"(PARTIAL_JSON logs only the change, not the value)", j.Op, j.Path)
 		case []byte:
+			// An empty document, which INSERT IGNORE or a non-strict
+			// session stores for NULL in a NOT NULL column: MySQL
+			// reads it as the JSON null literal, and SELECT prints null.
 			if len(j) == 0 {
-				return dst, errors.New("empty JSON document (written by INSERT IGNORE or a non-strict session); " +
-					"a SELECT does not return it as it is stored")
+				return append(dst, "null"...), nil
 			}
 		}
 	case kindBytes, kindBinary:
@@ -442,4 +445,16 @@ func padBinary(dst []byte, start, width int) ([]byte, error) {
 		dst = append(dst, 0)
 	}
 	return dst, nil
+}
+
+// Unwrap returns the events ev carries, so a reader handles a transaction that
+// MySQL logged compressed (binlog_transaction_compression=ON) as it handles a
+// plain one: the table map, rows and XID events inside a TRANSACTION_PAYLOAD
+// event (go-mysql decompresses and decodes them with the syncer's options),
+// and any other event as itself.
+func Unwrap(ev *replication.BinlogEvent) []*replication.BinlogEvent {
+	if p, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
+		return p.Events
+	}
+	return []*replication.BinlogEvent{ev}
 }

@@ -69,7 +69,8 @@ var allTypesCommonDDL = `CREATE TABLE binlogrow.alltypes (
   dt DATE, dtm DATETIME(6), dtm0 DATETIME, dtm3 DATETIME(3),
   ts TIMESTAMP(6) NULL DEFAULT NULL, ts0 TIMESTAMP NULL DEFAULT NULL, ts3 TIMESTAMP(3) NULL DEFAULT NULL,
   tm TIME(6), tm0 TIME, tm2 TIME(2), tm3 TIME(3), yr YEAR,
-  js JSON, pt POINT, geo GEOMETRY,
+  js JSON, pt POINT, geo GEOMETRY, ls LINESTRING, mpt MULTIPOINT, gc GEOMETRYCOLLECTION,
+  pg POLYGON, mls MULTILINESTRING, mpg MULTIPOLYGON, dm DOUBLE(10,2), fm FLOAT(7,3), du DOUBLE UNSIGNED,
   g_sum BIGINT AS (IFNULL(i, 0) + IFNULL(si, 0)) STORED,
   g_len BIGINT AS (LENGTH(lbl)) VIRTUAL,
   g_js VARCHAR(100) CHARACTER SET utf8mb4 AS (JSON_VALUE(js, '$.k')) VIRTUAL,
@@ -218,7 +219,13 @@ func typeRows(flavor sandbox.Flavor) []typeRow {
 			"dec52": "-1.5", "dec10": "-123456789"}},
 		{"BIT patterns", map[string]string{"bit1": "b'1'", "bit12": "b'100000000001'", "bit64": "X'8000000000000001'"}},
 		{"BIT with leading zero bytes", map[string]string{"bit1": "b'0'", "bit12": "b'000000000001'", "bit64": "X'00000000000000FF'"}},
-		{"geometry", map[string]string{"pt": "POINT(1.5, -2)", "geo": "ST_GeomFromText('POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))', 4326)"}},
+		{"geometry", map[string]string{"pt": "POINT(1.5, -2)", "geo": "ST_GeomFromText('POLYGON((0 0, 10 0, 10 10, 0 10, 0 0))', 4326)",
+			"ls": "ST_GeomFromText('LINESTRING(0 0, 1 1, 2 0)')", "mpt": "ST_GeomFromText('MULTIPOINT((1 1), (2 2))')",
+			"gc": "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))')",
+			"pg": "ST_GeomFromText('POLYGON((0 0, 3 0, 3 3, 0 0))')", "mls": "ST_GeomFromText('MULTILINESTRING((0 0, 1 1), (2 2, 3 3))')",
+			"mpg": "ST_GeomFromText('MULTIPOLYGON(((0 0, 3 0, 3 3, 0 0)), ((5 5, 6 5, 6 6, 5 5)))')"}},
+		{"DOUBLE and FLOAT with a scale", map[string]string{"dm": "1.5", "fm": "-2.25", "du": "0.1"}},
+		{"DOUBLE and FLOAT with a scale, whole", map[string]string{"dm": "-12345678.00", "fm": "1", "du": "1e300"}},
 	}
 	if flavor != sandbox.MySQL {
 		return rows
@@ -359,7 +366,7 @@ func testConvertMatchesSelect(t *testing.T, flavor sandbox.Flavor) {
 	// snapshots[view][phase] maps an id to the SELECT's values of its row.
 	snapshots := make([][2]map[string][][]byte, len(views))
 	for v, view := range views {
-		snapshots[v][inserted] = selectRows(t, src, view.cols)
+		snapshots[v][inserted] = selectRows(t, src, "alltypes", view.cols)
 	}
 	checkSourceValues(t, flavor, rows, full, snapshots[0][inserted])
 
@@ -374,7 +381,7 @@ func testConvertMatchesSelect(t *testing.T, flavor sandbox.Flavor) {
 	}
 	exec(fmt.Sprintf("UPDATE binlogrow.alltypes a JOIN binlogrow.next b ON b.id = a.id %% %d + 1 SET %s", len(rows), strings.Join(set, ", ")))
 	for v, view := range views {
-		snapshots[v][updated] = selectRows(t, src, view.cols)
+		snapshots[v][updated] = selectRows(t, src, "alltypes", view.cols)
 	}
 	if flavor == sandbox.MySQL {
 		exec("SET SESSION binlog_transaction_compression = DEFAULT")
@@ -499,10 +506,10 @@ func rowWhat(rows []typeRow, id string) string {
 	return rows[i-1].what
 }
 
-// selectRows reads the table's rows as the streamer's copy does: the same select
+// selectRows reads the rows of binlogrow.<table> as the streamer's copy does: the same select
 // list (FLOAT as DOUBLE, YEAR as text) on a dbconn source pool, scanned as raw
 // bytes. It maps each row's id to its values.
-func selectRows(t *testing.T, db *sql.DB, cols []schema.Column) map[string][][]byte {
+func selectRows(t *testing.T, db *sql.DB, table string, cols []schema.Column) map[string][][]byte {
 	t.Helper()
 	idAt := -1
 	var list []string
@@ -520,7 +527,7 @@ func selectRows(t *testing.T, db *sql.DB, cols []schema.Column) map[string][][]b
 		}
 	}
 	require.GreaterOrEqual(t, idAt, 0)
-	rows, err := db.Query("SELECT " + strings.Join(list, ", ") + " FROM " + rowcodec.QualifiedIdent("binlogrow", "alltypes"))
+	rows, err := db.Query("SELECT " + strings.Join(list, ", ") + " FROM " + rowcodec.QualifiedIdent("binlogrow", table))
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string][][]byte{}
@@ -589,11 +596,8 @@ func readImagesWith(t *testing.T, srv *sandbox.Server, cfg replication.BinlogSyn
 	for {
 		ev, err := stream.GetEvent(ctx)
 		require.NoError(t, err, "reading the binlog until the row in %s", stop)
-		events, compressed := []*replication.BinlogEvent{ev}, false
-		if p, ok := ev.Event.(*replication.TransactionPayloadEvent); ok {
-			events, compressed = p.Events, true
-		}
-		for _, ev := range events {
+		_, compressed := ev.Event.(*replication.TransactionPayloadEvent)
+		for _, ev := range Unwrap(ev) {
 			re, ok := ev.Event.(*replication.RowsEvent)
 			if !ok {
 				continue
@@ -706,5 +710,40 @@ func testCheckSkippedRejectsMinimalImages(t *testing.T, flavor sandbox.Flavor) {
 			continue
 		}
 		require.ErrorContains(t, conv.CheckSkipped(im.skipped), "leaves out streamed column", im.kind)
+	}
+}
+
+// TestConvertMySQLHiddenColumns: an INVISIBLE column is logged and streamed
+// like any other, and the hidden generated columns behind functional indexes,
+// which information_schema does not show, are not logged.
+func TestConvertMySQLHiddenColumns(t *testing.T) {
+	ctx := context.Background()
+	srv := sandboxtest.Start(t, sandbox.Options{Flavor: sandbox.MySQL})
+	db := sandboxtest.Open(t, srv, "")
+	sandboxtest.Exec(t, db, "CREATE DATABASE binlogrow",
+		"CREATE TABLE binlogrow.h (id INT PRIMARY KEY, a VARCHAR(10), inv INT INVISIBLE, b INT, KEY fn ((UPPER(a))), KEY fn2 ((b * 2)))",
+		"INSERT INTO binlogrow.h (id, a, inv, b) VALUES (1, 'x', 7, 2), (2, NULL, NULL, NULL)",
+		"CREATE TABLE binlogrow.done (id INT PRIMARY KEY)", "INSERT INTO binlogrow.done VALUES (1)")
+	tbl, err := schema.Load(ctx, db, "binlogrow", "h")
+	require.NoError(t, err)
+	cols, err := tbl.Streamed(nil)
+	require.NoError(t, err)
+	var names []string
+	for _, c := range cols {
+		names = append(names, c.Name)
+	}
+	require.Equal(t, []string{"id", "a", "inv", "b"}, names)
+	want := selectRows(t, db, "h", cols)
+	images := readImages(t, srv, "h", "done")
+	require.Len(t, images, 2)
+	require.Equal(t, names, images[0].table.ColumnNameString(), "the functional indexes' hidden columns are not logged")
+	row := &rowliftv1.Row{}
+	for _, im := range images {
+		conv, err := NewConverter(im.table, cols)
+		require.NoError(t, err)
+		require.NoError(t, conv.Convert(row, im.values))
+		got, err := rowcodec.Values(nil, row)
+		require.NoError(t, err)
+		requireSameValues(t, "row "+string(got[0]), cols, got, want[string(got[0])])
 	}
 }

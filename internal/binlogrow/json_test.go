@@ -165,10 +165,11 @@ func TestJSONTextStoresTheSameValue(t *testing.T) {
 	}
 }
 
-// TestJSONFailsClosed checks that the JSON a converter cannot print as SELECT
-// does is refused with the reason: a partial update logged with
-// binlog_row_value_options=PARTIAL_JSON, and an empty document.
-func TestJSONFailsClosed(t *testing.T) {
+// TestJSONPartialAndEmptyDocuments checks that a partial JSON update, logged with
+// binlog_row_value_options=PARTIAL_JSON, is refused with the reason, and that
+// an empty document (NULL in a NOT NULL column, stored by a non-strict INSERT
+// IGNORE) converts to what SELECT prints for it.
+func TestJSONPartialAndEmptyDocuments(t *testing.T) {
 	ctx := context.Background()
 	srv := sandboxtest.Start(t, sandbox.Options{Flavor: sandbox.MySQL})
 	db := sandboxtest.Open(t, srv, "")
@@ -198,19 +199,25 @@ func TestJSONFailsClosed(t *testing.T) {
 	images := readImages(t, srv, "j", "done")
 	var kinds []string
 	errs := map[string]error{}
+	rows := map[string]*rowliftv1.Row{}
 	for _, im := range images {
 		conv, err := NewConverter(im.table, cols)
 		require.NoError(t, err)
 		require.NoError(t, conv.CheckSkipped(im.skipped))
 		kind := fmt.Sprintf("%s of %v", im.kind, im.values[0])
 		kinds = append(kinds, kind)
-		errs[kind] = conv.Convert(&rowliftv1.Row{}, im.values)
+		rows[kind] = &rowliftv1.Row{}
+		errs[kind] = conv.Convert(rows[kind], im.values)
 	}
 	require.Equal(t, []string{"insert of 1", "insert of 2", "update before of 1", "update after of 1"}, kinds)
 	require.NoError(t, errs["insert of 1"])
 	require.NoError(t, errs["update before of 1"], "the before image of a partial update is whole")
 	require.ErrorContains(t, errs["update after of 1"], "partial JSON update (Replace of $.a): the source must log with binlog_row_value_options=''")
-	require.ErrorContains(t, errs["insert of 2"], "empty JSON document", "SELECT prints it as %q", stored)
+	require.NoError(t, errs["insert of 2"])
+	got, err := rowcodec.Values(nil, rows["insert of 2"])
+	require.NoError(t, err)
+	require.Equal(t, "null", stored)
+	require.Equal(t, []byte(stored), got[1])
 }
 
 // TestJSONNeedsTypeFaithfulDecoding shows why CheckConfig requires

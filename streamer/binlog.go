@@ -81,9 +81,20 @@ func (r *binlogReader) next(ctx context.Context) (readResult, error) {
 		if err != nil {
 			return readResult{}, fmt.Errorf("read binlog: %w", err)
 		}
-		res, done, err := r.handle(ev)
-		if err != nil || done {
-			return res, err
+		// A compressed transaction (MySQL's binlog_transaction_compression)
+		// carries its events, commit included, in one event.
+		events := binlogrow.Unwrap(ev)
+		for i, inner := range events {
+			res, done, err := r.handle(inner)
+			if err != nil {
+				return res, err
+			}
+			if done && i != len(events)-1 {
+				return readResult{}, fmt.Errorf("compressed transaction payload has %d events after its commit", len(events)-1-i)
+			}
+			if done {
+				return res, nil
+			}
 		}
 	}
 }
@@ -99,8 +110,6 @@ func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, er
 	case *replication.GtidTaggedLogEvent:
 		// A tagged GTID (uuid:tag:n, MySQL 8.3+) comes in an event of its own type.
 		return readResult{}, false, r.beginMySQL(&e.GTIDEvent, ev.Header.Timestamp)
-	case *replication.TransactionPayloadEvent:
-		return r.payload(e)
 	case *replication.TableMapEvent:
 		r.mapTable(e)
 	case *replication.RowsEvent:
@@ -130,26 +139,6 @@ func (r *binlogReader) beginMySQL(e *replication.GTIDEvent, headerSeconds uint32
 
 func (r *binlogReader) begin(gtid string, commitUS int64) {
 	r.tx = &openTx{gtid: gtid, commitUS: commitUS, byTable: map[string]*rowliftv1.RowEvent{}}
-}
-
-// payload reads a compressed transaction (MySQL's binlog_transaction_compression):
-// go-mysql has decompressed its events, which are the transaction's events
-// after its GTID, commit included.
-func (r *binlogReader) payload(e *replication.TransactionPayloadEvent) (readResult, bool, error) {
-	for i, inner := range e.Events {
-		res, done, err := r.handle(inner)
-		if err != nil || !done {
-			if err != nil {
-				return res, false, err
-			}
-			continue
-		}
-		if i != len(e.Events)-1 {
-			return readResult{}, false, fmt.Errorf("compressed transaction payload has %d events after its commit", len(e.Events)-1-i)
-		}
-		return res, true, nil
-	}
-	return readResult{}, false, nil
 }
 
 // mapTable builds the converter of a streamed table from its table map event;

@@ -65,12 +65,12 @@ type shardEnv struct {
 // newShardEnv starts the servers and processes of an N→M reshard; ranges are
 // the sources' and the targets' key ranges ("" for a lone source's whole
 // keyspace). Every source starts with the race tables filled alike.
-func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRanges []string, reversible bool) *shardEnv {
+func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, sourceRanges, targetRanges []string, reversible bool) *shardEnv {
 	t.Helper()
 	e := &shardEnv{t: t, servers: map[string]*shard{}, frozen: map[string]bool{}}
 	coordArgs := []string{"coordinator"}
 	for i, kr := range sourceRanges {
-		s := &shard{name: fmt.Sprintf("s%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{})}
+		s := &shard{name: fmt.Sprintf("s%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{Flavor: flavor})}
 		s.db = sandboxtest.Open(t, s.srv, "")
 		fillRaceTables(t, s.db, keys)
 		port, err := sandbox.FreePort()
@@ -88,7 +88,7 @@ func newShardEnv(t *testing.T, keys int, hooks []string, sourceRanges, targetRan
 		}
 	}
 	for i, kr := range targetRanges {
-		d := &shard{name: fmt.Sprintf("t%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{})}
+		d := &shard{name: fmt.Sprintf("t%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{Flavor: flavor})}
 		d.db = sandboxtest.Open(t, d.srv, "")
 		store, err := state.Open(context.Background(), d.db)
 		require.NoError(t, err)
@@ -356,11 +356,11 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 // runReshard runs one N→M reshard of the race tables under the race writers,
 // with kills of a streamer, an applier and a source server when kill is set,
 // and checks every target shard.
-func runReshard(t *testing.T, sourceRanges, targetRanges []string, keys int, kill bool) {
+func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges []string, keys int, kill bool) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	hooks := []string{testhook.EnvVar + fmt.Sprintf("=chunk_read=0-20ms,replay_exec=0-5ms,seed=%d", seed)}
-	e := newShardEnv(t, keys, hooks, sourceRanges, targetRanges, false)
+	e := newShardEnv(t, flavor, keys, hooks, sourceRanges, targetRanges, false)
 	spec := e.spec("split", raceShardTables(len(sourceRanges) > 1))
 	var route atomic.Pointer[[]*shard]
 	route.Store(&e.sources)
@@ -426,21 +426,30 @@ func TestReshard(t *testing.T) {
 		name             string
 		sources, targets []string
 		kill             bool
+		// mysql runs the case on MySQL servers too (two cases keep the
+		// flavor's share of make test small).
+		mysql bool
 	}{
-		{"1to2", []string{""}, []string{"-80", "80-"}, true},
-		{"1to4", []string{""}, []string{"-40", "40-80", "80-c0", "c0-"}, false},
-		{"2to3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"}, false},
-		{"4to2", []string{"-40", "40-80", "80-c0", "c0-"}, []string{"-80", "80-"}, false},
-		{"2to1", []string{"-80", "80-"}, []string{"-"}, false},
+		{"1to2", []string{""}, []string{"-80", "80-"}, true, true},
+		{"1to4", []string{""}, []string{"-40", "40-80", "80-c0", "c0-"}, false, false},
+		{"2to3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"}, false, true},
+		{"4to2", []string{"-40", "40-80", "80-c0", "c0-"}, []string{"-80", "80-"}, false, false},
+		{"2to1", []string{"-80", "80-"}, []string{"-"}, false, false},
 	} {
-		t.Run(c.name, func(t *testing.T) { runReshard(t, c.sources, c.targets, keys, c.kill) })
+		flavors := []sandbox.Flavor{sandbox.MariaDB}
+		if c.mysql {
+			flavors = append(flavors, sandbox.MySQL)
+		}
+		for _, flavor := range flavors {
+			t.Run(c.name+"/"+string(flavor), func(t *testing.T) { runReshard(t, flavor, c.sources, c.targets, keys, c.kill) })
+		}
 	}
 }
 
 // TestReshardRefusals: each bad reshard request is refused with the range,
 // table, column or function named, and nothing is written on any target.
 func TestReshardRefusals(t *testing.T) {
-	e := newShardEnv(t, 30, nil, []string{""}, []string{"-80", "80-"}, false)
+	e := newShardEnv(t, sandbox.MariaDB, 30, nil, []string{""}, []string{"-80", "80-"}, false)
 	sandboxtest.Exec(t, e.sources[0].db, "CREATE TABLE race.pad (id INT PRIMARY KEY, k VARCHAR(8))")
 	for _, c := range []struct {
 		name    string
@@ -490,7 +499,7 @@ func TestReshardRefusals(t *testing.T) {
 func TestReshardCutover(t *testing.T) {
 	seed := testSeed(t)
 	keys := envInt("ROWLIFT_RESHARD_KEYS", 600)
-	e := newShardEnv(t, keys, nil, []string{""}, []string{"-80", "80-"}, true)
+	e := newShardEnv(t, sandbox.MariaDB, keys, nil, []string{""}, []string{"-80", "80-"}, true)
 	// Without uniq: writes to the two shards after the switch may take the
 	// same email, which no merge back can hold (the creation warning says so);
 	// as a reference table, writes to the second shard would never go back.

@@ -77,6 +77,10 @@ func Check(source, target string, table *rowliftv1.TableFields, tgt Target) Resu
 				"give the column a collation both servers have (and the same order on both), or create the target table by hand", where, c, flavorName(target)))
 			continue
 		}
+		if typ == "float" {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("%s is FLOAT: MariaDB and MySQL print some FLOAT values (those that need "+
+				"17 digits as a double) differently, so verify between them may report such rows as different when the values are equal", where))
+		}
 		existing, exists := tgt.Columns[col]
 		if !exists {
 			continue

@@ -101,3 +101,13 @@ func TestJSONColumnsNeedsBackquotedChecks(t *testing.T) {
 	assert.Equal(t, map[string]bool{"a": true, "b c": true}, jsonColumns(MariaDB, []byte("CHECK (json_valid(`a`)), CHECK (JSON_VALID(`b c`)), json_valid(`unterminated")))
 	assert.Empty(t, jsonColumns(MySQL, []byte("CHECK (json_valid(`a`))")))
 }
+
+func TestFloatBetweenFlavorsWarns(t *testing.T) {
+	for _, dir := range [][2]string{{MariaDB, MySQL}, {MySQL, MariaDB}} {
+		r := Check(dir[0], dir[1], table("", field("f", "float", ""), field("d", "double", "")), Target{Collations: collations})
+		assert.Empty(t, r.Refusals)
+		if assert.Len(t, r.Warnings, 1) {
+			assert.Contains(t, r.Warnings[0], "column t.f is FLOAT: MariaDB and MySQL print some FLOAT values")
+		}
+	}
+}

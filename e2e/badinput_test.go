@@ -213,40 +213,47 @@ func TestUnreachableSource(t *testing.T) {
 	require.Contains(t, e.streamMessage("dead"), "is it running")
 }
 
-// TestSourceSettingsAreChecked starts sources with each required setting wrong:
-// each stream fails with a message naming the setting and how to fix it, and
-// the workflow writes nothing.
+// TestSourceSettingsAreChecked starts sources with required settings wrong:
+// each stream fails with a message naming every wrong setting and how to fix
+// it, and the workflow writes nothing.
 func TestSourceSettingsAreChecked(t *testing.T) {
-	cases := map[sandbox.Flavor][]struct{ arg, want string }{
+	cases := map[sandbox.Flavor][]struct {
+		args string
+		want []string
+	}{
 		sandbox.MariaDB: {
-			{"--binlog-format=STATEMENT", "binlog_format=STATEMENT; rowlift needs binlog_format=ROW"},
-			{"--binlog-row-image=MINIMAL", "binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL"},
-			{"--binlog-row-metadata=MINIMAL", "binlog_row_metadata=MINIMAL; rowlift needs binlog_row_metadata=FULL"},
-			{"--gtid-strict-mode=OFF", "gtid_strict_mode=0; rowlift needs gtid_strict_mode=1"},
+			{"--binlog-format=STATEMENT --binlog-row-image=MINIMAL --binlog-row-metadata=MINIMAL --gtid-strict-mode=OFF", []string{
+				"binlog_format=STATEMENT; rowlift needs binlog_format=ROW because it replays row images, not statements: SET GLOBAL binlog_format=ROW (and in the server's config file)",
+				"binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL",
+				"binlog_row_metadata=MINIMAL; rowlift needs binlog_row_metadata=FULL",
+				"gtid_strict_mode=0; rowlift needs gtid_strict_mode=1"}},
 		},
 		sandbox.MySQL: {
-			{"--binlog-format=STATEMENT", "binlog_format=STATEMENT; rowlift needs binlog_format=ROW because it replays row images, not statements: SET PERSIST binlog_format=ROW"},
-			{"--binlog-row-image=MINIMAL", "binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL"},
-			{"--binlog-row-metadata=MINIMAL", "binlog_row_metadata=MINIMAL; rowlift needs binlog_row_metadata=FULL"},
-			{"--binlog-row-value-options=PARTIAL_JSON", "binlog_row_value_options=PARTIAL_JSON; rowlift needs binlog_row_value_options='' " +
-				"because partial JSON updates carry only a diff, not the row's JSON: SET PERSIST binlog_row_value_options=''"},
-			{"--gtid-mode=OFF_PERMISSIVE", "gtid_mode=OFF_PERMISSIVE; rowlift needs gtid_mode=ON because positions are GTID sets, which every " +
-				"transaction must have: SET PERSIST enforce_gtid_consistency=ON, then SET PERSIST gtid_mode=OFF_PERMISSIVE"},
-			{"--gtid-mode=OFF --enforce-gtid-consistency=WARN", "enforce_gtid_consistency=WARN; rowlift needs enforce_gtid_consistency=ON"},
+			{"--binlog-format=STATEMENT --binlog-row-image=MINIMAL --binlog-row-metadata=MINIMAL --binlog-row-value-options=PARTIAL_JSON", []string{
+				"binlog_format=STATEMENT; rowlift needs binlog_format=ROW because it replays row images, not statements: SET PERSIST binlog_format=ROW",
+				"binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL because it applies changes by key and checks before images, " +
+					"which need every column: SET PERSIST binlog_row_image=FULL",
+				"binlog_row_metadata=MINIMAL; rowlift needs binlog_row_metadata=FULL",
+				"binlog_row_value_options=PARTIAL_JSON; rowlift needs binlog_row_value_options='' because partial JSON updates carry only a diff, " +
+					"not the row's JSON: SET PERSIST binlog_row_value_options=''"}},
+			{"--gtid-mode=OFF --enforce-gtid-consistency=WARN", []string{
+				"enforce_gtid_consistency=WARN; rowlift needs enforce_gtid_consistency=ON",
+				"gtid_mode=OFF; rowlift needs gtid_mode=ON because positions are GTID sets, which every transaction must have: " +
+					"SET PERSIST enforce_gtid_consistency=ON, then SET PERSIST gtid_mode=OFF_PERMISSIVE, SET PERSIST gtid_mode=ON_PERMISSIVE and"}},
 		},
 	}
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
-		fix := map[sandbox.Flavor]string{sandbox.MariaDB: "SET GLOBAL", sandbox.MySQL: "SET PERSIST"}[flavor]
 		for _, tc := range cases[flavor] {
-			t.Run(tc.arg, func(t *testing.T) {
-				e := newEnvWith(t, sandbox.Options{Flavor: flavor, Args: strings.Fields(tc.arg)})
+			t.Run(tc.args, func(t *testing.T) {
+				e := newEnvWith(t, sandbox.Options{Flavor: flavor, Args: strings.Fields(tc.args)})
 				e.sourceExec("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)", "INSERT INTO s.t VALUES (1)")
 				e.startStreamer()
 				e.startApplier()
 				e.start(e.workflow("settings", "s", "t"))
 				w := e.waitState("settings", state.Error, 30*time.Second)
-				require.Contains(t, w.Message, tc.want)
-				require.Contains(t, w.Message, fix)
+				for _, want := range tc.want {
+					require.Contains(t, w.Message, want)
+				}
 				e.nothingWritten("settings", "s")
 			})
 		}

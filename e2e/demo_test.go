@@ -12,18 +12,24 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 )
 
 // TestDemo runs `rowlift demo` as the README tells a new user to, at a smaller
 // size: two servers, a copy under live writes, a comparison, and "identical: yes".
 func TestDemo(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, rowliftBin, "demo", "--rows", "30000").CombinedOutput()
-	require.NoError(t, err, "demo output:\n%s", out)
-	for _, want := range []string{"creating workflow demo-move", "copy done", "identical:       yes"} {
-		require.Contains(t, string(out), want)
-	}
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, rowliftBin, "demo", "--rows", "30000", "--flavor", string(flavor)).CombinedOutput()
+		require.NoError(t, err, "demo output:\n%s", out)
+		name := map[sandbox.Flavor]string{sandbox.MariaDB: "MariaDB", sandbox.MySQL: "MySQL"}[flavor]
+		for _, want := range []string{"starting two throwaway " + name + " servers", "creating workflow demo-move", "copy done", "identical:       yes"} {
+			require.Contains(t, string(out), want)
+		}
+	})
 }
 
 // TestDemoCutover runs `rowlift demo --cutover`: after the copy and the

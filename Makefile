@@ -69,8 +69,9 @@ proto-check: proto
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
 ## bench: run every benchmark program; each prints rowlift beside a baseline from the same run.
-## Every program takes -flavor mysql (through its flags variable, e.g. COPYFLAGS="-flavor mysql")
-## to run on MySQL servers beside MySQL's own tools; results then land in <name>-mysql.json
+## The programs that run rowlift (copy, apply, lag, cutover, reshard) take -flavor mysql (through their
+## flags variables, e.g. COPYFLAGS="-flavor mysql") to run on MySQL servers beside MySQL's own tools;
+## results then land in <name>-mysql.json
 bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)

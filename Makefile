@@ -68,7 +68,10 @@ proto-check: proto
 		echo "generated code in proto/ is out of date; run 'make proto' and commit:"; \
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
-## bench: run every benchmark program; each prints rowlift beside a baseline from the same run
+## bench: run every benchmark program; each prints rowlift beside a baseline from the same run.
+## The programs that run rowlift (copy, apply, lag, cutover, reshard) take -flavor mysql (through their
+## flags variables, e.g. COPYFLAGS="-flavor mysql") to run on MySQL servers beside MySQL's own tools;
+## results then land in <name>-mysql.json
 bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
@@ -76,8 +79,9 @@ N ?= 5
 bench-sandbox:
 	$(GO) run ./benchmarks/sandbox -n $(N)
 
-## bench-copy: rowlift copy beside source scan, LOAD DATA and mariadb-dump | mariadb on the
-## same servers (ROWS=table rows, full size 16777216; COPYFLAGS=more flags, e.g. -runs 3)
+## bench-copy: rowlift copy beside source scan, LOAD DATA and mariadb-dump | mariadb (mysqldump | mysql
+## with -flavor mysql) on the same servers (ROWS=table rows, full size 16777216; COPYFLAGS=more flags,
+## e.g. -runs 3 -flavor mysql)
 ROWS ?= 1000000
 bench-copy:
 	$(GO) run ./benchmarks/copy -rows $(ROWS) $(COPYFLAGS)
@@ -89,7 +93,8 @@ bench-lag:
 
 ## bench-apply: catch-up of a backlog of one-client transactions by rowlift (1 worker, N workers,
 ## commit batching, out-of-order commits) beside MariaDB replicas with 0, 4 and 16 parallel
-## threads, all on equally durable servers (APPLYFLAGS=e.g. -k 5000 -workers 8)
+## threads (MySQL replicas with 0, 4 and 16 workers with -flavor mysql), all on equally durable
+## servers (APPLYFLAGS=e.g. -k 5000 -workers 8 -flavor mysql)
 APPLYFLAGS ?=
 bench-apply:
 	$(GO) run ./benchmarks/apply $(APPLYFLAGS)

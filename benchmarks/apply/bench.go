@@ -72,9 +72,6 @@ type replayer interface {
 // a server for every configuration.
 func setup(ctx context.Context, cfg config, threads []int) (b *bench, err error) {
 	b = &bench{cfg: cfg, clkTck: benchkit.ClockTicks(), opts: cfg.Options()}
-	if b.opts.Flavor != sandbox.MariaDB {
-		return nil, fmt.Errorf("the native baselines are MariaDB's parallel replication: unset $%s", sandbox.FlavorEnv)
-	}
 	// Every commit durable on every server, binlog included: rowlift targets log
 	// their writes like replicas with log_slave_updates (the sandbox's default).
 	b.opts.Args = append(b.opts.Args, "--sync-binlog=1")
@@ -119,8 +116,8 @@ func setup(ctx context.Context, cfg config, threads []int) (b *bench, err error)
 			return b, err
 		}
 	}
-	for _, rc := range replicaConfigs(threads) {
-		r := &replica{b: b, threads: rc.threads, mode: rc.mode}
+	for _, rc := range replicaConfigs(cfg.Flavor, threads) {
+		r := &replica{b: b, rpl: replications[cfg.Flavor], cfg: rc}
 		b.targets = append(b.targets, r)
 		if r.n, err = b.startNode(ctx, rc.name, "native", rc.key); err != nil {
 			return b, err

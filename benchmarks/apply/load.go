@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/rowlift/rowlift/internal/dbconn"
 )
 
 const (
@@ -101,8 +103,8 @@ func (b *bench) seed(ctx context.Context) error {
 
 // sourcePosition is the GTID set of everything the source has logged.
 func (b *bench) sourcePosition(ctx context.Context) (string, error) {
-	var pos string
-	if err := b.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	pos, err := dbconn.Position(ctx, b.srcDB)
+	if err != nil {
 		return "", fmt.Errorf("source position: %w", err)
 	}
 	return pos, nil

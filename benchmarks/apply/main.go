@@ -1,13 +1,14 @@
 // Command apply measures how fast a target catches up on a backlog of
 // transactions that one client wrote on the source, with rowlift's applier in
-// four settings beside MariaDB's own replication, every one replaying the same
-// transactions into a server of its own with the same durable settings
-// (innodb_flush_log_at_trx_commit=-flush, sync_binlog=1, binlog on). It
+// four settings beside the servers' own replication (MariaDB's, or MySQL's with
+// -flavor mysql), every one replaying the same transactions into a server of
+// its own with the same durable settings (innodb_flush_log_at_trx_commit=-flush,
+// sync_binlog=1, binlog on). It
 //
 //  1. seeds -tables sysbench-like tables of -rows rows on the source;
 //  2. brings every target to the seeded state and stops it there: rowlift
-//     targets by a workflow's copy (then the applier is stopped), MariaDB
-//     replicas by replication (then the SQL thread is stopped);
+//     targets by a workflow's copy (then the applier is stopped), replicas
+//     by replication (then the SQL thread is stopped);
 //  3. runs -k transactions on the source from one connection, each like
 //     sysbench oltp_write_only: UPDATE of the indexed k by PK, UPDATE of c by
 //     PK, DELETE and INSERT of one key; the replicas' IO threads fetch them all;
@@ -15,9 +16,11 @@
 //     flushed: rowlift from starting the applier until its committed position
 //     covers the source's last GTID (read every 10 ms), for 1 worker and no
 //     batching (the serial baseline), -workers workers, with commit batching,
-//     and with out-of-order commits; a replica from START SLAVE SQL_THREAD
-//     until MASTER_GTID_WAIT returns, with no parallel threads and with each
-//     of -native threads in optimistic and in conservative mode;
+//     and with out-of-order commits; a replica from starting its SQL thread
+//     until MASTER_GTID_WAIT (MySQL: WAIT_FOR_EXECUTED_GTID_SET) returns, with
+//     no parallel threads and with each of -native threads: on MariaDB in
+//     optimistic and in conservative mode, on MySQL as replica_parallel_workers
+//     with replica_preserve_commit_order=ON;
 //  5. compares every table of every target with the source row by row.
 //
 // It prints seconds, transactions/s, the speed-up over serial rowlift and
@@ -25,6 +28,7 @@
 // beside the best replica; and writes the same as JSON.
 //
 //	go run ./benchmarks/apply -k 20000
+//	go run ./benchmarks/apply -k 20000 -flavor mysql
 package main
 
 import (
@@ -60,11 +64,14 @@ func main() {
 	flag.IntVar(&cfg.Workers, "workers", 4, "rowlift apply_workers of the parallel configurations")
 	flag.IntVar(&cfg.BatchItems, "batch-items", 64, "rowlift commit_batch_items of the batching configurations")
 	flag.IntVar(&cfg.BatchMs, "batch-ms", 5, "rowlift commit_batch_ms of the batching configurations")
-	flag.StringVar(&cfg.Native, "native", "0,4,16", "slave_parallel_threads of the MariaDB replicas; each above 0 runs in optimistic and in conservative mode (empty: none)")
+	flag.StringVar(&cfg.Native, "native", "0,4,16", "parallel appliers of the native replicas: slave_parallel_threads on MariaDB, each above 0 in optimistic and in conservative mode; replica_parallel_workers on MySQL, commit order preserved (empty: none)")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated rows and transactions")
 	cfg.RegisterFlags(flag.CommandLine)
-	flag.StringVar(&cfg.Out, "out", "benchmarks/results/apply.json", "JSON result path")
+	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/apply.json, apply-mysql.json with -flavor mysql)")
 	flag.Parse()
+	if cfg.Out == "" {
+		cfg.Out = cfg.ResultPath("apply")
+	}
 	benchkit.Main("apply", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 

@@ -131,7 +131,7 @@ func (r *report) print(w io.Writer) {
 	r.Header.Print(w)
 	fmt.Fprintf(w, "backlog: %d oltp_write_only-like transactions (4 row changes each) on %d tables of %d rows, written by one source connection in %.2f s (%.0f trx/s)\n",
 		bl.Transactions, f.Tables, f.Rows, bl.WallS, bl.PerS)
-	fmt.Fprintf(w, "every server: flush=%d sync_binlog=1 log_bin=ON buffer_pool=%s log_file_size=%s\n\n", f.Flush, f.BufferPool, f.LogFileSize)
+	fmt.Fprintf(w, "every server: flush=%d sync_binlog=1 log_bin=ON %s\n\n", f.Flush, f.Settings())
 	width := len("catch-up of the backlog")
 	for _, res := range r.Results {
 		width = max(width, len(res.Name))
@@ -153,7 +153,8 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w, "rowlift: from starting the applier until its committed position covers the source's last GTID (read every 10 ms);"+
 		" it reads the backlog from the source through the streamer as it goes")
-	fmt.Fprintln(w, "native: from START SLAVE SQL_THREAD until MASTER_GTID_WAIT returns; the IO thread had fetched the whole backlog before")
+	rpl := replications[f.Flavor]
+	fmt.Fprintf(w, "native: from %s until %s returns; the IO thread had fetched the whole backlog before\n", rpl.startApply, rpl.wait)
 	for _, res := range r.Results {
 		for _, d := range res.Differences {
 			fmt.Fprintf(w, "%s: %s\n", res.Name, d)

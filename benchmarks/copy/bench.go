@@ -32,7 +32,7 @@ func (b *bench) methods() []method {
 	return []method{
 		{"a", "(a) source scan", b.scan},
 		{"b", "(b) LOAD DATA target", b.loadTarget},
-		{"c", "(c) mariadb-dump | mariadb", b.dumpPipe},
+		{"c", "(c) " + dumpTools[b.cfg.Flavor].pipe(), b.dumpPipe},
 		{"d", "(d) rowlift", b.copyRowlift},
 	}
 }

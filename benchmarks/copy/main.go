@@ -1,12 +1,13 @@
 // Command copy measures rowlift's table copy beside the baselines that bound it, all
 // on the same pair of throwaway servers in one run: (a) a Go client scanning the
 // source table in PK order, (b) LOAD DATA LOCAL INFILE of the same rows into the
-// target, (c) mariadb-dump | mariadb, and (d) rowlift streamer + applier as separate
-// processes over gRPC. The table is the seed's stress_test_pk. It prints wall time,
+// target, (c) mariadb-dump | mariadb (mysqldump | mysql with -flavor mysql), and
+// (d) rowlift streamer + applier as separate processes over gRPC. The table is the seed's stress_test_pk. It prints wall time,
 // rows/s, MB/s and CPU seconds per method, the ratios d/max(a,b) and d/c, and writes
 // the same as JSON.
 //
 //	go run ./benchmarks/copy -rows 1000000
+//	go run ./benchmarks/copy -rows 1000000 -flavor mysql
 package main
 
 import (
@@ -41,11 +42,11 @@ func main() {
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.IntVar(&cfg.Runs, "runs", 1, "runs of each method; the best and the median are reported")
 	flag.StringVar(&cfg.Methods, "methods", "a,b,c,d", "methods to run, always in the order a, b, c, d")
-	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/copy-<rows>.json)")
+	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/copy-<rows>.json, copy-<rows>-mysql.json with -flavor mysql)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the servers running at the end and print their DSNs, for profiling")
 	flag.Parse()
 	if cfg.Out == "" {
-		cfg.Out = fmt.Sprintf("benchmarks/results/copy-%d.json", cfg.Rows)
+		cfg.Out = cfg.ResultPath(fmt.Sprintf("copy-%d", cfg.Rows))
 	}
 	benchkit.Main("copy", func(ctx context.Context) error { return run(ctx, cfg) })
 }

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	"github.com/rowlift/rowlift/internal/sandbox"
 )
 
 // scan is (a): a Go client selects every row in PK order and discards it; the
@@ -65,47 +68,72 @@ func (b *bench) loadTarget(ctx context.Context, m *meter) error {
 	return b.checkCount(ctx, db, b.cfg.Rows)
 }
 
-// dumpPipe is (c): mariadb-dump of the source table piped into the mariadb client
-// on the target, the usual way to copy a table by hand. The client CPU is that of
-// the shell, the dump and the client.
+// dumpProgs names the dump and client programs of a flavor, as (c) prints them.
+type dumpProgs struct{ dump, client string }
+
+func (p dumpProgs) pipe() string { return p.dump + " | " + p.client }
+
+// dumpTools are the programs (c) runs on each flavor: the servers' own.
+var dumpTools = map[sandbox.Flavor]dumpProgs{
+	sandbox.MariaDB: {"mariadb-dump", "mariadb"},
+	sandbox.MySQL:   {"mysqldump", "mysql"},
+}
+
+// dumpPipe is (c): the source flavor's dump of the source table piped into its
+// client on the target, the usual way to copy a table by hand. The client CPU is
+// that of the dump and the client.
 func (b *bench) dumpPipe(ctx context.Context, m *meter) error {
 	const db = "bench_dump"
-	dump, err := firstInPath("mariadb-dump", "mysqldump")
-	if err != nil {
-		return err
-	}
-	client, err := firstInPath("mariadb", "mysql")
-	if err != nil {
-		return err
-	}
 	if err := b.resetTarget(ctx, db); err != nil {
 		return err
 	}
-	script := fmt.Sprintf("set -o pipefail; '%s' --no-defaults -h127.0.0.1 -P%d -uroot --single-transaction --skip-lock-tables %s %s"+
-		" | '%s' --no-defaults -h127.0.0.1 -P%d -uroot %s",
-		dump, b.Source.Port, sourceDB, table, client, b.Target.Port, db)
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := m.start(); err != nil {
+	args := []string{"-h127.0.0.1", fmt.Sprintf("-P%d", b.Source.Port), "-uroot", "--single-transaction", "--skip-lock-tables"}
+	if b.cfg.Flavor == sandbox.MySQL {
+		// By default a MySQL dump carries the source's GTIDs into GTID_PURGED with
+		// the binlog off, which the second run's restore refuses and which would
+		// spare the restore the binlog every other method writes.
+		args = append(args, "--set-gtid-purged=OFF")
+	}
+	dump, err := b.Source.Tool(ctx, sandbox.Dump, append(args, sourceDB, table)...)
+	if err != nil {
 		return err
 	}
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
+	client, err := b.Target.Tool(ctx, sandbox.Client, "-h127.0.0.1", fmt.Sprintf("-P%d", b.Target.Port), "-uroot", db)
+	if err != nil {
+		return err
+	}
+	var dumpErr, clientErr bytes.Buffer
+	dump.Stderr, client.Stderr, client.Stdout = &dumpErr, &clientErr, &clientErr
+	// The pipe's ends belong to the two programs only once both have started, so a
+	// client that fails ends the dump (on a broken pipe) instead of leaving it blocked.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("pipe %s: %w", dumpTools[b.cfg.Flavor].pipe(), err)
+	}
+	dump.Stdout, client.Stdin = w, r
+	if err := m.start(); err != nil {
+		return errors.Join(err, r.Close(), w.Close())
+	}
+	err = errors.Join(client.Start(), dump.Start())
+	r.Close()
+	w.Close()
+	if client.Process != nil {
+		err = errors.Join(err, client.Wait())
+	}
+	if dump.Process != nil {
+		err = errors.Join(err, dump.Wait())
+	}
+	if err != nil {
+		return fmt.Errorf("%s | %s: %w\n%s%s", dump, client, err, dumpErr.String(), clientErr.String())
 	}
 	if err := m.stop(); err != nil {
 		return err
 	}
-	// The wait status of the shell counts the children it waited for.
-	m.s.ClientCPUS = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	m.s.ClientCPUS = cpuSeconds(dump) + cpuSeconds(client)
 	return b.checkCount(ctx, db, b.cfg.Rows)
 }
 
-func firstInPath(names ...string) (string, error) {
-	for _, name := range names {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("none of %v is installed (run `make setup`)", names)
+// cpuSeconds is the user and system CPU time of an exited command.
+func cpuSeconds(cmd *exec.Cmd) float64 {
+	return (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 }

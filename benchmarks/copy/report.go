@@ -83,9 +83,9 @@ func (r *report) ratios(pick func(methodResult) sample) ratios {
 func (r *report) print(w io.Writer) {
 	f := r.Flags
 	r.Header.Print(w)
-	fmt.Fprintf(w, "rows=%d  row bytes≈%.1f MB  chunk_rows=%s packet=%s workers=%s flush=%d  buffer_pool=%s log_file_size=%s\n",
+	fmt.Fprintf(w, "rows=%d  row bytes≈%.1f MB  chunk_rows=%s packet=%s workers=%s flush=%d  %s\n",
 		f.Rows, float64(r.RowBytes)/1e6, orDefault(f.ChunkRows), orDefault(f.PacketBytes), orDefault(int64(f.Workers)),
-		f.Flush, f.BufferPool, f.LogFileSize)
+		f.Flush, f.Settings())
 	title := "best run"
 	if f.Runs > 1 {
 		title = fmt.Sprintf("best of %d runs", f.Runs)
@@ -94,7 +94,8 @@ func (r *report) print(w io.Writer) {
 	if f.Runs > 1 {
 		r.printTable(w, fmt.Sprintf("median of %d runs", f.Runs), func(m methodResult) sample { return m.Median }, r.Median)
 	}
-	fmt.Fprintln(w, "client CPU: (a),(b) this Go process; (c) mariadb-dump + mariadb; (d) rowlift streamer + applier")
+	tools := dumpTools[f.Flavor]
+	fmt.Fprintf(w, "client CPU: (a),(b) this Go process; (c) %s + %s; (d) rowlift streamer + applier\n", tools.dump, tools.client)
 	fmt.Fprintln(w, "results written to", f.Out)
 }
 

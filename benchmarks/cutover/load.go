@@ -95,10 +95,11 @@ func (l *load) statement(n int64, rng *rand.Rand) (string, []any) {
 	seeded := 1 + rng.Int64N(l.b.cfg.Rows)
 	switch n % 4 {
 	case 0, 1:
-		return "UPDATE " + table + " SET sig = SHA1(?) WHERE id = ?", []any{n, seeded}
+		return "UPDATE " + table + " SET sig = ? WHERE id = ?", []any{benchkit.StressSig(n), seeded}
 	case 2:
 		id := l.b.cfg.Rows + 1 + n
-		return "INSERT INTO " + table + " (id, sig, c) VALUES (?, SHA1(?), LEFT(SHA1(?), 8))", []any{id, id, id}
+		sig := benchkit.StressSig(id)
+		return "INSERT INTO " + table + " (id, sig, c) VALUES (?, ?, ?)", []any{id, sig, sig[:8]}
 	default:
 		return "DELETE FROM " + table + " WHERE id = ?", []any{seeded}
 	}

@@ -58,8 +58,11 @@ func main() {
 	flag.IntVar(&cfg.Switches, "switches", 10, "switches, each followed by a reverse")
 	flag.DurationVar(&cfg.Interval, "interval", time.Second, "time between cutovers, for the writes on the new side to flow back")
 	cfg.RegisterFlags(flag.CommandLine)
-	flag.StringVar(&cfg.Out, "out", "benchmarks/results/cutover.json", "JSON result path")
+	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/cutover.json, cutover-mysql.json with -flavor mysql)")
 	flag.Parse()
+	if cfg.Out == "" {
+		cfg.Out = cfg.ResultPath("cutover")
+	}
 	benchkit.Main("cutover", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 	"github.com/rowlift/rowlift/internal/controlclient"
+	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -261,8 +262,8 @@ func summarizeLoad(writes []write, rate float64, wall time.Duration) loadResult 
 // a reverse: the source takes them, and the workflow follows it into the
 // target's frozen table), then compares the two tables row by row.
 func (b *bench) final(ctx context.Context, rep *report) error {
-	var pos string
-	if err := b.SrcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	pos, err := dbconn.Position(ctx, b.SrcDB)
+	if err != nil {
 		return fmt.Errorf("source position: %w", err)
 	}
 	progress("load stopped; waiting for the target to apply up to %s", pos)

@@ -73,8 +73,8 @@ func (r *report) summarize() {
 func (r *report) print(w io.Writer) {
 	f, l := r.Flags, r.Load
 	r.Header.Print(w)
-	fmt.Fprintf(w, "moved table: %s.%s, %d rows; every server: flush=%d buffer_pool=%s log_file_size=%s\n",
-		db, benchkit.StressTable, f.Rows, f.Flush, f.BufferPool, f.LogFileSize)
+	fmt.Fprintf(w, "moved table: %s.%s, %d rows; every server: flush=%d %s\n",
+		db, benchkit.StressTable, f.Rows, f.Flush, f.Settings())
 	fmt.Fprintf(w, "load: single-row UPDATE/INSERT/DELETE autocommit transactions at %.0f/s over %d connections, routed to the side that takes writes;\n"+
 		"      %d writes at %.0f/s, %d of them retried (%d retries) because they met the table frozen or locked\n",
 		f.Rate, f.Writers, l.Writes, l.WriteRate, l.Blocked, l.Retries)

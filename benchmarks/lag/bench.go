@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
-
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -139,13 +139,9 @@ func (b *bench) lagState(ctx context.Context) (*state.Workflow, error) {
 // waitCaughtUp waits until the target has applied everything the source has
 // logged, then checks that bench.events holds the same number of rows on both.
 func (b *bench) waitCaughtUp(ctx context.Context) error {
-	var pos string
-	if err := b.SrcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
-		return fmt.Errorf("source position: %w", err)
-	}
-	want, err := gomysql.ParseMariadbGTIDSet(pos)
+	pos, err := dbconn.Position(ctx, b.SrcDB)
 	if err != nil {
-		return fmt.Errorf("source position %q: %w", pos, err)
+		return fmt.Errorf("source position: %w", err)
 	}
 	err = b.poll(ctx, "the target to apply up to "+pos, func() (bool, error) {
 		if _, err := b.lagState(ctx); err != nil {
@@ -155,8 +151,7 @@ func (b *bench) waitCaughtUp(ctx context.Context) error {
 		if err != nil || len(streams) == 0 {
 			return false, err
 		}
-		got, err := gomysql.ParseMariadbGTIDSet(streams[0].Position)
-		return err == nil && got.Contain(want), err
+		return gtid.Covers(streams[0].Position, pos)
 	})
 	if err != nil {
 		return err

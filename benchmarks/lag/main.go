@@ -45,8 +45,11 @@ func main() {
 	flag.Float64Var(&cfg.Rate, "rate", 0, "write transactions/s on the source (0: half of what one connection commits on the target)")
 	flag.IntVar(&cfg.Writers, "writers", 4, "source connections the load is spread over")
 	cfg.RegisterFlags(flag.CommandLine)
-	flag.StringVar(&cfg.Out, "out", "benchmarks/results/lag.json", "JSON result path")
+	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/lag.json, lag-mysql.json with -flavor mysql)")
 	flag.Parse()
+	if cfg.Out == "" {
+		cfg.Out = cfg.ResultPath("lag")
+	}
 	benchkit.Main("lag", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 

@@ -39,8 +39,8 @@ func (r *report) print(w io.Writer) {
 	f := r.Flags
 	c := r.Copy
 	r.Header.Print(w)
-	fmt.Fprintf(w, "load: single-row INSERT autocommit transactions at %.0f/s (%s) over %d source connections; flush=%d buffer_pool=%s log_file_size=%s\n",
-		r.Rate, r.RateFrom, f.Writers, f.Flush, f.BufferPool, f.LogFileSize)
+	fmt.Fprintf(w, "load: single-row INSERT autocommit transactions at %.0f/s (%s) over %d source connections; flush=%d %s\n",
+		r.Rate, r.RateFrom, f.Writers, f.Flush, f.Settings())
 	row := func(what, rowlift, baseline string) { fmt.Fprintf(w, "%-40s %-30s %s\n", what, rowlift, baseline) }
 	fmt.Fprintln(w)
 	row("", "rowlift", "baseline")

@@ -45,8 +45,11 @@ func main() {
 	flag.Int64Var(&cfg.Rows, "rows", 1_000_000, "rows in the table")
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.IntVar(&cfg.Runs, "runs", 1, "runs of the move and of the split; the best and the median are reported")
-	flag.StringVar(&cfg.Out, "out", "benchmarks/results/reshard.json", "JSON result path")
+	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/reshard.json, reshard-mysql.json with -flavor mysql)")
 	flag.Parse()
+	if cfg.Out == "" {
+		cfg.Out = cfg.ResultPath("reshard")
+	}
 	benchkit.Main("reshard", func(ctx context.Context) error { return run(ctx, cfg) })
 }
 

@@ -72,8 +72,8 @@ func (r *report) ratios(pick func(methodResult) sample) ratios {
 func (r *report) print(w io.Writer) {
 	f := r.Flags
 	r.Header.Print(w)
-	fmt.Fprintf(w, "rows=%d  split ranges %v by hash(id)  flush=%d  buffer_pool=%s log_file_size=%s\n",
-		f.Rows, r.Ranges, f.Flush, f.BufferPool, f.LogFileSize)
+	fmt.Fprintf(w, "rows=%d  split ranges %v by hash(id)  flush=%d  %s\n",
+		f.Rows, r.Ranges, f.Flush, f.Settings())
 	title := "best run"
 	if f.Runs > 1 {
 		title = fmt.Sprintf("best of %d runs", f.Runs)

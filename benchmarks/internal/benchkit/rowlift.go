@@ -18,8 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
-
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/state"
 )
@@ -263,17 +262,13 @@ func StartApplier(bin, logDir, targetDSN string) (*Proc, error) {
 }
 
 // WaitApplied polls every interval until every stream of the workflow has
-// committed a position that contains pos, a MariaDB GTID set such as the
-// source's @@gtid_binlog_pos: the target has then applied everything the source
-// had logged. It fails when the workflow enters state error or one of procs
+// committed a position that contains pos, a GTID set of either flavor such as
+// the source's dbconn.Position: the target has then applied everything the
+// source had logged. It fails when the workflow enters state error or one of procs
 // exits; ctx bounds the wait. The interval is the resolution of a timing that
 // ends here, and each poll is one small query on the target (the workflow's
 // state is read only every stateCheckInterval, to keep the polling light).
 func WaitApplied(ctx context.Context, store *state.Store, workflow, pos string, interval time.Duration, procs ...*Proc) error {
-	want, err := gomysql.ParseMariadbGTIDSet(pos)
-	if err != nil {
-		return fmt.Errorf("wait for workflow %s to apply %q: %w", workflow, pos, err)
-	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var checked time.Time // when the workflow's state was last read
@@ -287,11 +282,11 @@ func WaitApplied(ctx context.Context, store *state.Store, workflow, pos string, 
 		}
 		applied := true
 		for _, st := range streams {
-			got, err := gomysql.ParseMariadbGTIDSet(st.Position)
+			covers, err := gtid.Covers(st.Position, pos)
 			if err != nil {
-				return fmt.Errorf("position %q of workflow %s: %w", st.Position, workflow, err)
+				return fmt.Errorf("position %q of workflow %s against %q: %w", st.Position, workflow, pos, err)
 			}
-			applied = applied && got.Contain(want)
+			applied = applied && covers
 		}
 		if applied {
 			return nil

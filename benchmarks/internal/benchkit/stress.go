@@ -51,20 +51,32 @@ func (r *rowReader) Read(p []byte) (int, error) {
 	return r.off, nil
 }
 
-// appendRow appends "id\tsig\tc\n" with sig = SHA1 of the id in decimal, as the
-// server's SHA1(id) computes it.
+// appendRow appends "id\tsig\tc\n" (see StressSig).
 func appendRow(dst []byte, id int64) []byte {
 	var num [20]byte
 	digits := strconv.AppendInt(num[:0], id, 10)
-	sum := sha1.Sum(digits)
-	var sig [40]byte
-	hex.Encode(sig[:], sum[:])
+	sig := sigOf(digits)
 	dst = append(dst, digits...)
 	dst = append(dst, '\t')
 	dst = append(dst, sig[:]...)
 	dst = append(dst, '\t')
 	dst = append(dst, sig[:8]...)
 	return append(dst, '\n')
+}
+
+// StressSig is the sig of row id, the SHA1 of the id in decimal as the
+// server's SHA1(id) computes it; its first 8 characters are c. Writers compute
+// it here because MySQL 9.7 has no SHA1().
+func StressSig(id int64) string {
+	sig := sigOf(strconv.AppendInt(nil, id, 10))
+	return string(sig[:])
+}
+
+// sigOf is the hex SHA1 of an id's decimal digits.
+func sigOf(digits []byte) (sig [40]byte) {
+	sum := sha1.Sum(digits)
+	hex.Encode(sig[:], sum[:])
+	return sig
 }
 
 // StressRowBytes is the sum of the value bytes of rows 1..n as text: the id's

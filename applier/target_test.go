@@ -309,3 +309,28 @@ func scanRows(db *sql.DB, query string, fn func([][]byte)) error {
 	}
 	return rs.Err()
 }
+
+// With local_infile OFF on the target (MySQL's default), a copy that may
+// choose writes with INSERTs, and one that asks for LOAD DATA is refused with
+// what to do, on either flavor.
+func TestCopyMethodFollowsLocalInfile(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := targetServer(t, flavor)
+		ctx := context.Background()
+		_, err := db.ExecContext(ctx, "SET GLOBAL local_infile = OFF")
+		require.NoError(t, err)
+		spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: "j"}}}
+		fields := []*rowliftv1.TableFields{docFields("j")}
+		tables, err := prepareTargets(ctx, db, spec, fields, nil, 1<<20)
+		require.NoError(t, err)
+		require.Nil(t, tables["j"].load)
+		require.NotNil(t, tables["j"].insert)
+
+		spec.Tables[0].Name = "k" // not created yet: nothing else to check
+		spec.Options = &rowliftv1.WorkflowOptions{CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA}
+		_, _, err = CheckTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("k")}, nil)
+		require.True(t, IsPermanent(err), "%v", err)
+		require.EqualError(t, err, "the workflow copies with LOAD DATA but the target has local_infile=OFF: "+
+			"SET GLOBAL local_infile=ON on the target, or use copy_method INSERT")
+	})
+}

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"sync"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowlift/rowlift/applier/writeset"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -37,21 +37,21 @@ type player struct {
 	// replayer and the copy writer move it, under mu: a committed chunk covers
 	// its fence.
 	mu           sync.Mutex
-	applied      *gomysql.MariadbGTIDSet
-	maybeApplied *gomysql.MariadbGTIDSet
+	applied      *gtid.Set
+	maybeApplied *gtid.Set
 }
 
 func newPlayer(db *sql.DB, workflow, source string, owner int64, tables map[string]*targetTable, resume state.Resume) (*player, error) {
-	applied, err := gomysql.ParseMariadbGTIDSet(resume.Position)
+	applied, err := gtid.Parse(resume.Position)
 	if err != nil {
 		return nil, fmt.Errorf("committed position %q: %w", resume.Position, err)
 	}
-	maybe, err := gomysql.ParseMariadbGTIDSet(resume.MaybeApplied)
+	maybe, err := gtid.Parse(resume.MaybeApplied)
 	if err != nil {
 		return nil, fmt.Errorf("maybe-applied position %q: %w", resume.MaybeApplied, err)
 	}
 	return &player{db: db, workflow: workflow, source: source, owner: owner, tables: tables,
-		applied: applied.(*gomysql.MariadbGTIDSet), maybeApplied: maybe.(*gomysql.MariadbGTIDSet)}, nil
+		applied: applied, maybeApplied: maybe}, nil
 }
 
 // divergence is a permanent error naming the transaction and the row.
@@ -212,9 +212,9 @@ func (p *player) advance(ctx context.Context, position string, sourceTimeUS int6
 }
 
 func (p *player) commit(ctx context.Context, tx *sql.Tx, position string, sourceTimeUS int64) error {
-	set, err := gomysql.ParseMariadbGTIDSet(position)
+	set, err := gtid.Parse(position)
 	if err != nil {
-		return fmt.Errorf("position %q: %w", position, err)
+		return fmt.Errorf("position: %w", err)
 	}
 	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, position, sourceTimeUS); err != nil {
 		return err
@@ -222,28 +222,28 @@ func (p *player) commit(ctx context.Context, tx *sql.Tx, position string, source
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit position %s: %w", position, err)
 	}
-	p.committed(set.(*gomysql.MariadbGTIDSet))
+	p.committed(set)
 	return nil
 }
 
 // seen reports whether the target has committed gtid (skip it: a resumed
 // streamer sends it again) and whether a dead out-of-order run may have
 // (write it idempotently), parsing it once.
-func (p *player) seen(gtid string) (applied, maybeApplied bool, err error) {
-	g, err := gomysql.ParseMariadbGTIDSet(gtid)
+func (p *player) seen(trxGTID string) (applied, maybeApplied bool, err error) {
+	g, err := gtid.Parse(trxGTID)
 	if err != nil {
-		return false, false, fmt.Errorf("transaction GTID %q: %w", gtid, err)
+		return false, false, fmt.Errorf("transaction GTID: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.applied.Contain(g), p.maybeApplied.Contain(g), nil
+	return p.applied.Contains(g), p.maybeApplied.Contains(g), nil
 }
 
 // position returns the committed position.
-func (p *player) position() *gomysql.MariadbGTIDSet {
+func (p *player) position() *gtid.Set {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.applied.Clone().(*gomysql.MariadbGTIDSet)
+	return p.applied.Clone()
 }
 
 // saveFence records, in a chunk's transaction, that the target now covers the
@@ -253,13 +253,15 @@ func (p *player) position() *gomysql.MariadbGTIDSet {
 // against a copy that has moved past their rows, applying them twice. It
 // returns the position to record with after commit. The fence's time is the
 // source time the target is now current to, so lag reads true during a copy.
-func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string, fenceTimeUS int64) (*gomysql.MariadbGTIDSet, error) {
-	f, err := gomysql.ParseMariadbGTIDSet(fence)
+func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string, fenceTimeUS int64) (*gtid.Set, error) {
+	f, err := gtid.Parse(fence)
 	if err != nil {
-		return nil, fmt.Errorf("fence %q: %w", fence, err)
+		return nil, fmt.Errorf("fence: %w", err)
 	}
 	merged := p.position()
-	state.Advance(merged, f.(*gomysql.MariadbGTIDSet))
+	if err := merged.Advance(f); err != nil {
+		return nil, fmt.Errorf("fence: %w", err)
+	}
 	if err := state.SavePosition(ctx, tx, p.workflow, p.source, p.owner, merged.String(), fenceTimeUS); err != nil {
 		return nil, err
 	}
@@ -267,7 +269,7 @@ func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string, fenceT
 }
 
 // committed records a position a transaction has committed.
-func (p *player) committed(set *gomysql.MariadbGTIDSet) {
+func (p *player) committed(set *gtid.Set) {
 	p.mu.Lock()
 	p.applied = set
 	p.mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier/schedule"
 	"github.com/rowlift/rowlift/applier/writeset"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -69,7 +69,7 @@ type group struct {
 	keys       []uint64
 	barrier    bool
 	bytes      int
-	position   *gomysql.MariadbGTIDSet
+	position   *gtid.Set
 	sourceUS   int64
 	// running is set while a worker executes it, since started.
 	running bool
@@ -100,7 +100,7 @@ type replayer struct {
 	// groups are the added, uncommitted groups by sequence number.
 	groups map[schedule.Seq]*group
 	// positions of committed groups above the watermark (out of order).
-	done map[schedule.Seq]*gomysql.MariadbGTIDSet
+	done map[schedule.Seq]*gtid.Set
 	// open is the group being filled; timer closes it after limits.wait.
 	open  *group
 	timer *time.Timer
@@ -108,7 +108,7 @@ type replayer struct {
 	// previous run may have committed: each slot write records it, so a slot
 	// overwritten by a commit of an earlier group (out of order) still covers
 	// the later ones.
-	maybeApplied *gomysql.MariadbGTIDSet
+	maybeApplied *gtid.Set
 	err          error
 	// scratch holds the writeset of the transaction being submitted; only the
 	// stream's goroutine submits.
@@ -126,8 +126,8 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 	ctx, cancel := context.WithCancel(ctx)
 	g, ctx := errgroup.WithContext(ctx)
 	r := &replayer{play: play, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, maxPacket: min(maxPacket, maxQuery), log: log,
-		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]*gomysql.MariadbGTIDSet{},
-		maybeApplied: play.maybeApplied.Clone().(*gomysql.MariadbGTIDSet), cancel: cancel, g: g}
+		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]*gtid.Set{},
+		maybeApplied: play.maybeApplied.Clone(), cancel: cancel, g: g}
 	r.cond = sync.NewCond(&r.mu)
 	context.AfterFunc(ctx, func() { r.fail(ctx.Err()) })
 	for slot := range workers {
@@ -209,7 +209,7 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 	if applied {
 		return nil // sent again after a reconnect: already committed
 	}
-	position, err := gomysql.ParseMariadbGTIDSet(trx.GetPosition().GetGtidSet())
+	position, err := gtid.Parse(trx.GetPosition().GetGtidSet())
 	if err != nil {
 		return fmt.Errorf("position of %s: %w", trx.GetGtid(), err)
 	}
@@ -240,7 +240,7 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 	g.keys = append(g.keys, r.scratch...)
 	g.barrier = g.barrier || barrier
 	g.bytes += size
-	g.position = position.(*gomysql.MariadbGTIDSet)
+	g.position = position
 	g.sourceUS = trx.GetCommitTimeUs()
 	if barrier || len(g.txs) >= r.limits.items || g.bytes >= r.limits.bytes {
 		r.closeOpen()
@@ -375,9 +375,12 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	if r.outOfOrder {
 		watermark = r.play.position() // the low watermark's
 	}
-	state.Advance(r.maybeApplied, g.position)
+	err := r.maybeApplied.Advance(g.position)
 	applied := r.maybeApplied.String()
 	r.mu.Unlock()
+	if err != nil {
+		return permanent("replay %s: %v", g.txs[0].GetGtid(), err)
+	}
 	if err := state.SaveSlot(ctx, conn, r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS); err != nil {
 		if retryable(err) {
 			return r.requeue(ctx, conn, seq, g)
@@ -445,7 +448,7 @@ func (r *replayer) committed(seq schedule.Seq, g *group) {
 	r.sched.Committed(seq)
 	delete(r.groups, seq)
 	r.done[seq] = g.position
-	var watermark *gomysql.MariadbGTIDSet
+	var watermark *gtid.Set
 	for s := before + 1; s <= r.sched.LowWatermark(); s++ {
 		watermark = r.done[s]
 		delete(r.done, s)

@@ -48,10 +48,18 @@ func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkfl
 			return nil, t.fail(err)
 		}
 	}
-	fields, warnings, err := s.validateSources(ctx, spec, nil)
+	fields, warnings, flavors, err := s.validateSources(ctx, spec, nil)
 	if err != nil {
 		log.Info("workflow refused", zap.Error(err))
 		return nil, err
+	}
+	for _, t := range targets {
+		more, err := checkFlavors(ctx, t, spec, fields, flavors)
+		if err != nil {
+			log.Info("workflow refused", zap.Error(err))
+			return nil, err
+		}
+		warnings = append(warnings, more...)
 	}
 	for _, t := range targets {
 		if _, _, err := applier.CheckTargets(ctx, t.db, spec, fields.forTarget(spec, t.name), nil); err != nil {
@@ -153,13 +161,14 @@ func (f sourceFields) forTarget(spec *rowliftv1.WorkflowSpec, target string) []*
 
 // validateSources asks the streamer of each stream's source to validate the
 // stream as it would open with the given copy progress (nil: a new workflow),
-// and returns the table descriptions by source and the streamers' warnings.
+// and returns the table descriptions by source, the streamers' warnings and
+// the sources' flavors.
 // Every source must describe each table the same way: one target table takes
 // the rows of all of them.
-func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec, progress map[string]state.TableCopy) (sourceFields, []string, error) {
+func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSpec, progress map[string]state.TableCopy) (sourceFields, []string, map[string]string, error) {
 	streams, err := reshard.Streams(spec)
 	if err != nil {
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Streams that differ only in their target ask the same question.
 	var asks []reshard.Stream
@@ -185,16 +194,18 @@ func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSp
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out := sourceFields{}
 	first := map[string]string{} // the source that first described each table
 	var warnings []string
+	flavors := map[string]string{}
 	for i, st := range asks {
 		src := st.Source.GetName()
+		flavors[src] = results[i].GetFlavor()
 		tables := results[i].GetTables()
 		if len(tables) != len(st.Spec.GetTables()) {
-			return nil, nil, status.Errorf(codes.Internal, "source %s (streamer %s) described %d tables for %d",
+			return nil, nil, nil, status.Errorf(codes.Internal, "source %s (streamer %s) described %d tables for %d",
 				src, st.Source.GetStreamerAddress(), len(tables), len(st.Spec.GetTables()))
 		}
 		if out[src] == nil {
@@ -203,7 +214,7 @@ func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSp
 		for _, f := range tables {
 			if by, ok := first[f.GetTable()]; ok {
 				if diff := fieldsDiff(out[by][f.GetTable()], f); diff != "" {
-					return nil, nil, status.Errorf(codes.FailedPrecondition, "table %s differs between source %s and source %s: %s; "+
+					return nil, nil, nil, status.Errorf(codes.FailedPrecondition, "table %s differs between source %s and source %s: %s; "+
 						"every source must have the same definition", f.GetTable(), by, src, diff)
 				}
 			} else {
@@ -217,7 +228,7 @@ func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSp
 			}
 		}
 	}
-	return out, warnings, nil
+	return out, warnings, flavors, nil
 }
 
 // validate calls one streamer's Validate and explains its failure.

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -24,6 +23,7 @@ import (
 	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -298,7 +298,7 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	for _, t := range sd.new.GetTables() {
 		copied[t.GetName()] = state.TableCopy{Done: true}
 	}
-	if _, _, err := s.validateSources(ctx, sd.new, copied); err != nil {
+	if _, _, _, err := s.validateSources(ctx, sd.new, copied); err != nil {
 		return nil, err
 	}
 	j := &state.Journal{Workflow: name, Partner: p.reverse.GetName(), Direction: direction, Step: string(cutover.Freezing),
@@ -419,7 +419,7 @@ func (s *Server) lockHeld(ctx context.Context, j *state.Journal, sd side, store 
 	}
 	var lost []string
 	for src, p := range pos {
-		same, err := covers(j.FreezePositions[src], p)
+		same, err := gtid.Covers(j.FreezePositions[src], p)
 		if err != nil {
 			return false, fmt.Errorf("compare the freeze positions of %s: %w", src, err)
 		}
@@ -557,7 +557,7 @@ func (s *Server) renameLocked(ctx context.Context, j *state.Journal, sd side, st
 	}
 	var lost []string
 	for src, p := range pos {
-		if same, err := covers(j.FreezePositions[src], p); err == nil && !same {
+		if same, err := gtid.Covers(j.FreezePositions[src], p); err == nil && !same {
 			lost = append(lost, src)
 		}
 	}
@@ -664,7 +664,7 @@ func (s *Server) applied(ctx context.Context, sd side, freeze map[string]string)
 			return false, "", t.fail(err)
 		}
 		for _, stream := range streams {
-			ok, err := covers(stream.Position, freeze[stream.Source])
+			ok, err := gtid.Covers(stream.Position, freeze[stream.Source])
 			if err != nil {
 				return false, "", err
 			}
@@ -672,19 +672,6 @@ func (s *Server) applied(ctx context.Context, sd side, freeze map[string]string)
 		}
 	}
 	return all, "", nil
-}
-
-// covers reports whether GTID set a contains b.
-func covers(a, b string) (bool, error) {
-	sa, err := gomysql.ParseMariadbGTIDSet(a)
-	if err != nil {
-		return false, fmt.Errorf("position %q: %w", a, err)
-	}
-	sb, err := gomysql.ParseMariadbGTIDSet(b)
-	if err != nil {
-		return false, fmt.Errorf("position %q: %w", b, err)
-	}
-	return sa.Contain(sb), nil
 }
 
 func (s *Server) cutoverResponse(ctx context.Context, p *pair, j *state.Journal) (*rowliftv1.SwitchResponse, error) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -97,13 +98,16 @@ func (c *cli) fails(code int, args ...string) string {
 // alone: create and start, watch the copy until it runs, stop, show as JSON,
 // resume, list and delete.
 func TestCLIWorkflowLifecycle(t *testing.T) {
-	e := newEnv(t)
+	sandboxtest.EachFlavor(t, testCLIWorkflowLifecycle)
+}
+
+func testCLIWorkflowLifecycle(t *testing.T, flavor sandbox.Flavor) {
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.sourceExec("CREATE DATABASE clidb",
 		"CREATE TABLE clidb.t1 (id INT PRIMARY KEY, v VARCHAR(40))",
 		"CREATE TABLE clidb.t2 (id INT PRIMARY KEY, v VARCHAR(40), w INT)",
-		"SET SESSION max_recursive_iterations = 100000",
-		"INSERT INTO clidb.t1 WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 3000) SELECT i, SHA1(i) FROM s",
-		"INSERT INTO clidb.t2 WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 2000) SELECT i, MD5(i), i FROM s",
+		"INSERT INTO clidb.t1 WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 3000) SELECT i, LEFT(SHA2(i, 256), 40) FROM s",
+		"INSERT INTO clidb.t2 WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 2000) SELECT i, LEFT(SHA2(i, 256), 32), i FROM s",
 		"ANALYZE TABLE clidb.t1, clidb.t2")
 	e.startStreamer()
 	e.startApplier()

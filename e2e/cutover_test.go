@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -65,9 +65,9 @@ type pairEnv struct {
 // newPairEnv starts everything and a workflow "race" over the race tables
 // (keys keys), and waits until it runs. coordHooks are test hooks for the
 // coordinator.
-func newPairEnv(t *testing.T, keys int, coordHooks []string) *pairEnv {
+func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []string) *pairEnv {
 	t.Helper()
-	p := &pairEnv{env: newEnv(t), keys: keys}
+	p := &pairEnv{env: newEnvWith(t, sandbox.Options{Flavor: flavor}), keys: keys}
 	p.names = createRaceTables(p.env, keys)
 	p.appSrc, p.appDst = p.appPool(p.src, p.srcDB), p.appPool(p.dst, p.dstDB)
 	port, err := sandbox.FreePort()
@@ -261,20 +261,17 @@ func (p *pairEnv) twin(n string) string {
 // with its twin on the other side (see twin).
 func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow string, other *sql.DB) {
 	p.t.Helper()
-	var pos string
-	require.NoError(p.t, active.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos))
-	want, err := gomysql.ParseMariadbGTIDSet(pos)
-	require.NoError(p.t, err)
+	pos := position(p.t, active)
 	p.waitFor(workflow+" to apply up to "+pos, 2*time.Minute, func() (bool, string) {
 		streams, err := follower.Streams(context.Background(), workflow)
 		if err != nil || len(streams) == 0 {
 			return false, fmt.Sprint(err)
 		}
-		got, err := gomysql.ParseMariadbGTIDSet(streams[0].Position)
+		ok, err := gtid.Covers(streams[0].Position, pos)
 		if err != nil {
 			return false, err.Error()
 		}
-		return got.Contain(want), "applied " + streams[0].Position
+		return ok, "applied " + streams[0].Position
 	})
 	for _, n := range p.names {
 		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: p.twin(n)})
@@ -299,8 +296,12 @@ func (p *pairEnv) identicalAfter(direction string) {
 // switch again, and so on for ten cycles; both sides identical after every
 // cutover; then complete.
 func TestSwitchReverseCycles(t *testing.T) {
+	sandboxtest.EachFlavor(t, testSwitchReverseCycles)
+}
+
+func testSwitchReverseCycles(t *testing.T, flavor sandbox.Flavor) {
 	const keys = 1500
-	p := newPairEnv(t, keys, nil)
+	p := newPairEnv(t, flavor, keys, nil)
 	stop := p.writers(keys)
 	found, code := p.verifyWait()
 	require.Zero(t, code, "a clean target verifies clean under live writes")
@@ -371,8 +372,12 @@ func (p *pairEnv) journalStep() string {
 // records each step), restarts them, and checks that the restarted coordinator
 // finishes the cutover by itself and that both sides end identical.
 func TestCutoverSurvivesKills(t *testing.T) {
+	sandboxtest.EachFlavor(t, testCutoverSurvivesKills)
+}
+
+func testCutoverSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	const keys = 900
-	p := newPairEnv(t, keys, []string{"ROWLIFT_TEST_HOOKS=cutover_step=700-700ms"})
+	p := newPairEnv(t, flavor, keys, []string{"ROWLIFT_TEST_HOOKS=cutover_step=700-700ms"})
 	stop := p.writers(keys)
 	direction := "switch"
 	for _, step := range []string{"freezing", "frozen", "applied", "writable", "started"} {
@@ -422,7 +427,7 @@ func TestCutoverSurvivesKills(t *testing.T) {
 // reach the target.
 func TestSwitchTimeoutUnfreezes(t *testing.T) {
 	const keys = 600
-	p := newPairEnv(t, keys, nil)
+	p := newPairEnv(t, sandbox.MariaDB, keys, nil)
 	p.applier.kill()
 	msg := p.cli.fails(1, "workflow", "switch", "race", "--timeout", "3s")
 	require.Contains(t, msg, "rolled back")
@@ -450,7 +455,7 @@ func TestSwitchTimeoutUnfreezes(t *testing.T) {
 // TestCutoverRefusals: each command refuses where it makes no sense, with a
 // message that says what to do, and changes nothing.
 func TestCutoverRefusals(t *testing.T) {
-	p := newPairEnv(t, 300, nil)
+	p := newPairEnv(t, sandbox.MariaDB, 300, nil)
 	require.Contains(t, p.cli.fails(1, "workflow", "reverse", "race"), "was not switched")
 	require.Contains(t, p.cli.fails(1, "workflow", "complete", "race"), "switch it first, or cancel it")
 	require.Contains(t, p.cli.fails(1, "workflow", "switch", "race", "--max-lag", "1ns"), "raise --max-lag")

@@ -46,7 +46,14 @@ func newEnv(t *testing.T) *env {
 // Args: []string{"--default-time-zone=+05:30"}).
 func newEnvWith(t *testing.T, opts sandbox.Options) *env {
 	t.Helper()
-	e := &env{t: t, src: sandboxtest.Start(t, opts), dst: sandboxtest.Start(t, opts)}
+	return newEnvOf(t, opts, opts)
+}
+
+// newEnvOf is newEnv with the source started with src and the target with
+// dst (a move between flavors).
+func newEnvOf(t *testing.T, src, dst sandbox.Options) *env {
+	t.Helper()
+	e := &env{t: t, src: sandboxtest.Start(t, src), dst: sandboxtest.Start(t, dst)}
 	e.srcDB = sandboxtest.Open(t, e.src, "")
 	e.dstDB = sandboxtest.Open(t, e.dst, "")
 	store, err := state.Open(context.Background(), e.dstDB)

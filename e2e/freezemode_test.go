@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -121,17 +122,14 @@ func (p *pairEnv) strayWrite(direction string) {
 	require.NoError(p.t, err, "a write into race.ints on the side that lost the writes")
 	var gtid string
 	require.NoError(p.t, conn.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&gtid))
-	stray, err := gomysql.ParseMariadbGTIDSet(gtid)
-	require.NoError(p.t, err)
+
 	w, err := store.Workflow(ctx, stopped)
 	require.NoError(p.t, err)
 	require.Equal(p.t, state.Switched, w.State, "%s is parked", stopped)
 	streams, err := store.Streams(ctx, stopped)
 	require.NoError(p.t, err)
 	for _, st := range streams {
-		applied, err := gomysql.ParseMariadbGTIDSet(st.Position)
-		require.NoError(p.t, err)
-		require.False(p.t, applied.Contain(stray), "%s applied the stray write %s", stopped, gtid)
+		require.False(p.t, covers(p.t, st.Position, gtid), "%s applied the stray write %s", stopped, gtid)
 	}
 	_, err = conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM race.ints WHERE id = %d", key))
 	require.NoError(p.t, err)
@@ -140,11 +138,9 @@ func (p *pairEnv) strayWrite(direction string) {
 // covers reports whether GTID set a contains b.
 func covers(t *testing.T, a, b string) bool {
 	t.Helper()
-	sa, err := gomysql.ParseMariadbGTIDSet(a)
+	ok, err := gtid.Covers(a, b)
 	require.NoError(t, err)
-	sb, err := gomysql.ParseMariadbGTIDSet(b)
-	require.NoError(t, err)
-	return sa.Contain(sb)
+	return ok
 }
 
 // freezeCycles switches and reverses the race workflow n times each with
@@ -167,8 +163,7 @@ func (p *pairEnv) freezeCycles(n int, live bool) {
 		if !live {
 			stop()
 		}
-		var before string
-		require.NoError(p.t, losing.QueryRow("SELECT @@gtid_binlog_pos").Scan(&before))
+		before := position(p.t, losing)
 		sw := p.cutover(direction)
 		require.True(p.t, covers(p.t, sw.freezePos, before), "freeze position %s covers the writes before the %s (%s)", sw.freezePos, direction, before)
 		p.frozenSide(losing)
@@ -191,7 +186,7 @@ func (p *pairEnv) freezeCycles(n int, live bool) {
 // them: a statement queued behind the lock there fails with "doesn't exist"
 // instead of committing, and so does a writer the routing missed.
 func TestSwitchFreezeLock(t *testing.T) {
-	p := newPairEnv(t, 900, nil)
+	p := newPairEnv(t, sandbox.MariaDB, 900, nil)
 	p.freeze = "lock"
 	p.freezeCycles(envInt("ROWLIFT_FREEZE_CYCLES", 3), true)
 }
@@ -201,7 +196,7 @@ func TestSwitchFreezeLock(t *testing.T) {
 // cutover records the position, which covers every write, and completes; the
 // sides end identical and the move stays reversible.
 func TestSwitchFreezeNone(t *testing.T) {
-	p := newPairEnv(t, 900, nil)
+	p := newPairEnv(t, sandbox.MariaDB, 900, nil)
 	p.freeze = "none"
 	p.freezeCycles(envInt("ROWLIFT_FREEZE_CYCLES", 3), false)
 }
@@ -216,7 +211,7 @@ func TestSwitchFreezeNone(t *testing.T) {
 // their frozen twins (a statement queued behind the new lock fails with
 // "doesn't exist"), and the sides end identical.
 func TestLockFreezeStreamerKilled(t *testing.T) {
-	p := newPairEnv(t, 900, nil)
+	p := newPairEnv(t, sandbox.MariaDB, 900, nil)
 	p.freeze = "lock"
 	stop := p.writers(p.keys)
 	p.waitWrites("writes before the switch")
@@ -235,8 +230,7 @@ func TestLockFreezeStreamerKilled(t *testing.T) {
 
 	p.streamer.kill()
 	p.waitWrites("the writers to go on: the lock died with the streamer's session")
-	var unlocked string
-	require.NoError(t, p.srcDB.QueryRow("SELECT @@gtid_binlog_pos").Scan(&unlocked))
+	unlocked := position(t, p.srcDB)
 	require.False(t, covers(t, first, unlocked), "writes made while unlocked are past the first freeze position %s", first)
 	p.streamer.restart()
 	p.applier.restart()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -29,14 +30,14 @@ import (
 
 var raceTables = []struct{ name, ddl, fill string }{
 	{"ints", "CREATE TABLE race.ints (id INT PRIMARY KEY, v VARCHAR(40), n INT NULL)",
-		"INSERT INTO race.ints SELECT i * 2, SHA1(i), i FROM race.seq"},
+		"INSERT INTO race.ints SELECT i * 2, LEFT(SHA2(i, 256), 40), i FROM race.seq"},
 	{"composite", "CREATE TABLE race.composite (region VARCHAR(8) COLLATE utf8mb4_general_ci, id INT, v VARCHAR(40), n INT NULL, PRIMARY KEY (region, id))",
-		"INSERT INTO race.composite SELECT ELT(1 + i % 4, 'eu', 'us', 'ap', 'sa'), i, SHA1(i), NULL FROM race.seq"},
+		"INSERT INTO race.composite SELECT ELT(1 + i % 4, 'eu', 'us', 'ap', 'sa'), i, LEFT(SHA2(i, 256), 40), NULL FROM race.seq"},
 	{"uniq", "CREATE TABLE race.uniq (id INT PRIMARY KEY, email VARCHAR(40) NOT NULL, n INT NULL, UNIQUE KEY (email))",
 		"INSERT INTO race.uniq SELECT i * 3, CONCAT('e', i), NULL FROM race.seq"},
 	{"types", "CREATE TABLE race.types (id INT PRIMARY KEY, d DECIMAL(20,6), f FLOAT, dbl DOUBLE, dt DATETIME(6), b VARBINARY(20), " +
 		"t TEXT, bits BIT(16), e ENUM('a','b','c'), n INT NULL)",
-		"INSERT INTO race.types SELECT i, i / 7, i / 3, i / 11, FROM_UNIXTIME(i, '%Y-%m-%d %H:%i:%s.%f'), UNHEX(SHA1(i)), REPEAT('t', i % 50), i % 65536, ELT(1 + i % 3, 'a', 'b', 'c'), NULL FROM race.seq"},
+		"INSERT INTO race.types SELECT i, i / 7, i / 3, i / 11, FROM_UNIXTIME(i, '%Y-%m-%d %H:%i:%s.%f'), UNHEX(LEFT(SHA2(i, 256), 40)), REPEAT('t', i % 50), i % 65536, ELT(1 + i % 3, 'a', 'b', 'c'), NULL FROM race.seq"},
 }
 
 // createRaceTables creates and fills the race tables on the source, a third of
@@ -48,7 +49,7 @@ func createRaceTables(e *env, keys int) []string {
 // fillRaceTables is createRaceTables on any server.
 func fillRaceTables(t *testing.T, db *sql.DB, keys int) []string {
 	t.Helper()
-	sandboxtest.Exec(t, db, "CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)", "SET SESSION max_recursive_iterations = 1000000",
+	sandboxtest.Exec(t, db, "CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)",
 		fmt.Sprintf("INSERT INTO race.seq WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s", keys/3))
 	var names []string
 	for _, tbl := range raceTables {
@@ -102,7 +103,7 @@ func raceStatements(rng *rand.Rand, keys int) []string {
 		}
 	}
 	return []string{[]string{
-		fmt.Sprintf("INSERT IGNORE INTO race.types VALUES (%d, %d / 13, %d / 7, %d / 17, NOW(6), UNHEX(SHA1(%d)), REPEAT('x', %d), %d, 'b', NULL)",
+		fmt.Sprintf("INSERT IGNORE INTO race.types VALUES (%d, %d / 13, %d / 7, %d / 17, NOW(6), UNHEX(LEFT(SHA2(%d, 256), 40)), REPEAT('x', %d), %d, 'b', NULL)",
 			id, v%100000, v%1000, v, v, v%40, v%65536),
 		fmt.Sprintf("UPDATE race.types SET f = f + 0.5, dbl = dbl * 1.5, d = d + 1, dt = NOW(6), bits = bits ^ 1, e = 'c', t = CONCAT(t, 'y') WHERE id = %d", id),
 		fmt.Sprintf("DELETE FROM race.types WHERE id = %d", id),
@@ -191,10 +192,11 @@ func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uin
 }
 
 type raceConfig struct {
-	seed  uint64
-	keys  int
-	kills int
-	hooks string
+	flavor sandbox.Flavor
+	seed   uint64
+	keys   int
+	kills  int
+	hooks  string
 	// unsafe runs with the broken fence: the run must find differences.
 	unsafe bool
 }
@@ -241,7 +243,7 @@ func corruptionLines(errorLog string) []string {
 
 func runRace(t *testing.T, cfg raceConfig) (res raceResult) {
 	rng := rand.New(rand.NewPCG(cfg.seed, 99))
-	e := newEnv(t)
+	e := newEnvWith(t, sandbox.Options{Flavor: cfg.flavor})
 	e.hooks = []string{testhook.EnvVar + "=" + cfg.hooks + fmt.Sprintf(",seed=%d", cfg.seed)}
 	names := createRaceTables(e, cfg.keys)
 
@@ -334,6 +336,10 @@ func runRace(t *testing.T, cfg raceConfig) (res raceResult) {
 // corruption, or the source's tables differ from a replay of its binlog) proves
 // nothing either way: it is reported and replaced by one more run, once.
 func TestRace(t *testing.T) {
+	sandboxtest.EachFlavor(t, testRace)
+}
+
+func testRace(t *testing.T, flavor sandbox.Flavor) {
 	runs, keys := envInt("ROWLIFT_RACE_RUNS", 1), envInt("ROWLIFT_RACE_KEYS", 3000)
 	kills := envInt("ROWLIFT_RACE_KILLS", 5)
 	base := testSeed(t)
@@ -343,7 +349,7 @@ func TestRace(t *testing.T) {
 		for {
 			var res raceResult
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-				res = runRace(t, raceConfig{seed: seed, keys: keys, kills: kills, hooks: "chunk_read=0-20ms,chunk_emit=0-10ms,chunk_apply=0-10ms"})
+				res = runRace(t, raceConfig{flavor: flavor, seed: seed, keys: keys, kills: kills, hooks: "chunk_read=0-20ms,chunk_emit=0-10ms,chunk_apply=0-10ms"})
 				t.Logf("seed %d: %d writes, %d kills (%d during the copy)", seed, res.writes, res.kills, res.killsInCopy)
 				if res.failed() && len(res.sourceBroken) > 0 && !replaced {
 					t.Logf("VOID RUN: the source server broke in crash recovery after a SIGKILL, so its tables no longer "+
@@ -368,10 +374,12 @@ func TestRace(t *testing.T) {
 // the broken way (the position read, then a plain SELECT), it must find
 // divergence or differences.
 func TestRaceUnsafeFenceIsCaught(t *testing.T) {
-	seed := testSeed(t)
-	res := runRace(t, raceConfig{seed: seed, keys: 3000, kills: 0, unsafe: true, hooks: "unsafe_fence=1,chunk_read=10-40ms"})
-	t.Logf("unsafe fence: diverged=%q differences=%v", res.diverged, res.differences)
-	require.True(t, res.diverged != "" || len(res.differences) > 0, "the race test did not notice a broken fence")
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		seed := testSeed(t)
+		res := runRace(t, raceConfig{flavor: flavor, seed: seed, keys: 3000, kills: 0, unsafe: true, hooks: "unsafe_fence=1,chunk_read=10-40ms"})
+		t.Logf("unsafe fence: diverged=%q differences=%v", res.diverged, res.differences)
+		require.True(t, res.diverged != "" || len(res.differences) > 0, "the race test did not notice a broken fence")
+	})
 }
 
 func envString(name, def string) string {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/state"
@@ -25,10 +27,14 @@ import (
 // catch-up (ROWLIFT_REPLAY_KILLS, 2 by default). Every target must end
 // identical to the source.
 func TestParallelReplay(t *testing.T) {
+	sandboxtest.EachFlavor(t, testParallelReplay)
+}
+
+func testParallelReplay(t *testing.T, flavor sandbox.Flavor) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	keys := envInt("ROWLIFT_REPLAY_KEYS", 150)
-	e := newEnv(t)
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	names := createRaceTables(e, keys)
 	e.startStreamer()
 	e.startApplier()

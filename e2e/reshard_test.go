@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -180,13 +180,9 @@ func (e *shardEnv) writers(seed uint64, keys int, route *atomic.Pointer[[]*shard
 // transaction of the sources it streams from.
 func (e *shardEnv) waitCaughtUp(spec *rowliftv1.WorkflowSpec, timeout time.Duration) {
 	e.t.Helper()
-	want := map[string]gomysql.GTIDSet{}
+	want := map[string]string{}
 	for _, src := range spec.GetSources() {
-		var pos string
-		require.NoError(e.t, e.servers[src.GetName()].db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos))
-		set, err := gomysql.ParseMariadbGTIDSet(pos)
-		require.NoError(e.t, err)
-		want[src.GetName()] = set
+		want[src.GetName()] = position(e.t, e.servers[src.GetName()].db)
 	}
 	deadline := time.Now().Add(timeout)
 	for _, tg := range spec.GetTargets() {
@@ -197,8 +193,7 @@ func (e *shardEnv) waitCaughtUp(spec *rowliftv1.WorkflowSpec, timeout time.Durat
 			require.NoError(e.t, err)
 			require.NotEmpty(e.t, streams, "target %s runs no stream", tg.GetName())
 			for _, st := range streams {
-				got, err := gomysql.ParseMariadbGTIDSet(st.Position)
-				if err != nil || !got.Contain(want[st.Source]) {
+				if ok, err := gtid.Covers(st.Position, want[st.Source]); err != nil || !ok {
 					behind = fmt.Sprintf("stream %s → %s at %q (%s), want %s", st.Source, tg.GetName(), st.Position, st.Message, want[st.Source])
 				}
 			}

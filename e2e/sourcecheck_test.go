@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -29,17 +28,23 @@ func sourceMismatch(t *testing.T, e *env, db string, tables []string) ([]string,
 		return nil, fmt.Errorf("source binlog files: %v (%d found)", err, len(files))
 	}
 	sort.Strings(files)
-	fresh := sandboxtest.Start(t, sandbox.Options{})
-	dump := exec.Command("mariadb-binlog", append([]string{"--no-defaults"}, files...)...)
+	fresh := sandboxtest.Start(t, sandbox.Options{Flavor: e.src.Flavor})
+	dump, err := e.src.Tool(context.Background(), sandbox.BinlogDump, files...)
+	if err != nil {
+		return nil, err
+	}
 	var dumpErr strings.Builder
 	dump.Stderr = &dumpErr
-	load := exec.Command("mariadb", "--no-defaults", "--protocol=socket", "--socket="+fresh.Socket, "-uroot")
+	load, err := fresh.Tool(context.Background(), sandbox.Client, "--protocol=socket", "--socket="+fresh.Socket, "-uroot")
+	if err != nil {
+		return nil, err
+	}
 	load.Stdin, err = dump.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
 	if err := dump.Start(); err != nil {
-		return nil, fmt.Errorf("mariadb-binlog: %w", err)
+		return nil, fmt.Errorf("%s: %w", dump.Path, err)
 	}
 	out, loadErr := load.CombinedOutput()
 	err = dump.Wait()
@@ -48,7 +53,7 @@ func sourceMismatch(t *testing.T, e *env, db string, tables []string) ([]string,
 		return []string{"the source's own binlog cannot be read: " + strings.TrimSpace(msg)}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mariadb-binlog: %w: %s", err, dumpErr.String())
+		return nil, fmt.Errorf("%s: %w: %s", dump.Path, err, dumpErr.String())
 	}
 	if loadErr != nil {
 		return nil, fmt.Errorf("replay the source's binlog: %w: %s", loadErr, out)

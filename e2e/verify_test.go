@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -64,8 +66,12 @@ func (p *pairEnv) verifyWait(args ...string) (found []string, code int) {
 // --repair rewrites exactly those and reports them, and a verify after it is
 // clean; the tables are then identical.
 func TestVerifyFindsPlantedDifferences(t *testing.T) {
+	sandboxtest.EachFlavor(t, testVerifyFindsPlantedDifferences)
+}
+
+func testVerifyFindsPlantedDifferences(t *testing.T, flavor sandbox.Flavor) {
 	const keys = 1500
-	p := newPairEnv(t, keys, nil)
+	p := newPairEnv(t, flavor, keys, nil)
 	stop := p.writers(keys)
 	planted := plantDifferences(p, keys)
 
@@ -98,8 +104,12 @@ func TestVerifyFindsPlantedDifferences(t *testing.T) {
 // resumes from its last chunk and ends naming exactly the planted keys, each
 // once (a chunk counted twice would count its difference twice).
 func TestVerifySurvivesKills(t *testing.T) {
+	sandboxtest.EachFlavor(t, testVerifySurvivesKills)
+}
+
+func testVerifySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	const keys = 1500
-	p := newPairEnv(t, keys, nil)
+	p := newPairEnv(t, flavor, keys, nil)
 	p.applier.kill()
 	p.applier.env = append(p.applier.env, testhook.EnvVar+"="+string(testhook.VerifyCheck)+"=150-250ms")
 	p.applier.restart()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/rowlift/rowlift/internal/gtid"
 )
 
 // SaveSlot records, inside a replay worker's transaction, how far replay has
@@ -61,43 +61,16 @@ func (s *Store) ResumeAt(ctx context.Context, workflow, source string) (Resume, 
 		if err := rows.Scan(&watermark, &applied); err != nil {
 			return Resume{}, fmt.Errorf("read replay slots of %s/%s: %w", workflow, source, err)
 		}
-		if r.Position, err = MergePositions(r.Position, watermark); err != nil {
+		if r.Position, err = gtid.Merge(r.Position, watermark); err != nil {
 			return Resume{}, err
 		}
-		if r.MaybeApplied, err = MergePositions(r.MaybeApplied, applied); err != nil {
+		if r.MaybeApplied, err = gtid.Merge(r.MaybeApplied, applied); err != nil {
 			return Resume{}, err
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return Resume{}, err
 	}
-	r.MaybeApplied, err = MergePositions(r.MaybeApplied, r.Position)
+	r.MaybeApplied, err = gtid.Merge(r.MaybeApplied, r.Position)
 	return r, err
-}
-
-// MergePositions returns the MariaDB GTID set that is, per replication domain,
-// the later of a and b: positions of one stream only move forward, so the later
-// one covers everything the earlier one does.
-func MergePositions(a, b string) (string, error) {
-	sa, err := mysql.ParseMariadbGTIDSet(a)
-	if err != nil {
-		return "", fmt.Errorf("position %q: %w", a, err)
-	}
-	sb, err := mysql.ParseMariadbGTIDSet(b)
-	if err != nil {
-		return "", fmt.Errorf("position %q: %w", b, err)
-	}
-	merged := sa.(*mysql.MariadbGTIDSet)
-	Advance(merged, sb.(*mysql.MariadbGTIDSet))
-	return merged.String(), nil
-}
-
-// Advance moves dst, per replication domain, to the later of dst and src (see
-// MergePositions).
-func Advance(dst, src *mysql.MariadbGTIDSet) {
-	for domain, g := range src.Sets {
-		if cur, ok := dst.Sets[domain]; !ok || cur.SequenceNumber < g.SequenceNumber {
-			dst.Sets[domain] = g.Clone()
-		}
-	}
 }

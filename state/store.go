@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -510,7 +511,7 @@ func (s *Store) addSlots(ctx context.Context, workflow string, streams []Stream)
 			if st.Source != source {
 				continue
 			}
-			if st.Position, err = MergePositions(st.Position, watermark); err != nil {
+			if st.Position, err = gtid.Merge(st.Position, watermark); err != nil {
 				return err
 			}
 			if sourceTime > st.SourceTimeUS {

@@ -6,11 +6,11 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/rowlift/rowlift/internal/binlogrow"
 	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/gtid"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -28,7 +28,7 @@ type binlogReader struct {
 	// that are not streamed.
 	mapped map[uint64]*mappedTable
 	// pos is the GTID set after the last complete transaction.
-	pos *mysql.MariadbGTIDSet
+	pos *gtid.Set
 	tx  *openTx
 }
 
@@ -60,7 +60,7 @@ type readResult struct {
 	pos position
 }
 
-func newBinlogReader(events *replication.BinlogStreamer, database string, plans []*tablePlan, start *mysql.MariadbGTIDSet) *binlogReader {
+func newBinlogReader(events *replication.BinlogStreamer, database string, plans []*tablePlan, start *gtid.Set) *binlogReader {
 	r := &binlogReader{events: events, database: database, plans: map[string]*tablePlan{},
 		mapped: map[uint64]*mappedTable{}, pos: start}
 	for _, p := range plans {
@@ -93,7 +93,14 @@ func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, er
 	case *replication.MariadbGTIDEvent:
 		// A GTID while a transaction is open means the open one was cut off
 		// (a reconnect, a crashed source): it never committed, so it is dropped.
-		r.tx = &openTx{gtid: e.GTID.String(), commitUS: int64(ev.Header.Timestamp) * 1e6, byTable: map[string]*rowliftv1.RowEvent{}}
+		r.begin(e.GTID.String(), int64(ev.Header.Timestamp)*1e6)
+	case *replication.GTIDEvent:
+		return readResult{}, false, r.beginMySQL(e, ev.Header.Timestamp)
+	case *replication.GtidTaggedLogEvent:
+		// A tagged GTID (uuid:tag:n, MySQL 8.3+) comes in an event of its own type.
+		return readResult{}, false, r.beginMySQL(&e.GTIDEvent, ev.Header.Timestamp)
+	case *replication.TransactionPayloadEvent:
+		return r.payload(e)
 	case *replication.TableMapEvent:
 		r.mapTable(e)
 	case *replication.RowsEvent:
@@ -102,6 +109,45 @@ func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, er
 		return r.commit()
 	case *replication.QueryEvent:
 		return r.query(e)
+	}
+	return readResult{}, false, nil
+}
+
+// beginMySQL opens the transaction a MySQL GTID event starts, timed by its
+// commit in microseconds where the event has it.
+func (r *binlogReader) beginMySQL(e *replication.GTIDEvent, headerSeconds uint32) error {
+	next, err := e.GTIDNext()
+	if err != nil {
+		return fmt.Errorf("binlog GTID event: %w", err)
+	}
+	commitUS := int64(e.ImmediateCommitTimestamp)
+	if commitUS == 0 {
+		commitUS = int64(headerSeconds) * 1e6
+	}
+	r.begin(next.String(), commitUS)
+	return nil
+}
+
+func (r *binlogReader) begin(gtid string, commitUS int64) {
+	r.tx = &openTx{gtid: gtid, commitUS: commitUS, byTable: map[string]*rowliftv1.RowEvent{}}
+}
+
+// payload reads a compressed transaction (MySQL's binlog_transaction_compression):
+// go-mysql has decompressed its events, which are the transaction's events
+// after its GTID, commit included.
+func (r *binlogReader) payload(e *replication.TransactionPayloadEvent) (readResult, bool, error) {
+	for i, inner := range e.Events {
+		res, done, err := r.handle(inner)
+		if err != nil || !done {
+			if err != nil {
+				return res, false, err
+			}
+			continue
+		}
+		if i != len(e.Events)-1 {
+			return readResult{}, false, fmt.Errorf("compressed transaction payload has %d events after its commit", len(e.Events)-1-i)
+		}
+		return res, true, nil
 	}
 	return readResult{}, false, nil
 }
@@ -120,8 +166,13 @@ func (r *binlogReader) mapTable(e *replication.TableMapEvent) {
 
 func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent) error {
 	t := r.mapped[e.TableID]
-	if t == nil || r.tx == nil {
+	if t == nil {
 		return nil
+	}
+	if r.tx == nil {
+		// Fail closed: rows the reader cannot place in a transaction would be
+		// lost (an event type that starts transactions this reader does not know).
+		return fmt.Errorf("binlog rows of %s outside a transaction: no GTID event before them", t.name)
 	}
 	if t.err != nil {
 		return fmt.Errorf("binlog rows of %s: %w", t.name, t.err)
@@ -214,16 +265,16 @@ func (r *binlogReader) commit() (readResult, bool, error) {
 	if tx == nil {
 		return readResult{}, false, nil
 	}
-	if err := r.pos.Update(tx.gtid); err != nil {
+	if err := r.pos.Add(tx.gtid); err != nil {
 		return readResult{}, false, fmt.Errorf("advance position past %s: %w", tx.gtid, err)
 	}
 	res := readResult{pos: r.position()}
 	if len(tx.events) == 0 {
 		return res, true, nil
 	}
-	own, err := mysql.ParseMariadbGTIDSet(tx.gtid)
+	own, err := gtid.Parse(tx.gtid)
 	if err != nil {
-		return readResult{}, false, fmt.Errorf("parse GTID %s: %w", tx.gtid, err)
+		return readResult{}, false, fmt.Errorf("parse GTID: %w", err)
 	}
 	trx := &rowliftv1.Transaction{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()},
 		CommitTimeUs: tx.commitUS, Events: tx.events}
@@ -252,7 +303,7 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 		return readResult{}, false, nil
 	}
 	r.tx = nil
-	if err := r.pos.Update(tx.gtid); err != nil {
+	if err := r.pos.Add(tx.gtid); err != nil {
 		return readResult{}, false, fmt.Errorf("advance position past %s: %w", tx.gtid, err)
 	}
 	res := readResult{pos: r.position()}
@@ -262,9 +313,9 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 	}
 	// The table may have changed: converters are rebuilt from the next table map.
 	r.mapped = map[uint64]*mappedTable{}
-	own, err := mysql.ParseMariadbGTIDSet(tx.gtid)
+	own, err := gtid.Parse(tx.gtid)
 	if err != nil {
-		return readResult{}, false, fmt.Errorf("parse GTID %s: %w", tx.gtid, err)
+		return readResult{}, false, fmt.Errorf("parse GTID: %w", err)
 	}
 	ddl := &rowliftv1.DDL{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()}, CommitTimeUs: tx.commitUS,
 		Database: string(e.Schema), Statement: q, Tables: tables, Freeze: frozen.IsFreeze(q, string(e.Schema), r.database, r.names)}

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/sandbox"
@@ -108,7 +109,6 @@ func reshardSource(t *testing.T, n int) (*sql.DB, *Server, rowliftv1.StreamerCli
 	admin := sandboxtest.Open(t, srv, "")
 	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
 		"CREATE TABLE d.t (id INT PRIMARY KEY, v VARCHAR(40))",
-		"SET SESSION max_recursive_iterations = 100000",
 		fmt.Sprintf("INSERT INTO d.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "+
 			"SELECT i, CONCAT('v', i) FROM s", n))
 	s, client := serveStreamer(t, srv)
@@ -123,7 +123,7 @@ type shard struct {
 	rows   map[string]string
 	// copied: the table's copy is done; throttled: the copy waits at its gate.
 	copied, throttled bool
-	pos               *gomysql.MariadbGTIDSet
+	pos               *gtid.Set
 }
 
 func (s *shard) in(id []byte) bool {
@@ -160,9 +160,9 @@ func (s *shard) apply(item *rowliftv1.StreamItem) error {
 		if text == "" {
 			return nil
 		}
-		set, err := gomysql.ParseMariadbGTIDSet(text)
+		set, err := gtid.Parse(text)
 		if err == nil {
-			s.pos = set.(*gomysql.MariadbGTIDSet)
+			s.pos = set
 		}
 		return err
 	}
@@ -368,13 +368,12 @@ func TestSplitUnderWritesMatchesTheSource(t *testing.T) {
 	require.NoError(t, g.Wait())
 	close(stop)
 	require.NoError(t, writes.Wait())
-	var final string
-	require.NoError(t, db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&final))
-	want, err := gomysql.ParseMariadbGTIDSet(final)
+	final, err := dbconn.Position(context.Background(), db)
 	require.NoError(t, err)
+	want := gtidSet(t, final)
 	for _, sh := range shards {
 		g.Go(func() error {
-			for sh.pos == nil || !sh.pos.Contain(want) {
+			for sh.pos == nil || !sh.pos.Contains(want) {
 				if err := sh.recv(); err != nil {
 					return err
 				}

@@ -120,8 +120,8 @@ func checkFreezeRequest(req *rowliftv1.FreezeRequest) error {
 
 // position reads the source's current GTID position.
 func (s *Server) position(ctx context.Context, q schema.Queryer) (*rowliftv1.Position, error) {
-	var pos string
-	if err := q.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	pos, err := dbconn.Position(ctx, q)
+	if err != nil {
 		return nil, s.sourceError("read the source's position", err)
 	}
 	return &rowliftv1.Position{GtidSet: pos}, nil

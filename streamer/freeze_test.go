@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/schema"
@@ -38,11 +39,11 @@ func freezeSource(t *testing.T, args ...string) (*Server, *sql.DB) {
 	return s, admin
 }
 
-func gtidSet(t *testing.T, text string) *gomysql.MariadbGTIDSet {
+func gtidSet(t testing.TB, text string) *gtid.Set {
 	t.Helper()
-	set, err := gomysql.ParseMariadbGTIDSet(text)
+	set, err := gtid.Parse(text)
 	require.NoError(t, err)
-	return set.(*gomysql.MariadbGTIDSet)
+	return set
 }
 
 // lastRenameGTID finds the GTID of the last RENAME TABLE in the source's binlog.
@@ -105,7 +106,7 @@ func TestFreezeRenameRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, resp.GetChanged())
 	rename := lastRenameGTID(t, admin)
-	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contain(gtidSet(t, rename)),
+	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contains(gtidSet(t, rename)),
 		"freeze position %s covers the rename %s", resp.GetPosition().GetGtidSet(), rename)
 	_, err = admin.Exec("INSERT INTO d.t1 VALUES (2, 2)")
 	require.ErrorContains(t, err, "doesn't exist", "writers of a frozen table fail")
@@ -151,7 +152,7 @@ func TestFreezeRenameRoundTrip(t *testing.T) {
 	resp, err = s.Unfreeze(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resp.GetChanged())
-	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contain(gtidSet(t, lastRenameGTID(t, admin))))
+	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contains(gtidSet(t, lastRenameGTID(t, admin))))
 	sandboxtest.Exec(t, admin, "INSERT INTO d.t1 VALUES (2, 2)")
 	again, err = s.Unfreeze(ctx, req)
 	require.NoError(t, err)
@@ -332,7 +333,7 @@ func TestFreezeLockSession(t *testing.T) {
 	relocked, err := s.Freeze(ctx, lock)
 	require.NoError(t, err)
 	require.True(t, relocked.GetChanged(), "locked again")
-	require.True(t, gtidSet(t, relocked.GetPosition().GetGtidSet()).Contain(gtidSet(t, written)),
+	require.True(t, gtidSet(t, relocked.GetPosition().GetGtidSet()).Contains(gtidSet(t, written)),
 		"the new position %s covers the write made while unlocked (%s)", relocked.GetPosition().GetGtidSet(), written)
 	_, err = probe.ExecContext(ctx, "INSERT INTO d.t1 VALUES (4, 4)")
 	require.ErrorContains(t, err, "Lock wait timeout exceeded", "locked again")
@@ -380,10 +381,10 @@ func TestBinlogMarksFreezeRenames(t *testing.T) {
 	require.NoError(t, err)
 	sandboxtest.Exec(t, admin, "USE d", "RENAME TABLE t1 TO t1_old", "INSERT INTO d.t2 VALUES (8, 8)")
 
-	syncer, events, err := s.startBinlog(start)
+	syncer, events, err := s.startBinlog(start, dbconn.MariaDB)
 	require.NoError(t, err)
 	defer syncer.Close()
-	r := newBinlogReader(events, "d", plans, start.Clone().(*gomysql.MariadbGTIDSet))
+	r := newBinlogReader(events, "d", plans, start.Clone())
 	var freeze []bool
 	var statements []string
 	for {
@@ -440,7 +441,7 @@ func TestFreezeLockThenRename(t *testing.T) {
 		require.NoError(t, admin.QueryRow(fmt.Sprintf("SELECT COUNT(*) FROM d._t%d_frozen", i+1)).Scan(&n))
 		require.Equal(t, 1, n, "only the row written before the lock")
 	}
-	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contain(gtidSet(t, lastRenameGTID(t, admin))), "the position covers the renames")
+	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contains(gtidSet(t, lastRenameGTID(t, admin))), "the position covers the renames")
 	s.locks.mu.Lock()
 	require.Empty(t, s.locks.byWorkflow, "the lock is released")
 	s.locks.mu.Unlock()

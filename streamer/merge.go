@@ -3,8 +3,7 @@ package streamer
 import (
 	"fmt"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
-
+	"github.com/rowlift/rowlift/internal/gtid"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -18,10 +17,10 @@ type position interface {
 	covers(o position) bool
 }
 
-// gtidPos is a position as a go-mysql GTID set (MariaDB or MySQL flavor).
-type gtidPos struct{ set mysql.GTIDSet }
+// gtidPos is a position as a GTID set (MariaDB or MySQL flavor).
+type gtidPos struct{ set *gtid.Set }
 
-func (p gtidPos) covers(o position) bool { return p.set.Contain(o.(gtidPos).set) }
+func (p gtidPos) covers(o position) bool { return p.set.Contains(o.(gtidPos).set) }
 
 func (p gtidPos) String() string { return p.set.String() }
 

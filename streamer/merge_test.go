@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlift/rowlift/internal/keyrange"
@@ -650,11 +649,7 @@ func TestMergerCanFence(t *testing.T) {
 		require.True(t, m.canFence("t", seqPos(8)))
 	})
 	t.Run("placed positions stay minimal across GTID domains", func(t *testing.T) {
-		gtid := func(s string) position {
-			g, err := mysql.ParseMariadbGTIDSet(s)
-			require.NoError(t, err)
-			return gtidPos{g}
-		}
+		gtid := func(s string) position { return gtidPos{gtidSet(t, s)} }
 		tbl := &mergeTable{placed: []position{gtid("0-1-5")}}
 		tbl.place(gtid("0-1-3"))
 		tbl.place(gtid("1-1-2"))
@@ -667,11 +662,7 @@ func TestMergerCanFence(t *testing.T) {
 }
 
 func TestGTIDPositionsCover(t *testing.T) {
-	set := func(s string) position {
-		g, err := mysql.ParseMariadbGTIDSet(s)
-		require.NoError(t, err)
-		return gtidPos{g}
-	}
+	set := func(s string) position { return gtidPos{gtidSet(t, s)} }
 	fence := set("0-1-100,1-2-7")
 	require.True(t, fence.covers(set("0-1-100")), "a fence contains its last transaction")
 	require.True(t, fence.covers(set("1-2-3")))

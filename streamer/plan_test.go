@@ -110,7 +110,7 @@ func TestVerifyChunkQuery(t *testing.T) {
 	require.NoError(t, err)
 	vp, err := verify.NewPlan(context.Background(), nil, tbl, nil)
 	require.NoError(t, err)
-	hash := "MD5(CONCAT_WS(',', IFNULL(MD5(`v`), 'n'), IFNULL(MD5(`id`), 'n'), IFNULL(MD5(CAST(`f` AS DOUBLE)), 'n')))"
+	hash := "SHA2(CONCAT_WS(',', IFNULL(SHA2(`v`, 256), 'n'), IFNULL(SHA2(`id`, 256), 'n'), IFNULL(SHA2(CAST(`f` AS DOUBLE), 256), 'n')), 256)"
 
 	v := p.verifying(vp, false)
 	q, err := v.chunkQuery([][]byte{[]byte("7")}, 100)

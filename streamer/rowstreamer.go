@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
-
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -19,6 +19,7 @@ import (
 type rowStreamer struct {
 	plan        *tablePlan
 	conn        *sql.Conn
+	fence       fencer
 	chunkRows   int64
 	packetBytes int
 	sink        chunkSink
@@ -299,16 +300,16 @@ func (r *rowStreamer) emit(ctx context.Context, c *sharedChunk) (done bool, err 
 // reader will not send again.
 func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, position, error) {
 	for {
-		fence, err := beginSnapshot(ctx, r.conn)
+		fence, err := r.fence.begin(ctx, r.conn, r.plan.table.Name)
 		if testhook.UnsafeFence() {
 			fence, err = unsafeFence(ctx, r.conn)
 		}
 		if err != nil {
 			return nil, nil, err
 		}
-		set, err := mysql.ParseMariadbGTIDSet(fence.GetGtidSet())
+		set, err := gtid.Parse(fence.GetGtidSet())
 		if err != nil {
-			return nil, nil, fmt.Errorf("parse fence %q: %w", fence.GetGtidSet(), err)
+			return nil, nil, fmt.Errorf("parse fence: %w", err)
 		}
 		if pos := (gtidPos{set}); r.start == nil || pos.covers(r.start) {
 			return fence, pos, nil
@@ -422,6 +423,6 @@ func unsafeFence(ctx context.Context, conn *sql.Conn) (*rowliftv1.Position, erro
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		return nil, err
 	}
-	pos := &rowliftv1.Position{}
-	return pos, conn.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos.GtidSet)
+	pos, err := dbconn.Position(ctx, conn)
+	return &rowliftv1.Position{GtidSet: pos}, err
 }

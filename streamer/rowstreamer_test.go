@@ -24,7 +24,6 @@ func sourceWithRows(t *testing.T, n int) (*sql.DB, *tablePlan) {
 	admin := sandboxtest.Open(t, srv, "")
 	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
 		"CREATE TABLE d.t (region VARCHAR(4) COLLATE utf8mb4_general_ci, id INT, v VARCHAR(20), PRIMARY KEY (region, id))",
-		"SET SESSION max_recursive_iterations = 100000",
 		fmt.Sprintf("INSERT INTO d.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "+
 			"SELECT ELT(1 + i %% 3, 'a', 'B', 'c'), i, CONCAT('v', i) FROM s", n))
 	db, _, err := dbconn.Open(srv.DSN(""), dbconn.Source)
@@ -57,7 +56,7 @@ func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRow
 	require.NoError(t, err)
 	defer conn.Close()
 	sink := &recordingSink{t: t}
-	r := &rowStreamer{plan: p, conn: conn, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK, sink: sink}
+	r := &rowStreamer{plan: p, conn: conn, fence: snapshotFencer{}, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK, sink: sink}
 	require.NoError(t, r.run(ctx))
 	require.Zero(t, sink.shares, "a row streamer in no chunk group is offered no chunk")
 	require.Equal(t, sink.requests, sink.fences, "every chunk requested is fenced")
@@ -246,7 +245,7 @@ func TestRowStreamersShareAChunkRead(t *testing.T) {
 		require.NoError(t, err)
 		defer conn.Close()
 		sink := &recordingSink{t: t, accept: accept}
-		r := &rowStreamer{plan: &filtered, conn: conn, chunkRows: 50, packetBytes: 1 << 20, sink: sink, shared: member}
+		r := &rowStreamer{plan: &filtered, conn: conn, fence: snapshotFencer{}, chunkRows: 50, packetBytes: 1 << 20, sink: sink, shared: member}
 		done, err := r.chunk(ctx)
 		require.NoError(t, err)
 		require.False(t, done)

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -100,7 +99,7 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 // Validate runs the checks a stream starts with and describes the tables, so a
 // workflow is refused at creation rather than when its stream first opens.
 func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
-	opts, plans, err := s.prepare(ctx, req)
+	opts, plans, flavor, err := s.prepare(ctx, req)
 	if err == nil {
 		err = checkThrottleReads(ctx, s.db, opts)
 	}
@@ -108,7 +107,7 @@ func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*r
 		s.log.Info("workflow refused", zap.String("workflow", req.GetWorkflow()), zap.Error(err))
 		return nil, err
 	}
-	resp := &rowliftv1.ValidateResponse{}
+	resp := &rowliftv1.ValidateResponse{Flavor: string(flavor)}
 	for _, p := range plans {
 		resp.Tables = append(resp.Tables, p.fields)
 		if p.filter == nil {
@@ -141,22 +140,23 @@ func checkThrottleReads(ctx context.Context, db *sql.DB, opts *rowliftv1.StreamO
 // prepare is what every stream starts with: it checks the request, the source
 // server and its settings, and plans each table, failing with a status whose
 // code says whether retrying can help.
-func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, []*tablePlan, error) {
+func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, []*tablePlan, dbconn.Flavor, error) {
 	opts, err := checkRequest(req)
 	if err != nil {
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, "", status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err := s.ping(ctx); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	if err := s.checkSource(ctx); err != nil {
-		return nil, nil, status.Error(codes.FailedPrecondition, err.Error())
+	flavor, err := s.checkSource(ctx)
+	if err != nil {
+		return nil, nil, "", status.Error(codes.FailedPrecondition, err.Error())
 	}
 	plans, err := s.plan(ctx, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	return opts, plans, nil
+	return opts, plans, flavor, nil
 }
 
 // ping checks that the source takes the streamer's credentials, failing with
@@ -172,11 +172,11 @@ func (s *Server) ping(ctx context.Context) error {
 }
 
 func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], log *zap.Logger) error {
-	opts, plans, err := s.prepare(ctx, req)
+	opts, plans, flavor, err := s.prepare(ctx, req)
 	if err != nil {
 		return err
 	}
-	start, err := s.startPosition(ctx, req)
+	start, err := s.startPosition(ctx, req, flavor)
 	if err != nil {
 		return err
 	}
@@ -184,7 +184,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	if err := s.mergeTables(ctx, m, req, plans); err != nil {
 		return err
 	}
-	syncer, events, err := s.startBinlog(start)
+	syncer, events, err := s.startBinlog(start, flavor)
 	if err != nil {
 		return err
 	}
@@ -209,10 +209,10 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	gate := s.newGate(req.GetWorkflow(), opts, log)
 	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes) })
 	g.Go(func() error {
-		return s.mergeLoop(ctx, m, inputs, items, start, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
+		return s.mergeLoop(ctx, m, inputs, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
 	})
 	g.Go(func() error {
-		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone().(*gomysql.MariadbGTIDSet))
+		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone())
 		for {
 			res, err := r.next(ctx)
 			if err != nil {
@@ -227,10 +227,11 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 		}
 	})
 	g.Go(func() error {
-		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate); err != nil {
+		fences := &fenceStats{}
+		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate, newFencers(flavor, s.db, req.GetDatabase(), fences)); err != nil {
 			return err
 		}
-		log.Info("copy and verify finished")
+		log.Info("copy and verify finished", fences.fields()...)
 		return nil
 	})
 	return g.Wait()
@@ -240,7 +241,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 // verify chunks for every copied table the workflow verifies, at most
 // ParallelTables at once, each on its own source connection.
 func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, plans []*tablePlan, opts *rowliftv1.StreamOptions,
-	sink chunkSink, start position, gate *copyGate) error {
+	sink chunkSink, start position, gate *copyGate, fencers func() fencer) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(opts.ParallelTables))
 	for i, t := range req.GetTables() {
@@ -267,7 +268,9 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 				return status.Error(codes.Unavailable, dbconn.Explain(err, s.cfg, "source").Error())
 			}
 			defer conn.Close()
-			r := &rowStreamer{plan: plan, conn: conn, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
+			fence := fencers()
+			defer fence.close()
+			r := &rowStreamer{plan: plan, conn: conn, fence: fence, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
 				start: start, lastPK: lastPK, gate: gate, verify: verifying}
 			if plan.filter != nil && !verifying {
 				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts.ChunkRows))
@@ -373,43 +376,91 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	return o, nil
 }
 
-// checkSource refuses servers whose chunk fence this version cannot take.
-func (s *Server) checkSource(ctx context.Context) error {
-	var version string
-	if err := s.db.QueryRowContext(ctx, "SELECT @@version").Scan(&version); err != nil {
-		return fmt.Errorf("read source version: %w", err)
-	}
-	if !strings.Contains(version, "MariaDB") {
-		return fmt.Errorf("source %s runs %s: this streamer version takes chunk fences from MariaDB's binlog snapshot only", s.cfg.Addr, version)
+// checkSource reads the source's flavor and refuses settings the stream cannot
+// work with, naming every wrong one with the statement that fixes it.
+func (s *Server) checkSource(ctx context.Context) (dbconn.Flavor, error) {
+	flavor, version, err := dbconn.ServerFlavor(ctx, s.db)
+	if err != nil {
+		return "", fmt.Errorf("source %s: %w", s.cfg.Addr, err)
 	}
 	var logBin bool
 	if err := s.db.QueryRowContext(ctx, "SELECT @@log_bin").Scan(&logBin); err != nil {
-		return fmt.Errorf("read source log_bin: %w", err)
+		return "", fmt.Errorf("read source log_bin: %w", err)
 	}
 	if !logBin {
-		return fmt.Errorf("source %s has the binary log off: start it with --log-bin (rowlift fences chunks by binlog position)", s.cfg.Addr)
+		return "", fmt.Errorf("source %s (%s) has the binary log off: start it with --log-bin (rowlift fences chunks by binlog position)", s.cfg.Addr, version)
 	}
-	// Every wrong setting is named, so one round of fixes is enough.
 	var wrong []error
-	for _, want := range requiredSettings {
+	for _, want := range requiredSettings[flavor] {
 		var got string
 		if err := s.db.QueryRowContext(ctx, "SELECT @@GLOBAL."+want.name).Scan(&got); err != nil {
-			return fmt.Errorf("read source %s: %w", want.name, err)
+			var me *mysql.MySQLError
+			if want.optional && errors.As(err, &me) && me.Number == unknownSystemVariable {
+				continue
+			}
+			return "", fmt.Errorf("read source %s: %w", want.name, err)
 		}
 		if !strings.EqualFold(got, want.value) {
-			wrong = append(wrong, fmt.Errorf("source %s has %s=%s; rowlift needs %s=%s because %s: SET GLOBAL %s=%s (and in the server's config file)",
-				s.cfg.Addr, want.name, got, want.name, want.value, want.why, want.name, want.value))
+			wrong = append(wrong, fmt.Errorf("source %s has %s=%s; rowlift needs %s because %s: %s",
+				s.cfg.Addr, want.name, quoteSetting(got), want.setting(), want.why, want.fix(flavor)))
 		}
 	}
-	return errors.Join(wrong...)
+	return flavor, errors.Join(wrong...)
 }
 
-// requiredSettings are the source settings the stream relies on, each with why.
-var requiredSettings = []struct{ name, value, why string }{
-	{"binlog_format", "ROW", "it replays row images, not statements"},
-	{"binlog_row_image", "FULL", "it applies changes by key and checks before images, which need every column"},
-	{"binlog_row_metadata", "FULL", "column names and signedness are only in the binlog with full metadata"},
-	{"gtid_strict_mode", "1", "positions are GTID sets, exact only when sequence numbers only grow"},
+// unknownSystemVariable is the error of reading a variable the server does
+// not have (MySQL may drop binlog_format, deprecated since 8.0.34).
+const unknownSystemVariable = 1193
+
+// sourceSetting is a server setting the stream relies on.
+type sourceSetting struct {
+	name, value, why string
+	// optional settings are checked only where the server still has them.
+	optional bool
+	// steps is how to reach the value on MySQL when one SET PERSIST cannot.
+	steps string
+}
+
+func (w sourceSetting) setting() string { return w.name + "=" + quoteSetting(w.value) }
+
+// fix is the statement that sets it: MariaDB has no SET PERSIST, so the
+// config file must change too; MySQL's SET PERSIST survives restarts.
+func (w sourceSetting) fix(flavor dbconn.Flavor) string {
+	if flavor == dbconn.MySQL {
+		if w.steps != "" {
+			return w.steps
+		}
+		return "SET PERSIST " + w.setting()
+	}
+	return "SET GLOBAL " + w.setting() + " (and in the server's config file)"
+}
+
+func quoteSetting(v string) string {
+	if v == "" {
+		return "''"
+	}
+	return v
+}
+
+// requiredSettings are the source settings the stream relies on, by flavor,
+// each with why.
+var requiredSettings = map[dbconn.Flavor][]sourceSetting{
+	dbconn.MariaDB: {
+		{name: "binlog_format", value: "ROW", why: "it replays row images, not statements"},
+		{name: "binlog_row_image", value: "FULL", why: "it applies changes by key and checks before images, which need every column"},
+		{name: "binlog_row_metadata", value: "FULL", why: "column names and signedness are only in the binlog with full metadata"},
+		{name: "gtid_strict_mode", value: "1", why: "positions are GTID sets, exact only when sequence numbers only grow"},
+	},
+	dbconn.MySQL: {
+		{name: "binlog_format", value: "ROW", why: "it replays row images, not statements", optional: true},
+		{name: "binlog_row_image", value: "FULL", why: "it applies changes by key and checks before images, which need every column"},
+		{name: "binlog_row_metadata", value: "FULL", why: "column names and signedness are only in the binlog with full metadata"},
+		{name: "binlog_row_value_options", value: "", why: "partial JSON updates carry only a diff, not the row's JSON"},
+		{name: "enforce_gtid_consistency", value: "ON", why: "positions are GTID sets, which every transaction must have"},
+		{name: "gtid_mode", value: "ON", why: "positions are GTID sets, which every transaction must have",
+			steps: "SET PERSIST enforce_gtid_consistency=ON, then SET PERSIST gtid_mode=OFF_PERMISSIVE, SET PERSIST gtid_mode=ON_PERMISSIVE " +
+				"and, once SHOW STATUS LIKE 'Ongoing_anonymous_transaction_count' is 0, SET PERSIST gtid_mode=ON"},
+	},
 }
 
 // plan loads every requested table and its column list, failing with a status

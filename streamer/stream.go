@@ -19,6 +19,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/binlogrow"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/keyorder"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
@@ -90,34 +91,42 @@ func (s mergeSink) part(ctx context.Context, part *rowliftv1.Chunk, last bool) e
 // startPosition is where the binlog reader starts: the applier's committed
 // position, or for a new workflow the position of a consistent snapshot (not
 // @@gtid_binlog_pos, which counts transactions not yet visible to snapshots).
-func (s *Server) startPosition(ctx context.Context, req *rowliftv1.StreamRequest) (*mysql.MariadbGTIDSet, error) {
+func (s *Server) startPosition(ctx context.Context, req *rowliftv1.StreamRequest, flavor dbconn.Flavor) (*gtid.Set, error) {
 	text := req.GetPosition().GetGtidSet()
 	if text == "" {
-		conn, err := s.db.Conn(ctx)
-		if err != nil {
-			return nil, status.Error(codes.Unavailable, dbconn.Explain(err, s.cfg, "source").Error())
-		}
-		defer conn.Close()
-		pos, err := beginSnapshot(ctx, conn)
-		if err != nil {
+		var err error
+		if text, err = s.visible(ctx, flavor); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "read the source's position: %v", err)
 		}
-		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "read the source's position: %v", err)
-		}
-		text = pos.GetGtidSet()
 	}
-	set, err := mysql.ParseMariadbGTIDSet(text)
+	set, err := gtid.Parse(text)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "position %q is not a MariaDB GTID set: %v", text, err)
+		return nil, status.Errorf(codes.InvalidArgument, "stream position: %v", err)
 	}
-	return set.(*mysql.MariadbGTIDSet), nil
+	if f := set.Flavor(); f != "" && f != string(flavor) {
+		return nil, status.Errorf(codes.FailedPrecondition, "stream position %s is a %s position but the source %s runs %s: "+
+			"the workflow was created against another server; create it again for this source", set, f, s.cfg.Addr, flavor)
+	}
+	return set, nil
+}
+
+// visible reads a position every later snapshot contains, on a connection of
+// its own.
+func (s *Server) visible(ctx context.Context, flavor dbconn.Flavor) (string, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return "", dbconn.Explain(err, s.cfg, "source")
+	}
+	defer conn.Close()
+	f := newFencer(flavor, s.db, "", nil)
+	defer f.close()
+	return f.visible(ctx, conn)
 }
 
 // startBinlog opens the binlog dump from start. go-mysql's own reconnect is off:
 // a broken dump ends the stream and the applier reopens it from its committed
 // position, the one truth for resuming.
-func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
+func (s *Server) startBinlog(start *gtid.Set, flavor dbconn.Flavor) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
 	host, portText, err := net.SplitHostPort(s.cfg.Addr)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "source address %q: %v", s.cfg.Addr, err)
@@ -126,7 +135,7 @@ func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSy
 	cfg := replication.BinlogSyncerConfig{
 		// Unique among the source's replicas, and never 0.
 		ServerID:                uint32(1<<31 + rand.Uint32N(1<<30)),
-		Flavor:                  mysql.MariaDBFlavor,
+		Flavor:                  string(flavor),
 		Host:                    host,
 		Port:                    uint16(port),
 		User:                    s.cfg.User,
@@ -134,6 +143,7 @@ func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSy
 		ParseTime:               false,
 		UseDecimal:              false,
 		TimestampStringLocation: time.UTC,
+		RenderJSONAsMySQLText:   true, // MySQL JSON keeps its types, so binlogrow prints it as SELECT does
 		HeartbeatPeriod:         time.Second,
 		ReadTimeout:             10 * time.Second, // above the heartbeat, or every idle gap reconnects
 		DisableRetrySync:        true,
@@ -144,8 +154,12 @@ func (s *Server) startBinlog(start *mysql.MariadbGTIDSet) (*replication.BinlogSy
 	if err := binlogrow.CheckConfig(cfg); err != nil {
 		return nil, nil, status.Error(codes.Internal, err.Error())
 	}
+	from, err := start.GoMySQL(string(flavor))
+	if err != nil {
+		return nil, nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
 	syncer := replication.NewBinlogSyncer(cfg)
-	events, err := syncer.StartSyncGTID(start)
+	events, err := syncer.StartSyncGTID(from)
 	if err != nil {
 		syncer.Close()
 		return nil, nil, status.Errorf(codes.Unavailable, "start binlog dump at %s: %v", start, err)
@@ -179,7 +193,7 @@ func binlogError(err error, start fmt.Stringer) error {
 // wait to be shown visible, and sends a heartbeat when there is nothing else.
 // throttled says why the copy waits; it goes out with every heartbeat.
 func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInput, items chan<- *rowliftv1.StreamItem,
-	readerAt *mysql.MariadbGTIDSet, heartbeat time.Duration, throttled func() string) error {
+	readerAt *gtid.Set, flavor dbconn.Flavor, heartbeat time.Duration, throttled func() string) error {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	probe := time.NewTicker(20 * time.Millisecond)
@@ -205,7 +219,7 @@ func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInpu
 		case <-probe.C:
 			if !probing && m.waitsForVisibility() {
 				probing = true
-				go s.probe(ctx, inputs)
+				go s.probe(ctx, inputs, flavor)
 			}
 			continue
 		case <-tick.C:
@@ -268,21 +282,13 @@ func apply(m *merger, in mergeInput) error {
 
 // probe takes a snapshot only to learn what is visible, so transactions of
 // tables between chunks need not wait for the next chunk.
-func (s *Server) probe(ctx context.Context, inputs chan<- mergeInput) {
+func (s *Server) probe(ctx context.Context, inputs chan<- mergeInput, flavor dbconn.Flavor) {
 	visible, err := func() (position, error) {
-		conn, err := s.db.Conn(ctx)
+		text, err := s.visible(ctx, flavor)
 		if err != nil {
 			return nil, err
 		}
-		defer conn.Close()
-		pos, err := beginSnapshot(ctx, conn)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-			return nil, err
-		}
-		set, err := mysql.ParseMariadbGTIDSet(pos.GetGtidSet())
+		set, err := gtid.Parse(text)
 		return gtidPos{set}, err
 	}()
 	if err != nil {

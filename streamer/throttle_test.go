@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/internal/dbconn"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -120,8 +120,7 @@ func TestCopyGateWaitsWhileTheTargetAsks(t *testing.T) {
 // (the target must not advance past what it has not received), and once the
 // reason clears, one heartbeat says so and status-only ones stop.
 func TestHeartbeatsCarryTheThrottleReason(t *testing.T) {
-	start, err := mysql.ParseMariadbGTIDSet("0-1-10")
-	require.NoError(t, err)
+	start := gtidSet(t, "0-1-10")
 	m := newMerger(gtidPos{start})
 	m.addTable("t", &mergeTable{copying: true})
 	s := &Server{log: zap.NewNop()}
@@ -142,7 +141,7 @@ func TestHeartbeatsCarryTheThrottleReason(t *testing.T) {
 	inputs := make(chan mergeInput)
 	items := make(chan *rowliftv1.StreamItem)
 	go func() {
-		_ = s.mergeLoop(ctx, m, inputs, items, start.(*mysql.MariadbGTIDSet), time.Millisecond, throttled)
+		_ = s.mergeLoop(ctx, m, inputs, items, start, dbconn.MariaDB, time.Millisecond, throttled)
 	}()
 	next := func() *rowliftv1.Heartbeat {
 		select {

@@ -11,13 +11,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -25,8 +22,10 @@ import (
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/coordinator"
 	"github.com/rowlift/rowlift/internal/controlclient"
+	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -36,36 +35,43 @@ import (
 )
 
 // demoTables are the sample tables: a large one, one with a unique secondary
-// key, and one column of every common type.
-var demoTables = []struct{ name, ddl, fill string }{
+// key, and one column of every common type. Each is filled from a SELECT over
+// s(seq), the numbers 1 to its rows (0: the demo's --rows), which a recursive
+// CTE makes on either flavor.
+var demoTables = []struct {
+	name, ddl, fill string
+	rows            int
+}{
 	{"events", "CREATE TABLE demo.events (id BIGINT PRIMARY KEY, user_id INT NOT NULL, kind VARCHAR(16) NOT NULL, " +
 		"amount DECIMAL(12,2), payload VARCHAR(200), created_at DATETIME(6) NOT NULL, KEY (user_id))",
-		"INSERT INTO demo.events SELECT seq, seq % 20000, ELT(1 + seq % 4, 'view', 'cart', 'order', 'refund'), (seq % 100000) / 100, " +
-			"IF(seq % 7 = 0, NULL, SHA1(seq)), FROM_UNIXTIME(1700000000 + seq, '%Y-%m-%d %H:%i:%s.%f') FROM demo.seq_1_to_{rows}"},
+		"SELECT seq, seq % 20000, ELT(1 + seq % 4, 'view', 'cart', 'order', 'refund'), (seq % 100000) / 100, " +
+			"IF(seq % 7 = 0, NULL, LEFT(SHA2(seq, 256), 40)), FROM_UNIXTIME(1700000000 + seq, '%Y-%m-%d %H:%i:%s.%f') FROM s", 0},
 	{"customers", "CREATE TABLE demo.customers (id INT PRIMARY KEY, email VARCHAR(100) NOT NULL, name VARCHAR(100) CHARACTER SET utf8mb4, " +
 		"country CHAR(2), balance DECIMAL(12,2) NOT NULL, UNIQUE KEY (email))",
-		"INSERT INTO demo.customers SELECT seq, CONCAT('user', seq, '@example.com'), CONCAT('Zoë ', seq), " +
-			"ELT(1 + seq % 5, 'DE', 'FR', 'JP', 'BR', 'US'), seq % 1000 FROM demo.seq_1_to_20000"},
+		"SELECT seq, CONCAT('user', seq, '@example.com'), CONCAT('Zoë ', seq), " +
+			"ELT(1 + seq % 5, 'DE', 'FR', 'JP', 'BR', 'US'), seq % 1000 FROM s", 20000},
 	{"all_types", "CREATE TABLE demo.all_types (id INT PRIMARY KEY, ti TINYINT, su SMALLINT UNSIGNED, mi MEDIUMINT, bi BIGINT UNSIGNED, " +
 		"d DECIMAL(30,10), f FLOAT, dbl DOUBLE, bt BIT(12), dt DATE, tm TIME(6), dtm DATETIME(6), ts TIMESTAMP(6) NULL, y YEAR, " +
 		"c CHAR(10), vc VARCHAR(50) CHARACTER SET utf8mb4, bn BINARY(4), vb VARBINARY(20), bl BLOB, tx TEXT, e ENUM('a','b','c'), " +
 		"s SET('x','y','z'), j JSON)",
-		"INSERT INTO demo.all_types SELECT seq, CAST(seq % 128 AS SIGNED) - 64, seq, -CAST(seq AS SIGNED), 18446744073709551615 - seq, seq / 7, seq / 3, seq / 11, seq % 4096, " +
+		"SELECT seq, CAST(seq % 128 AS SIGNED) - 64, seq, -CAST(seq AS SIGNED), 18446744073709551615 - seq, seq / 7, seq / 3, seq / 11, seq % 4096, " +
 			"DATE('2020-01-01') + INTERVAL seq DAY, SEC_TO_TIME(seq * 37.5), FROM_UNIXTIME(1600000000 + seq * 61), FROM_UNIXTIME(1600000000 + seq), " +
-			"1901 + seq % 255, LEFT(SHA1(seq), 10), CONCAT('naïve ☃ ', seq), UNHEX(LPAD(HEX(seq), 8, '0')), UNHEX(SHA1(seq)), " +
+			"1901 + seq % 255, LEFT(SHA2(seq, 256), 10), CONCAT('naïve ☃ ', seq), UNHEX(LPAD(HEX(seq), 8, '0')), UNHEX(LEFT(SHA2(seq, 256), 40)), " +
 			"REPEAT(UNHEX('00FF'), seq % 20), REPEAT('t', seq % 300), ELT(1 + seq % 3, 'a', 'b', 'c'), ELT(1 + seq % 3, 'x', 'x,y', 'y,z'), " +
-			"JSON_OBJECT('n', seq, 's', 'v') FROM demo.seq_1_to_2000"},
+			"JSON_OBJECT('n', seq, 's', 'v') FROM s", 2000},
 }
 
 func demoCommand() *command {
 	var rows, shards int
 	var keep, cutover bool
+	var flavor string
 	return &command{
 		name:    "demo",
-		summary: "move a table set between two throwaway MariaDB servers (or split it over N) under live writes, and compare",
-		usage:   "[--rows N] [--cutover | --reshard N]",
+		summary: "move a table set between two throwaway MariaDB or MySQL servers (or split it over N) under live writes, and compare",
+		usage:   "[--rows N] [--flavor mariadb|mysql] [--cutover | --reshard N]",
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&rows, "rows", 1_000_000, "rows in the large sample table, e.g. --rows 100000")
+			fs.StringVar(&flavor, "flavor", "mariadb", "the servers to start: mariadb, or mysql (the MySQL that `make setup` provides), e.g. --flavor mysql")
 			fs.BoolVar(&keep, "keep", false, "keep the servers running after the summary until Ctrl-C, to look around, e.g. --keep")
 			fs.BoolVar(&cutover, "cutover", false, "go on to the end of the move: verify, switch (the writer follows to the target), reverse,\n"+
 				"switch again and complete, with the write pause of each, then compare again, e.g. --cutover")
@@ -76,7 +82,10 @@ func demoCommand() *command {
 			if rows < 1 {
 				return usagef("--rows must be at least 1")
 			}
-			d := &demo{out: stdout, rows: rows, cutover: cutover}
+			if flavor != string(sandbox.MariaDB) && flavor != string(sandbox.MySQL) {
+				return usagef("--flavor %s: want mariadb or mysql", flavor)
+			}
+			d := &demo{out: stdout, rows: rows, cutover: cutover, flavor: sandbox.Flavor(flavor)}
 			if shards != 0 {
 				if cutover {
 					return usagef("--reshard %d and --cutover: the demo's cutover is of a move; give one or the other", shards)
@@ -110,6 +119,8 @@ func demoCommand() *command {
 type demo struct {
 	out  io.Writer
 	rows int
+	// flavor is the kind of server the demo starts, all of one kind.
+	flavor sandbox.Flavor
 	// cutover runs the roles the other way round too, and the cutover steps.
 	cutover bool
 	// ranges are the target shards' key ranges with --reshard; none for a move.
@@ -195,8 +206,8 @@ func (d *demo) run(ctx context.Context) error {
 	copyTime := time.Since(copyStart)
 
 	d.stopWriter()
-	var pos string
-	if err := d.srcDB.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	pos, err := dbconn.Position(ctx, d.srcDB)
+	if err != nil {
 		return err
 	}
 	d.say("\nwriter stopped after %s transactions; waiting for the %s to apply up to %s", formatCount(writes.Load()), d.targetsWord(), pos)
@@ -247,10 +258,11 @@ func (d *demo) run(ctx context.Context) error {
 // demo.events with rows rows.
 func fillDemo(ctx context.Context, db *sql.DB, rows int) error {
 	for _, t := range demoTables {
-		fill := t.fill
-		if t.name == "events" {
-			fill = strings.ReplaceAll(fill, "{rows}", strconv.Itoa(rows))
+		n := t.rows
+		if n == 0 {
+			n = rows
 		}
+		fill := fmt.Sprintf("INSERT INTO demo.%s WITH RECURSIVE s(seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM s WHERE seq < %d) %s", t.name, n, t.fill)
 		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl, fill} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				return err
@@ -260,20 +272,28 @@ func fillDemo(ctx context.Context, db *sql.DB, rows int) error {
 	return nil
 }
 
+// flavorName is the servers' kind as the demo prints it.
+func (d *demo) flavorName() string {
+	if d.flavor == sandbox.MySQL {
+		return "MySQL"
+	}
+	return "MariaDB"
+}
+
 // startServers starts the source server and the target servers (one, or
 // one per shard with --reshard) and opens a pool on each.
 func (d *demo) startServers(ctx context.Context) error {
 	var err error
 	if d.ranges == nil {
 		d.targets = []demoTarget{{name: "main"}}
-		d.say("starting two throwaway MariaDB servers")
+		d.say("starting two throwaway %s servers", d.flavorName())
 	} else {
 		for i, r := range d.ranges {
 			d.targets = append(d.targets, demoTarget{name: fmt.Sprintf("shard%d", i+1), keyRange: r})
 		}
-		d.say("starting %d throwaway MariaDB servers: a source and %d target shards", 1+len(d.ranges), len(d.ranges))
+		d.say("starting %d throwaway %s servers: a source and %d target shards", 1+len(d.ranges), d.flavorName(), len(d.ranges))
 	}
-	if d.src, err = sandbox.Start(ctx, sandbox.Options{}); err != nil {
+	if d.src, err = sandbox.Start(ctx, sandbox.Options{Flavor: d.flavor}); err != nil {
 		return err
 	}
 	d.say("  source %s in %s", d.src.Addr(), d.src.Dir)
@@ -282,7 +302,7 @@ func (d *demo) startServers(ctx context.Context) error {
 	}
 	for i := range d.targets {
 		t := &d.targets[i]
-		if t.srv, err = sandbox.Start(ctx, sandbox.Options{Args: []string{"--local-infile=ON"}}); err != nil {
+		if t.srv, err = sandbox.Start(ctx, sandbox.Options{Flavor: d.flavor}); err != nil {
 			return err
 		}
 		if d.ranges == nil {
@@ -461,10 +481,6 @@ func (d *demo) watch(ctx context.Context, control rowliftv1.ControlClient, name 
 
 // waitApplied waits until the workflow's position covers pos.
 func (d *demo) waitApplied(ctx context.Context, control rowliftv1.ControlClient, name, pos string) (*rowliftv1.Workflow, error) {
-	want, err := gomysql.ParseMariadbGTIDSet(pos)
-	if err != nil {
-		return nil, err
-	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		w, err := control.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: name})
@@ -474,8 +490,8 @@ func (d *demo) waitApplied(ctx context.Context, control rowliftv1.ControlClient,
 		streams := w.GetStatus().GetStreams()
 		applied := len(streams) > 0
 		for _, st := range streams {
-			got, err := gomysql.ParseMariadbGTIDSet(st.GetPosition().GetGtidSet())
-			applied = applied && err == nil && got.Contain(want)
+			ok, err := gtid.Covers(st.GetPosition().GetGtidSet(), pos)
+			applied = applied && err == nil && ok
 		}
 		if applied {
 			return w, nil

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/controlclient"
+	"github.com/rowlift/rowlift/internal/dbconn"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -59,8 +60,8 @@ func (d *demo) runCutover(ctx context.Context, control rowliftv1.ControlClient, 
 	case <-time.After(demoStepGap):
 	}
 	d.stopWriter()
-	var pos string
-	if err := d.targets[0].db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+	pos, err := dbconn.Position(ctx, d.targets[0].db)
+	if err != nil {
 		return fmt.Errorf("target position: %w", err)
 	}
 	d.say("writer stopped after %s transactions; waiting for %s to apply the target's writes up to %s", formatCount(writes.Load()), reverseName, pos)

@@ -3,13 +3,19 @@
 // same row (see rowlift.v1.Row), so the applier treats copied and replicated rows
 // alike.
 //
-// It relies on go-mysql decoding with ParseTime=false, UseDecimal=false and
+// It relies on go-mysql decoding with ParseTime=false, UseDecimal=false,
+// UseFloatWithTrailingZero=false, RenderJSONAsMySQLText=true and
 // TimestampStringLocation=time.UTC (CheckConfig checks a BinlogSyncerConfig), and
 // on a source with binlog_row_image=FULL and binlog_row_metadata=FULL: the
 // metadata gives column names, signedness and ENUM and SET members.
+//
+// MySQL's JSON travels in its binary form; go-mysql renders it as compact JSON
+// text, which Convert rewrites into the text MySQL's SELECT prints (see
+// appendJSON for the one case where the two cannot agree).
 package binlogrow
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -24,7 +30,7 @@ import (
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// CheckConfig rejects syncer settings under which Convert cannot be exact (a non-UTC TIMESTAMP zone would shift values silently).
+// CheckConfig rejects syncer settings under which Convert cannot be exact (a non-UTC TIMESTAMP zone would shift values silently, MySQL JSON would lose its types).
 func CheckConfig(cfg replication.BinlogSyncerConfig) error {
 	var problems []string
 	if cfg.ParseTime {
@@ -32,6 +38,13 @@ func CheckConfig(cfg replication.BinlogSyncerConfig) error {
 	}
 	if cfg.UseDecimal {
 		problems = append(problems, "UseDecimal must be false (DECIMAL is copied as the server's text)")
+	}
+	if cfg.UseFloatWithTrailingZero {
+		problems = append(problems, "UseFloatWithTrailingZero must be false (FLOAT and DOUBLE are copied as their shortest text)")
+	}
+	if !cfg.RenderJSONAsMySQLText {
+		problems = append(problems, "RenderJSONAsMySQLText must be true (MySQL JSON doubles, decimals, dates and key order "+
+			"must keep their types to be printed as SELECT prints them)")
 	}
 	if cfg.TimestampStringLocation != time.UTC {
 		problems = append(problems, "TimestampStringLocation must be time.UTC (the copy reads TIMESTAMP with time_zone '+00:00')")
@@ -61,6 +74,7 @@ const (
 	kindTime                 // TIME string: fraction padded to the column's precision
 	kindBytes                // string or []byte: raw bytes
 	kindBinary               // BINARY string: raw bytes padded with 0x00 to the width
+	kindJSON                 // MySQL JSON, go-mysql's text: rewritten as SELECT prints it
 )
 
 // column is one streamed column: where its value is in the image and how to
@@ -196,12 +210,19 @@ func newColumn(tm *replication.TableMapEvent, i int, sc schema.Column) (column, 
 	case "tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob":
 		// MariaDB's JSON is LONGTEXT and travels as its text.
 		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_BLOB}
+	case "json":
+		// MySQL's JSON; MariaDB's is LONGTEXT and has DATA_TYPE longtext.
+		col.kind, want = kindJSON, []byte{mysql.MYSQL_TYPE_JSON}
+	case "vector":
+		// MySQL 9's VECTOR: its float32s as little-endian bytes, as a SELECT
+		// returns them.
+		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_VECTOR}
 	case "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection":
 		// SRID and WKB, as a SELECT returns them.
 		col.kind, want = kindBytes, []byte{mysql.MYSQL_TYPE_GEOMETRY}
 	default:
-		// MySQL's binary JSON decodes to text that is not the server's, and
-		// MariaDB's UUID and INET types are stored in binary but selected as text.
+		// MariaDB's UUID and INET types are stored in binary but selected as
+		// text, and its COMPRESSED columns do not decode at all.
 		return col, fmt.Errorf("type %s (%s) cannot be streamed from the binlog byte-exactly", sc.DataType, sc.ColumnType)
 	}
 	if !slices.Contains(want, typ) {
@@ -301,6 +322,19 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 	case kindTime:
 		if s, ok := v.(string); ok {
 			return appendTime(dst, s, col.width)
+		}
+	case kindJSON:
+		switch j := v.(type) {
+		case string:
+			return appendJSON(dst, j)
+		case *replication.JsonDiff:
+			return dst, fmt.Errorf("partial JSON update (%s of %s): the source must log with binlog_row_value_options='' "+
+				"(PARTIAL_JSON logs only the change, not the value)", j.Op, j.Path)
+		case []byte:
+			if len(j) == 0 {
+				return dst, errors.New("empty JSON document (written by INSERT IGNORE or a non-strict session); " +
+					"a SELECT does not return it as it is stored")
+			}
 		}
 	case kindBytes, kindBinary:
 		start := len(dst)

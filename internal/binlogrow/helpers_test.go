@@ -256,8 +256,8 @@ func TestNewConverterErrors(t *testing.T) {
 			"schema says varchar(10) but the binlog carries binlog type 3"},
 		{"CHAR in the schema, ENUM in the binlog", nil, schema.Column{Name: "e", DataType: "char", ColumnType: "char(1)"},
 			"binlog type 247"},
-		{"MySQL JSON", nil, schema.Column{Name: "i", DataType: "json", ColumnType: "json"},
-			"type json (json) cannot be streamed from the binlog byte-exactly"},
+		{"JSON in the schema, INT in the binlog", nil, schema.Column{Name: "i", DataType: "json", ColumnType: "json"},
+			"schema says json but the binlog carries binlog type 3"},
 		{"MariaDB UUID", nil, schema.Column{Name: "b", DataType: "uuid", ColumnType: "uuid"}, "type uuid"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -286,12 +286,12 @@ func TestConvertReusesRow(t *testing.T) {
 }
 
 func TestCheckConfig(t *testing.T) {
-	require.NoError(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC}))
-	err := CheckConfig(replication.BinlogSyncerConfig{ParseTime: true, UseDecimal: true, RawModeEnabled: true})
+	require.NoError(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC, RenderJSONAsMySQLText: true}))
+	err := CheckConfig(replication.BinlogSyncerConfig{ParseTime: true, UseDecimal: true, RawModeEnabled: true, UseFloatWithTrailingZero: true})
 	for _, want := range []string{"ParseTime must be false", "UseDecimal must be false", "TimestampStringLocation must be time.UTC",
-		"RawModeEnabled must be false"} {
+		"RawModeEnabled must be false", "UseFloatWithTrailingZero must be false", "RenderJSONAsMySQLText must be true"} {
 		require.ErrorContains(t, err, want)
 	}
-	err = CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.FixedZone("IST", 19800)})
-	require.ErrorContains(t, err, "TimestampStringLocation must be time.UTC")
+	err = CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.FixedZone("IST", 19800), RenderJSONAsMySQLText: true})
+	require.EqualError(t, err, "binlog syncer config: TimestampStringLocation must be time.UTC (the copy reads TIMESTAMP with time_zone '+00:00')")
 }

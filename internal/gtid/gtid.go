@@ -170,3 +170,17 @@ func Merge(a, b string) (string, error) {
 	}
 	return sa.String(), nil
 }
+
+// Covers reports whether the position a contains every transaction of b, both
+// given as text.
+func Covers(a, b string) (bool, error) {
+	sa, err := Parse(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := Parse(b)
+	if err != nil {
+		return false, err
+	}
+	return sa.Contains(sb), nil
+}

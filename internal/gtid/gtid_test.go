@@ -135,3 +135,14 @@ func TestGoMySQL(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uuidA+":1-5", m.String())
 }
+
+func TestCovers(t *testing.T) {
+	ok, err := Covers(uuidA+":1-9", uuidA+":4")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = Covers("0-1-3", "0-1-4")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	_, err = Covers("0-1", "")
+	assert.Error(t, err)
+}

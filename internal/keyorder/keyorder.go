@@ -7,8 +7,9 @@
 // Values are in the stream's Row encoding (see rowlift.v1.Row). Every type whose
 // order follows from that text or those bytes alone is compared in Go: numbers by
 // value, temporal values by their digits, BIT and binary strings by bytes, and
-// strings under the binary collations of latin1, ascii and UTF-8 by bytes, padded
-// with spaces under PAD SPACE. Strings under any other collation are compared by
+// strings under the binary collations of latin1, ascii and UTF-8 (MySQL's
+// utf8mb4_0900_bin too, except for CHAR) by bytes, padded with spaces under PAD
+// SPACE. Strings under any other collation are compared by
 // the source server itself, which is exact by construction but costs a query.
 package keyorder
 
@@ -175,6 +176,11 @@ func Bytewise(dataType, charset, collation string) (bytewise, padSpace bool) {
 		// them instead and disagree with that order, but both make values
 		// that differ only in trailing spaces equal).
 		return true, dataType == "char"
+	case "utf8mb4_0900_bin":
+		// MySQL's NO PAD binary collation. Its CHAR values are left to the
+		// server: MySQL compares them with trailing spaces removed, and a
+		// MariaDB that knows the name treats CHAR as above.
+		return dataType != "char", false
 	}
 	return false, false
 }

@@ -366,6 +366,8 @@ func serverArgs(flavor Flavor, s *Server) []string {
 			"--log-slave-updates=ON",
 			// The default reserves a multi-terabyte virtual range for resizing.
 			"--innodb-buffer-pool-size-max=256M",
+			// Tests and the demo fill tables with recursive CTEs.
+			"--max-recursive-iterations=100000000",
 		)
 	case MySQL:
 		args = append(args,
@@ -373,6 +375,7 @@ func serverArgs(flavor Flavor, s *Server) []string {
 			"--enforce-gtid-consistency=ON",
 			"--log-replica-updates=ON",
 			"--mysqlx=OFF",
+			"--cte-max-recursion-depth=100000000",
 		)
 	}
 	return args

@@ -225,3 +225,30 @@ func shortTempDir(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Clean(dir)
 }
+
+func TestToolsOfEachFlavor(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		s := sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
+		db := sandboxtest.Open(t, s, "")
+		sandboxtest.Exec(t, db, "CREATE DATABASE tools", "CREATE TABLE tools.t (id INT PRIMARY KEY)", "INSERT INTO tools.t VALUES (7)")
+		ctx := context.Background()
+		client, err := s.Tool(ctx, sandbox.Client, "--protocol=socket", "--socket="+s.Socket, "-uroot", "-N", "-e", "SELECT id FROM tools.t")
+		require.NoError(t, err)
+		out, err := client.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, "7", strings.TrimSpace(string(out)))
+		dump, err := s.Tool(ctx, sandbox.Dump, "--protocol=socket", "--socket="+s.Socket, "-uroot", "tools", "t")
+		require.NoError(t, err)
+		out, err = dump.Output()
+		require.NoError(t, err)
+		require.Regexp(t, "INSERT INTO `t` VALUES\\s*\\(7\\)", string(out))
+		files, err := filepath.Glob(filepath.Join(s.DataDir, "binlog.[0-9]*"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files)
+		binlog, err := s.Tool(ctx, sandbox.BinlogDump, files...)
+		require.NoError(t, err)
+		out, err = binlog.Output()
+		require.NoError(t, err)
+		require.Contains(t, string(out), "CREATE TABLE tools.t")
+	})
+}

@@ -96,7 +96,9 @@ func Load(ctx context.Context, q Queryer, database, table string) (*Table, error
 }
 
 func (t *Table) loadKey(ctx context.Context, q Queryer) error {
-	rows, err := q.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+	// A MySQL functional key part has no column: its COLUMN_NAME is NULL,
+	// read as "", which no column has, so such a key is never usable.
+	rows, err := q.QueryContext(ctx, `SELECT INDEX_NAME, IFNULL(COLUMN_NAME, '') FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0
 		ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX`, t.Database, t.Name)
 	if err != nil {
@@ -216,6 +218,34 @@ func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
 // CheckShape compares a target table with the streamed fields: every streamed
 // column must exist on the target with the same type, character set, collation
 // and nullability, and the target must be keyed by the same columns. It returns
+// SameType reports whether two COLUMN_TYPEs hold the same values, as MariaDB
+// and MySQL print them: MySQL 8.0.19+ leaves out the display width of integer
+// types (int, not int(11)) and of YEAR, which changes nothing stored unless
+// the column is ZEROFILL.
+func SameType(a, b string) bool {
+	return strings.EqualFold(a, b) || normalType(a) == normalType(b)
+}
+
+// displayWidth is an integer or YEAR type's display width.
+var displayWidth = regexp.MustCompile(`^(tinyint|smallint|mediumint|int|bigint|year)\(\d+\)`)
+
+func normalType(t string) string {
+	t = strings.ToLower(t)
+	if strings.Contains(t, "zerofill") {
+		return t
+	}
+	return displayWidth.ReplaceAllString(t, "$1")
+}
+
+// jsonAsText reports whether a target column takes JSON documents as the
+// source holds them across flavors: MariaDB's JSON is LONGTEXT, and a MySQL
+// JSON column on the other side holds the same documents (the workflow's
+// creation warns that MySQL stores them normalised).
+func jsonAsText(target, source string) bool {
+	t, s := strings.ToLower(target), strings.ToLower(source)
+	return (t == "json" && s == "longtext") || (t == "longtext" && s == "json")
+}
+
 // one error that lists every difference.
 func CheckShape(target *Table, fields *rowliftv1.TableFields) error {
 	var diffs []string
@@ -226,9 +256,10 @@ func CheckShape(target *Table, fields *rowliftv1.TableFields) error {
 			diffs = append(diffs, fmt.Sprintf("column %s is missing", f.GetName()))
 		case c.Generated:
 			diffs = append(diffs, fmt.Sprintf("column %s is generated on the target", f.GetName()))
-		case !strings.EqualFold(c.ColumnType, f.GetColumnType()):
+		case !jsonAsText(c.ColumnType, f.GetColumnType()) && !SameType(c.ColumnType, f.GetColumnType()):
 			diffs = append(diffs, fmt.Sprintf("column %s is %s, source has %s", f.GetName(), c.ColumnType, f.GetColumnType()))
-		case c.Collation != f.GetCollation():
+		// A MySQL JSON column has no collation; MariaDB's JSON is utf8mb4 text.
+		case !jsonAsText(c.ColumnType, f.GetColumnType()) && c.Collation != f.GetCollation():
 			diffs = append(diffs, fmt.Sprintf("column %s has collation %q, source has %q", f.GetName(), c.Collation, f.GetCollation()))
 		case c.Nullable != f.GetNullable():
 			diffs = append(diffs, fmt.Sprintf("column %s nullable=%v, source nullable=%v", f.GetName(), c.Nullable, f.GetNullable()))

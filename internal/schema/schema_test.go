@@ -12,77 +12,129 @@ import (
 	"github.com/rowlift/rowlift/internal/schema"
 )
 
-func server(t *testing.T, stmts ...string) *sql.DB {
-	db := sandboxtest.Open(t, sandboxtest.Start(t, sandbox.Options{}), "")
+func server(t *testing.T, flavor sandbox.Flavor, stmts ...string) *sql.DB {
+	db := sandboxtest.Open(t, sandboxtest.Start(t, sandbox.Options{Flavor: flavor}), "")
 	sandboxtest.Exec(t, db, append([]string{"CREATE DATABASE d"}, stmts...)...)
 	return db
 }
 
 func TestLoadPrefersPrimaryKeyAndSkipsGeneratedColumns(t *testing.T) {
-	db := server(t, `CREATE TABLE d.t (a INT NOT NULL, b VARCHAR(5) COLLATE latin1_swedish_ci, g INT AS (a * 2) VIRTUAL,
-		s INT AS (a + 1) STORED, UNIQUE KEY u (b), PRIMARY KEY (b, a)) CHARSET latin1`)
-	tbl, err := schema.Load(context.Background(), db, "d", "t")
-	require.NoError(t, err)
-	require.Equal(t, "PRIMARY", tbl.KeyName)
-	require.Equal(t, []string{"b", "a"}, tbl.Key, "key columns in key order, not table order")
-	cols, err := tbl.Streamed(nil)
-	require.NoError(t, err)
-	require.Len(t, cols, 2, "generated columns are not streamed")
-	require.Equal(t, "latin1", cols[1].Charset)
-	require.Contains(t, tbl.CreateTable, "CREATE TABLE `t`")
-	_, err = tbl.Streamed([]string{"a", "b", "g"})
-	require.ErrorIs(t, err, schema.ErrColumn)
-	require.ErrorContains(t, err, "column g is generated")
-	_, err = tbl.Streamed([]string{"a", "nope"})
-	require.ErrorContains(t, err, `has no column "nope"`)
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := server(t, flavor, `CREATE TABLE d.t (a INT NOT NULL, b VARCHAR(5) COLLATE latin1_swedish_ci, g INT AS (a * 2) VIRTUAL,
+			s INT AS (a + 1) STORED, UNIQUE KEY u (b), PRIMARY KEY (b, a)) CHARSET latin1`)
+		tbl, err := schema.Load(context.Background(), db, "d", "t")
+		require.NoError(t, err)
+		require.Equal(t, "PRIMARY", tbl.KeyName)
+		require.Equal(t, []string{"b", "a"}, tbl.Key, "key columns in key order, not table order")
+		cols, err := tbl.Streamed(nil)
+		require.NoError(t, err)
+		require.Len(t, cols, 2, "generated columns are not streamed")
+		require.Equal(t, "latin1", cols[1].Charset)
+		require.Contains(t, tbl.CreateTable, "CREATE TABLE `t`")
+		_, err = tbl.Streamed([]string{"a", "b", "g"})
+		require.ErrorIs(t, err, schema.ErrColumn)
+		require.ErrorContains(t, err, "column g is generated")
+		_, err = tbl.Streamed([]string{"a", "nope"})
+		require.ErrorContains(t, err, `has no column "nope"`)
+	})
 }
 
 func TestLoadFallsBackToNotNullUniqueKey(t *testing.T) {
-	db := server(t, "CREATE TABLE d.t (x INT NULL, y INT NOT NULL, z INT NOT NULL, UNIQUE KEY a_nullable (x), UNIQUE KEY b_ok (y, z))")
-	tbl, err := schema.Load(context.Background(), db, "d", "t")
-	require.NoError(t, err)
-	require.Equal(t, "b_ok", tbl.KeyName, "a unique key with a nullable column cannot identify rows")
-	require.Equal(t, []string{"y", "z"}, tbl.Key)
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := server(t, flavor, "CREATE TABLE d.t (x INT NULL, y INT NOT NULL, z INT NOT NULL, UNIQUE KEY a_nullable (x), UNIQUE KEY b_ok (y, z))")
+		tbl, err := schema.Load(context.Background(), db, "d", "t")
+		require.NoError(t, err)
+		require.Equal(t, "b_ok", tbl.KeyName, "a unique key with a nullable column cannot identify rows")
+		require.Equal(t, []string{"y", "z"}, tbl.Key)
+	})
 }
 
 func TestLoadErrors(t *testing.T) {
-	db := server(t, "CREATE TABLE d.nokey (x INT NULL, UNIQUE KEY (x))", "CREATE TABLE d.enumkey (e ENUM('b','a') PRIMARY KEY)",
-		"CREATE TABLE d.nopad (c CHAR(4) COLLATE utf8mb4_nopad_bin PRIMARY KEY)")
-	ctx := context.Background()
-	_, err := schema.Load(ctx, db, "d", "ghost")
-	require.ErrorIs(t, err, schema.ErrNoTable)
-	_, err = schema.Load(ctx, db, "d", "nokey")
-	require.ErrorIs(t, err, schema.ErrNoKey)
-	require.ErrorContains(t, err, "d.nokey has no PRIMARY KEY")
-	_, err = schema.Load(ctx, db, "d", "enumkey")
-	require.ErrorIs(t, err, schema.ErrNoKey)
-	require.ErrorContains(t, err, "sorts by its index but compares as text")
-	_, err = schema.Load(ctx, db, "d", "nopad")
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := server(t, flavor, "CREATE TABLE d.nokey (x INT NULL, UNIQUE KEY (x))", "CREATE TABLE d.enumkey (e ENUM('b','a') PRIMARY KEY)")
+		ctx := context.Background()
+		_, err := schema.Load(ctx, db, "d", "ghost")
+		require.ErrorIs(t, err, schema.ErrNoTable)
+		_, err = schema.Load(ctx, db, "d", "nokey")
+		require.ErrorIs(t, err, schema.ErrNoKey)
+		require.ErrorContains(t, err, "d.nokey has no PRIMARY KEY")
+		_, err = schema.Load(ctx, db, "d", "enumkey")
+		require.ErrorIs(t, err, schema.ErrNoKey)
+		require.ErrorContains(t, err, "sorts by its index but compares as text")
+	})
+}
+
+// TestLoadRejectsCharKeysUnderNoPadOnMariaDB: MariaDB sorts CHAR values padded
+// but compares them trimmed under NO PAD collations.
+func TestLoadRejectsCharKeysUnderNoPadOnMariaDB(t *testing.T) {
+	db := server(t, sandbox.MariaDB, "CREATE TABLE d.nopad (c CHAR(4) COLLATE utf8mb4_nopad_bin PRIMARY KEY)")
+	_, err := schema.Load(context.Background(), db, "d", "nopad")
 	require.ErrorIs(t, err, schema.ErrNoKey)
 	require.ErrorContains(t, err, "CHAR with the NO PAD collation utf8mb4_nopad_bin")
 }
 
-func TestCheckShapeListsEveryDifference(t *testing.T) {
-	db := server(t,
-		"CREATE TABLE d.src (id INT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_bin, n INT NULL, gone INT)",
-		"CREATE TABLE d.dst (id BIGINT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_general_ci, n INT NOT NULL)",
-		"CREATE TABLE d.same (id INT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_bin, n INT NULL, gone INT, extra INT NULL)")
+// TestLoadSkipsFunctionalKeys: a MySQL functional key part has no column
+// (COLUMN_NAME is NULL), so such a unique key cannot identify rows by columns.
+func TestLoadSkipsFunctionalKeys(t *testing.T) {
+	db := server(t, sandbox.MySQL,
+		"CREATE TABLE d.f (id INT NOT NULL, a INT NOT NULL, b INT NOT NULL, UNIQUE KEY a_fn ((a + 1)), UNIQUE KEY b_mixed (b, (a * 2)), UNIQUE KEY c_ok (id))",
+		"CREATE TABLE d.only (a INT NOT NULL, UNIQUE KEY a_fn ((a + 1)))")
 	ctx := context.Background()
-	src, err := schema.Load(ctx, db, "d", "src")
+	tbl, err := schema.Load(ctx, db, "d", "f")
 	require.NoError(t, err)
-	cols, err := src.Streamed(nil)
-	require.NoError(t, err)
-	fields := src.Fields(cols)
+	require.Equal(t, "c_ok", tbl.KeyName)
+	require.Equal(t, []string{"id"}, tbl.Key)
+	_, err = schema.Load(ctx, db, "d", "only")
+	require.ErrorIs(t, err, schema.ErrNoKey)
+}
 
-	dst, err := schema.Load(ctx, db, "d", "dst")
-	require.NoError(t, err)
-	err = schema.CheckShape(dst, fields)
-	require.ErrorContains(t, err, "column id is bigint(20), source has int(11)")
-	require.ErrorContains(t, err, `column name has collation "utf8mb4_general_ci", source has "utf8mb4_bin"`)
-	require.ErrorContains(t, err, "column n nullable=false, source nullable=true")
-	require.ErrorContains(t, err, "column gone is missing")
+func TestCheckShapeListsEveryDifference(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := server(t, flavor,
+			"CREATE TABLE d.src (id INT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_bin, n INT NULL, gone INT)",
+			"CREATE TABLE d.dst (id BIGINT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_general_ci, n INT NOT NULL)",
+			"CREATE TABLE d.same (id INT PRIMARY KEY, name VARCHAR(10) COLLATE utf8mb4_bin, n INT NULL, gone INT, extra INT NULL)")
+		ctx := context.Background()
+		src, err := schema.Load(ctx, db, "d", "src")
+		require.NoError(t, err)
+		cols, err := src.Streamed(nil)
+		require.NoError(t, err)
+		fields := src.Fields(cols)
 
-	same, err := schema.Load(ctx, db, "d", "same")
-	require.NoError(t, err)
-	require.NoError(t, schema.CheckShape(same, fields), "extra nullable target columns are allowed")
+		dst, err := schema.Load(ctx, db, "d", "dst")
+		require.NoError(t, err)
+		err = schema.CheckShape(dst, fields)
+		// MySQL 8.0.19 and later print integer types without a display width.
+		widths := map[sandbox.Flavor]string{sandbox.MariaDB: "column id is bigint(20), source has int(11)", sandbox.MySQL: "column id is bigint, source has int"}
+		require.ErrorContains(t, err, widths[flavor])
+		require.ErrorContains(t, err, `column name has collation "utf8mb4_general_ci", source has "utf8mb4_bin"`)
+		require.ErrorContains(t, err, "column n nullable=false, source nullable=true")
+		require.ErrorContains(t, err, "column gone is missing")
+
+		same, err := schema.Load(ctx, db, "d", "same")
+		require.NoError(t, err)
+		require.NoError(t, schema.CheckShape(same, fields), "extra nullable target columns are allowed")
+	})
+}
+
+func TestSameTypeAcrossFlavors(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"int(11)", "int", true},
+		{"bigint(20) unsigned", "bigint unsigned", true},
+		{"tinyint(4)", "TINYINT", true},
+		{"year(4)", "year", true},
+		{"mediumint(9)", "mediumint", true},
+		{"int(5) unsigned zerofill", "int unsigned zerofill", false},
+		{"int(11)", "bigint", false},
+		{"varchar(10)", "varchar(20)", false},
+		{"decimal(10,2)", "decimal(10,3)", false},
+		{"char(4)", "char(4)", true},
+		{"json", "longtext", false},
+	} {
+		require.Equal(t, c.same, schema.SameType(c.a, c.b), "%s vs %s", c.a, c.b)
+		require.Equal(t, c.same, schema.SameType(c.b, c.a), "%s vs %s", c.b, c.a)
+	}
 }

@@ -4,7 +4,8 @@
 // through the verify command.
 //
 // Values are never decoded in Go: each server hashes every column of every row
-// (MD5 of an exact text or byte form per column, then MD5 of those per row), so
+// (SHA-256 of an exact text or byte form per column, then SHA-256 of those per
+// row; MySQL 9 has no MD5 unless its classic hashing component is installed), so
 // what is compared is what the servers store. Each side runs one streaming query
 // ordered by the source's key, and the two ordered streams are merge-joined in
 // constant memory. Keys are compared in Go in exactly the order the servers sort
@@ -355,7 +356,7 @@ func planKeys(ctx context.Context, src *sql.DB, st, tt *schema.Table) (*Plan, er
 		switch {
 		case tc == nil:
 			return nil, fmt.Errorf("%w: target has no key column %s", schema.ErrColumn, c.Name)
-		case !strings.EqualFold(c.ColumnType, tc.ColumnType) || c.Collation != tc.Collation:
+		case !schema.SameType(c.ColumnType, tc.ColumnType) || c.Collation != tc.Collation:
 			return nil, fmt.Errorf("%w: key column %s is %s %s on the source but %s %s on the target, so the servers would sort it differently",
 				schema.ErrColumn, c.Name, c.ColumnType, c.Collation, tc.ColumnType, tc.Collation)
 		}
@@ -426,13 +427,16 @@ func stringForms(ctx context.Context, src *sql.DB, c *schema.Column, id string) 
 
 // valueExpr is a column's value in a form that tells apart every value the column
 // can hold: the stored bytes for strings, exact decimal text for integers, DECIMAL
-// and BIT, text for temporal types, ENUM, SET and JSON, and for FLOAT and DOUBLE
-// the DOUBLE's shortest text that parses back to the same bits (the column's own
-// text shows a FLOAT with 6 digits only).
+// and BIT, text for temporal types, ENUM, SET and JSON, for DOUBLE the column's
+// shortest text that parses back to the same bits, and for FLOAT its DOUBLE
+// widening's text (the column's own text shows a FLOAT with 6 digits only).
+// MySQL prints a DOUBLE column exactly but a computed double with 16 digits,
+// so a DOUBLE is never cast; for a FLOAT's widening 16 digits are still far
+// more than its 9 and tell every FLOAT apart.
 func valueExpr(c schema.Column) string {
 	id := rowcodec.Ident(c.Name)
 	switch c.DataType {
-	case "float", "double":
+	case "float":
 		return "CAST(" + id + " AS DOUBLE)"
 	case "bit":
 		return "(" + id + " + 0)"
@@ -440,16 +444,18 @@ func valueExpr(c schema.Column) string {
 	return id
 }
 
-// rowHashExpr hashes a row: the MD5 of each value (MD5 hashes a string's stored
-// bytes, whatever its character set), 'n' for NULL, joined and hashed again. Every
-// part is 32 hex digits or 'n', so the joined text is unambiguous, and no value is
-// ever copied whole into a string that max_allowed_packet could cut to NULL.
+// rowHashExpr hashes a row: the SHA-256 of each value (SHA2 hashes a string's
+// stored bytes, whatever its character set), 'n' for NULL, joined and hashed
+// again. Every part is 64 hex digits or 'n', so the joined text is unambiguous,
+// and no value is ever copied whole into a string that max_allowed_packet could
+// cut to NULL. SHA2 is the one digest both flavors have built in: MySQL 9 moved
+// MD5 and SHA1 into an optional component.
 func rowHashExpr(cols []schema.Column) string {
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		parts[i] = "IFNULL(MD5(" + valueExpr(c) + "), 'n')"
+		parts[i] = "IFNULL(SHA2(" + valueExpr(c) + ", 256), 'n')"
 	}
-	return "MD5(CONCAT_WS(',', " + strings.Join(parts, ", ") + "))"
+	return "SHA2(CONCAT_WS(',', " + strings.Join(parts, ", ") + "), 256)"
 }
 
 // sqlRows is one side of Table: a streaming query on a connection of its own.

@@ -934,7 +934,10 @@ type ValidateResponse struct {
 	Tables []*TableFields `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
 	// What the stream would do that the operator may not expect: with a key
 	// range, each unique key without the sharding column (unique per shard only).
-	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	Warnings []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// The source server's flavor, "mariadb" or "mysql": a workflow between
+	// flavors is checked column by column before it is created.
+	Flavor        string `protobuf:"bytes,3,opt,name=flavor,proto3" json:"flavor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -981,6 +984,13 @@ func (x *ValidateResponse) GetWarnings() []string {
 		return x.Warnings
 	}
 	return nil
+}
+
+func (x *ValidateResponse) GetFlavor() string {
+	if x != nil {
+		return x.Flavor
+	}
+	return ""
 }
 
 // StreamResponse is one gRPC message of the stream. It holds one or more items,
@@ -1910,10 +1920,11 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\rbinlog_offset\x18\x03 \x01(\x04R\fbinlogOffset\"2\n" +
 	"\bKeyRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\fR\x03end\"_\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\"w\n" +
 	"\x10ValidateResponse\x12/\n" +
 	"\x06tables\x18\x01 \x03(\v2\x17.rowlift.v1.TableFieldsR\x06tables\x12\x1a\n" +
-	"\bwarnings\x18\x02 \x03(\tR\bwarnings\">\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\x12\x16\n" +
+	"\x06flavor\x18\x03 \x01(\tR\x06flavor\">\n" +
 	"\x0eStreamResponse\x12,\n" +
 	"\x05items\x18\x01 \x03(\v2\x16.rowlift.v1.StreamItemR\x05items\"\x8b\x02\n" +
 	"\n" +

@@ -72,7 +72,7 @@ func readRows(t *testing.T, db *sql.DB, table string) []string {
 // TestMoveOntoEachTargetFlavor runs a workflow through the applier's engine
 // onto a target of each flavor: the copy of a table of mixed types, then
 // inserts, updates, key changes and deletes replayed while it runs, until the
-// target has the source's rows.
+// target has the source's rows, which a verify then finds equal.
 func TestMoveOntoEachTargetFlavor(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		src, dst := servers(t, flavor)
@@ -133,5 +133,25 @@ func TestMoveOntoEachTargetFlavor(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		require.Equal(t, want, got)
+
+		// A verify restarts the stream, which checks the tables it created
+		// against the source's, then compares every row at exact points.
+		started, err := store.StartVerify(ctx, "move", false, false)
+		require.NoError(t, err)
+		require.True(t, started)
+		var verified []state.TableVerify
+		for wait.Err() == nil {
+			w, err := store.Workflow(ctx, "move")
+			require.NoError(t, err)
+			require.NotEqual(t, state.Error, w.State, w.Message)
+			if verified, err = store.Verify(ctx, "move", ""); err == nil && len(verified) == 1 && verified[0].Done {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.Len(t, verified, 1)
+		require.True(t, verified[0].Done, "the verify did not finish")
+		require.EqualValues(t, len(want), verified[0].RowsCompared)
+		require.Zero(t, verified[0].Missing+verified[0].Extra+verified[0].Different, "%v", verified[0].Examples)
 	})
 }

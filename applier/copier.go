@@ -46,7 +46,7 @@ type targetTable struct {
 	database, table, ident string
 	fields                 *rowliftv1.TableFields
 	// kinds say how each streamed column's values are written on this
-	// target, whose flavor decides some of them (see literalKinds).
+	// target, whose column types decide some of them (see literalKinds).
 	kinds []rowcodec.Kind
 	// upsert makes an INSERT of every streamed column overwrite the row
 	// that holds any of its keys, in the target flavor's syntax.
@@ -83,20 +83,48 @@ func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpe
 	if err != nil {
 		return nil, fmt.Errorf("target: %w", err)
 	}
+	jsonCols, err := jsonColumns(ctx, db, flavor, targetDB)
+	if err != nil {
+		return nil, err
+	}
 	tables := map[string]*targetTable{}
 	for _, f := range fields {
 		name, _ := TargetTable(spec, f.GetTable())
-		tables[f.GetTable()] = newTargetTable(f, targetDB, name, flavor, useLoad, maxStmt)
+		tables[f.GetTable()] = newTargetTable(f, targetDB, name, flavor, jsonCols, useLoad, maxStmt)
 	}
 	return tables, nil
 }
 
+// jsonColumns returns the JSON columns of a MySQL target database's tables,
+// as lower-case "table.column"; none on MariaDB, whose JSON is text. The
+// target's type decides, since a MariaDB source streams its JSON as LONGTEXT.
+func jsonColumns(ctx context.Context, db *sql.DB, flavor dbconn.Flavor, database string) (map[string]bool, error) {
+	cols := map[string]bool{}
+	if flavor != dbconn.MySQL {
+		return cols, nil
+	}
+	rows, err := db.QueryContext(ctx, "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND DATA_TYPE = 'json'", database)
+	if err != nil {
+		return nil, fmt.Errorf("read JSON columns of target database %s: %w", database, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table, column string
+		if err := rows.Scan(&table, &column); err != nil {
+			return nil, fmt.Errorf("read JSON columns of target database %s: %w", database, err)
+		}
+		cols[strings.ToLower(table+"."+column)] = true
+	}
+	return cols, rows.Err()
+}
+
 // newTargetTable prepares the writes of the streamed table f into
-// database.name on a target of the given flavor: copy chunks with LOAD DATA
-// when useLoad, else with INSERTs of at most maxStmt bytes.
-func newTargetTable(f *rowliftv1.TableFields, database, name string, flavor dbconn.Flavor, useLoad bool, maxStmt int) *targetTable {
+// database.name on a target of the given flavor, whose JSON columns are
+// jsonCols (see jsonColumns): copy chunks with LOAD DATA when useLoad, else
+// with INSERTs of at most maxStmt bytes.
+func newTargetTable(f *rowliftv1.TableFields, database, name string, flavor dbconn.Flavor, jsonCols map[string]bool, useLoad bool, maxStmt int) *targetTable {
 	t := &targetTable{name: f.GetTable(), database: database, table: name, ident: rowcodec.QualifiedIdent(database, name), fields: f,
-		kinds: literalKinds(f.GetFields(), flavor), upsert: upsertClause(f.GetFields(), flavor)}
+		kinds: literalKinds(name, f.GetFields(), jsonCols), upsert: upsertClause(f.GetFields(), flavor)}
 	if useLoad {
 		t.load = newLoadBuilder(t.ident, f.GetFields(), t.kinds)
 	} else {
@@ -105,14 +133,14 @@ func newTargetTable(f *rowliftv1.TableFields, database, name string, flavor dbco
 	return t
 }
 
-// literalKinds says how each column's values are written as literals on a
-// target of the given flavor: as rowcodec.KindOf says, except that a MySQL
-// JSON column takes its text as a utf8mb4 string.
-func literalKinds(fields []*rowliftv1.Field, flavor dbconn.Flavor) []rowcodec.Kind {
+// literalKinds says how each column's values are written as literals into
+// the target table: as rowcodec.KindOf says, except that a column among
+// jsonCols (MySQL JSON, see jsonColumns) takes its text as a utf8mb4 string.
+func literalKinds(table string, fields []*rowliftv1.Field, jsonCols map[string]bool) []rowcodec.Kind {
 	kinds := make([]rowcodec.Kind, len(fields))
 	for i, f := range fields {
 		kinds[i] = rowcodec.KindOf(f.GetDataType())
-		if flavor == dbconn.MySQL && f.GetDataType() == "json" {
+		if jsonCols[strings.ToLower(table+"."+f.GetName())] {
 			kinds[i] = rowcodec.JSON
 		}
 	}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -34,7 +33,7 @@ func collect(t *testing.T, b *insertBuilder, rows []*rowliftv1.Row) []string {
 }
 
 func TestInsertLiterals(t *testing.T) {
-	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds(insertFields, dbconn.MariaDB), 1<<20)
+	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds("t", insertFields, nil), 1<<20)
 	got := collect(t, b, []*rowliftv1.Row{
 		packed([]byte("1"), []byte("it's\\a\x00\n\r\x1a"), []byte("2024-02-29 23:59:59.000001"), []byte{0xff, 0x01}),
 		packed([]byte("-2"), []byte(""), nil, nil),
@@ -46,7 +45,7 @@ func TestInsertLiterals(t *testing.T) {
 func TestInsertSplitsAtMaxBytes(t *testing.T) {
 	prefix := len("INSERT INTO `d`.`t` (`id`, `name`, `at`, `flags`) VALUES ")
 	row := "(1,'x','2024-01-01',NULL)"
-	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds(insertFields, dbconn.MariaDB), prefix+2*len(row)+1) // exactly two rows and a comma
+	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds("t", insertFields, nil), prefix+2*len(row)+1) // exactly two rows and a comma
 	r := packed([]byte("1"), []byte("x"), []byte("2024-01-01"), nil)
 	got := collect(t, b, []*rowliftv1.Row{r, r, r, r, r})
 	require.Len(t, got, 3)
@@ -55,19 +54,19 @@ func TestInsertSplitsAtMaxBytes(t *testing.T) {
 }
 
 func TestInsertRowLargerThanPacket(t *testing.T) {
-	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds(insertFields, dbconn.MariaDB), 100)
+	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds("t", insertFields, nil), 100)
 	_, err := b.build(&scratch{}, []*rowliftv1.Row{packed([]byte("1"), make([]byte, 200), nil, nil)})
 	require.ErrorContains(t, err, "raise max_allowed_packet on the target")
 }
 
 func TestInsertRejectsWrongWidth(t *testing.T) {
-	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds(insertFields, dbconn.MariaDB), 1<<20)
+	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds("t", insertFields, nil), 1<<20)
 	_, err := b.build(&scratch{}, []*rowliftv1.Row{packed([]byte("1"))})
 	require.ErrorContains(t, err, "row has 1 values, table has 4")
 }
 
 func TestInsertScratchIsReused(t *testing.T) {
-	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds(insertFields, dbconn.MariaDB), 1<<20)
+	b := newInsertBuilder(rowcodec.QualifiedIdent("d", "t"), insertFields, literalKinds("t", insertFields, nil), 1<<20)
 	var s scratch
 	r := packed([]byte("1"), []byte("x"), nil, nil)
 	first, err := b.build(&s, []*rowliftv1.Row{r, r})

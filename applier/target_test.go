@@ -309,3 +309,68 @@ func scanRows(db *sql.DB, query string, fn func([][]byte)) error {
 	}
 	return rs.Err()
 }
+
+// With local_infile OFF on the target (MySQL's default), a copy that may
+// choose writes with INSERTs, and one that asks for LOAD DATA is refused with
+// what to do, on either flavor.
+func TestCopyMethodFollowsLocalInfile(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := targetServer(t, flavor)
+		ctx := context.Background()
+		_, err := db.ExecContext(ctx, "SET GLOBAL local_infile = OFF")
+		require.NoError(t, err)
+		spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: "j"}}}
+		fields := []*rowliftv1.TableFields{docFields("j")}
+		tables, err := prepareTargets(ctx, db, spec, fields, nil, 1<<20)
+		require.NoError(t, err)
+		require.Nil(t, tables["j"].load)
+		require.NotNil(t, tables["j"].insert)
+
+		spec.Tables[0].Name = "k" // not created yet: nothing else to check
+		spec.Options = &rowliftv1.WorkflowOptions{CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA}
+		_, _, err = CheckTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("k")}, nil)
+		require.True(t, IsPermanent(err), "%v", err)
+		require.EqualError(t, err, "the workflow copies with LOAD DATA but the target has local_infile=OFF: "+
+			"SET GLOBAL local_infile=ON on the target, or use copy_method INSERT")
+	})
+}
+
+// MariaDB's JSON (LONGTEXT text, as a MariaDB source streams it) copied and
+// replayed into a target JSON column keeps its value: on a MySQL target the
+// column's own type, not the source's, makes its literals utf8mb4.
+func TestJSONTextIntoTargetJSONColumn(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := targetServer(t, flavor)
+		ctx := context.Background()
+		doc := `{"z": 1, "a": [true, "é"]}`
+		for _, method := range []rowliftv1.CopyMethod{rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA, rowliftv1.CopyMethod_COPY_METHOD_INSERT} {
+			table := "mj" + method.String()[len("COPY_METHOD_"):]
+			_, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS d")
+			require.NoError(t, err)
+			_, err = db.ExecContext(ctx, "CREATE TABLE d."+table+" (id INT PRIMARY KEY, Doc JSON)")
+			require.NoError(t, err)
+			fields := &rowliftv1.TableFields{Table: table, PkColumns: []int32{0}, Fields: []*rowliftv1.Field{
+				{Name: "id", DataType: "int", ColumnType: "int(11)"},
+				{Name: "doc", DataType: "longtext", ColumnType: "longtext", Charset: "utf8mb4", Collation: "utf8mb4_bin", Nullable: true},
+			}}
+			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
+				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
+			require.NoError(t, err)
+			var s scratch
+			write, err := tables[table].writer(&s, []*rowliftv1.Row{row([]byte("1"), []byte(doc))})
+			require.NoError(t, err)
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.NoError(t, write(ctx, tx), method)
+			require.NoError(t, tx.Commit())
+			sameJSON(t, db, flavor, table, 1, doc)
+
+			_, err = replay(ctx, t, db, tables, false, change(table, nil, row([]byte("2"), []byte(doc))),
+				change(table, row([]byte("1"), []byte(doc)), row([]byte("1"), []byte(`[1]`))))
+			require.NoError(t, err)
+			sameJSON(t, db, flavor, table, 2, doc)
+			sameJSON(t, db, flavor, table, 1, `[1]`)
+		}
+	})
+}

@@ -151,7 +151,8 @@ func TestCreateRefusesBadWorkflows(t *testing.T) {
 				edit: func(s *rowliftv1.WorkflowSpec) { s.SourceDatabase = "nowhere" }, want: []string{"nowhere.orders", "does not exist"}},
 			{name: "binlog-settings", tables: []string{"orders"}, code: codes.FailedPrecondition,
 				edit: func(s *rowliftv1.WorkflowSpec) { s.Sources[0].StreamerAddress = badStreamer },
-				want: []string{"binlog_format=STATEMENT; rowlift needs binlog_format=ROW", "binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL", "SET GLOBAL"}},
+				want: []string{"binlog_format=STATEMENT; rowlift needs binlog_format=ROW", "binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL",
+					setting(f.src.Flavor)}},
 			{name: "unreachable-streamer", tables: []string{"orders"}, code: codes.Unavailable,
 				edit: func(s *rowliftv1.WorkflowSpec) { s.Sources[0].StreamerAddress = dead },
 				want: []string{"source main (streamer " + dead + ")", "connection refused", "is the streamer running"}},
@@ -200,6 +201,15 @@ func TestCreateRefusesBadWorkflows(t *testing.T) {
 			})
 		}
 	})
+}
+
+// setting is how the fix of a source setting begins on the flavor: MySQL's
+// SET PERSIST survives a restart.
+func setting(flavor sandbox.Flavor) string {
+	if flavor == sandbox.MySQL {
+		return "SET PERSIST"
+	}
+	return "SET GLOBAL"
 }
 
 // intType is an integer COLUMN_TYPE as the flavor shows it: MySQL dropped

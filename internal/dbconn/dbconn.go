@@ -26,10 +26,10 @@ const (
 
 // Open parses a go-sql-driver DSN and opens a pool whose sessions move values
 // unconverted: SET NAMES binary (strings are the column's own bytes both ways),
-// time_zone '+00:00' (TIMESTAMP values are exact), parseTime off, and the server's
-// own max_allowed_packet. Target sessions also take strict SQL mode with
-// NO_AUTO_VALUE_ON_ZERO (an id of 0 stays 0) and no foreign key checks (a copy
-// writes children before parents).
+// time_zone '+00:00' (TIMESTAMP values are exact), parseTime off and the server's
+// own max_allowed_packet. Source sessions run with no SQL mode; target sessions
+// take strict SQL mode with NO_AUTO_VALUE_ON_ZERO (an id of 0 stays 0) and no
+// foreign key checks (a copy writes children before parents).
 func Open(dsn string, role Role) (*sql.DB, *mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -48,6 +48,11 @@ func Open(dsn string, role Role) (*sql.DB, *mysql.Config, error) {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
+	// Source sessions only read, with no SQL mode: a key that is a zero date
+	// (stored under an older mode) must work as a literal in a chunk's WHERE,
+	// which MySQL's default strict mode refuses, and ANSI_QUOTES or
+	// NO_BACKSLASH_ESCAPES would change how literals read.
+	cfg.Params["sql_mode"] = "''"
 	if role == Target {
 		// Affected rows count rows found, not rows changed: an UPDATE to the same
 		// values still proves the row was there.

@@ -6,6 +6,7 @@
 package rowcodec
 
 import (
+	"bytes"
 	"fmt"
 
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -69,12 +70,16 @@ const (
 	// String values are written as escaped binary string literals; with
 	// character_set_client=binary the server stores their bytes unconverted.
 	String Kind = iota
-	// Number values (integers, DECIMAL, FLOAT, DOUBLE, YEAR) are written bare.
+	// Number values (integers, DECIMAL, YEAR) are written bare.
 	Number
 	// Temporal values (DATE, TIME, DATETIME, TIMESTAMP) are written quoted.
 	Temporal
 	// Bits (BIT) are written as hex literals; their text form is raw bytes.
 	Bits
+	// Float values (FLOAT, DOUBLE) are written as approximate-value literals
+	// (with an exponent): MySQL reads a plain -0 as the integer 0 and would
+	// store +0 for a DOUBLE's -0.
+	Float
 	// JSON values for a MySQL JSON column are written as utf8mb4 string
 	// literals: MySQL makes no JSON value of a binary string, which every
 	// String literal is under SET NAMES binary (MariaDB's JSON is text and
@@ -86,8 +91,10 @@ const (
 func KindOf(dataType string) Kind {
 	switch dataType {
 	case "tinyint", "smallint", "mediumint", "int", "integer", "bigint",
-		"decimal", "numeric", "float", "double", "real", "year":
+		"decimal", "numeric", "year":
 		return Number
+	case "float", "double", "real":
+		return Float
 	case "date", "time", "datetime", "timestamp":
 		return Temporal
 	case "bit":
@@ -105,6 +112,12 @@ func AppendLiteral(buf []byte, kind Kind, v []byte) []byte {
 	switch kind {
 	case Number:
 		return append(buf, v...)
+	case Float:
+		buf = append(buf, v...)
+		if !bytes.ContainsAny(v, "eE") {
+			buf = append(buf, 'e', '0')
+		}
+		return buf
 	case Temporal:
 		buf = append(buf, '\'')
 		buf = append(buf, v...)

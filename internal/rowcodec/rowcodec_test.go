@@ -59,7 +59,7 @@ func TestValuesRejectsMalformedRows(t *testing.T) {
 
 func TestKindOf(t *testing.T) {
 	for dt, want := range map[string]Kind{
-		"bigint": Number, "decimal": Number, "float": Number, "double": Number, "year": Number,
+		"bigint": Number, "decimal": Number, "float": Float, "double": Float, "real": Float, "year": Number,
 		"date": Temporal, "datetime": Temporal, "timestamp": Temporal, "time": Temporal,
 		"bit": Bits, "varchar": String, "blob": String, "enum": String, "set": String, "json": String, "binary": String,
 	} {
@@ -79,6 +79,11 @@ func TestAppendLiteral(t *testing.T) {
 	}{
 		{Number, nil, "NULL"},
 		{Number, []byte("-9223372036854775808"), "-9223372036854775808"},
+		{Float, []byte("-0"), "-0e0"},
+		{Float, []byte("0.1"), "0.1e0"},
+		{Float, []byte("1.7976931348623157e308"), "1.7976931348623157e308"},
+		{Float, []byte("-1E-45"), "-1E-45"},
+		{Float, nil, "NULL"},
 		{Temporal, []byte("0000-00-00 00:00:00"), "'0000-00-00 00:00:00'"},
 		{Bits, []byte{0xff, 0x00}, "X'FF00'"},
 		{String, []byte{}, "''"},

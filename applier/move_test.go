@@ -5,48 +5,26 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/dbconn"
-	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
-	"github.com/rowlift/rowlift/streamer"
+	"github.com/rowlift/rowlift/streamer/streamertest"
 )
 
-// servers starts a source and a target for a test whose target runs on
-// flavor. The source is MariaDB until the streamer reads MySQL sources (issue
-// 12): then it is flavor too.
+// servers starts a source and a target of flavor.
 func servers(t *testing.T, flavor sandbox.Flavor) (src, dst *sandbox.Server) {
-	src = sandboxtest.Start(t, sandbox.Options{Flavor: sandbox.MariaDB})
+	src = sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 	dst = sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 	return src, dst
-}
-
-// serveStreamer runs an in-process streamer for the server and returns its address.
-func serveStreamer(t *testing.T, src *sandbox.Server) string {
-	t.Helper()
-	srv, err := streamer.New(streamer.Config{SourceDSN: src.DSN("")})
-	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
-	rowliftv1.RegisterStreamerServer(gs, srv)
-	go gs.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(func() {
-		gs.Stop()
-		srv.Close()
-	})
-	return lis.Addr().String()
 }
 
 // readRows reads a table's rows as the copy reads them, by id; doc is
@@ -91,7 +69,7 @@ func TestMoveOntoEachTargetFlavor(t *testing.T) {
 		store, err := state.Open(ctx, dstPool)
 		require.NoError(t, err)
 		spec := &rowliftv1.WorkflowSpec{Name: "move", SourceDatabase: "shop",
-			Sources: []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: serveStreamer(t, src)}},
+			Sources: []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: streamertest.Serve(t, src)}},
 			Targets: []*rowliftv1.TargetShard{{Name: "main"}},
 			Tables:  []*rowliftv1.TableSpec{{Name: "orders"}},
 			Options: &rowliftv1.WorkflowOptions{ChunkRows: 100}}

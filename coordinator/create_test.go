@@ -8,34 +8,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
-	"github.com/rowlift/rowlift/streamer"
+	"github.com/rowlift/rowlift/streamer/streamertest"
 )
-
-// serveStreamer runs an in-process streamer for the server and returns its address.
-func serveStreamer(t *testing.T, src *sandbox.Server) string {
-	t.Helper()
-	srv, err := streamer.New(streamer.Config{SourceDSN: src.DSN("")})
-	require.NoError(t, err)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
-	rowliftv1.RegisterStreamerServer(gs, srv)
-	go gs.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(func() {
-		gs.Stop()
-		srv.Close()
-	})
-	return lis.Addr().String()
-}
 
 // deadAddr is a local address nothing listens on.
 func deadAddr(t *testing.T) string {
@@ -57,11 +38,9 @@ type createFixture struct {
 	store        *state.Store
 }
 
-// servers starts a source and a target for a test whose target runs on
-// flavor. The source is MariaDB until the streamer reads MySQL sources (issue
-// 12): then it is flavor too.
+// servers starts a source and a target of flavor.
 func servers(t *testing.T, flavor sandbox.Flavor) (src, dst *sandbox.Server) {
-	src = sandboxtest.Start(t, sandbox.Options{Flavor: sandbox.MariaDB})
+	src = sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 	dst = sandboxtest.Start(t, sandbox.Options{Flavor: flavor})
 	return src, dst
 }
@@ -74,7 +53,7 @@ const shopCharset = "CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
 
 func newCreateFixture(t *testing.T, flavor sandbox.Flavor) *createFixture {
 	src, dst := servers(t, flavor)
-	f := &createFixture{src: src, srcDB: sandboxtest.Open(t, src, ""), dstDB: sandboxtest.Open(t, dst, ""), streamer: serveStreamer(t, src)}
+	f := &createFixture{src: src, srcDB: sandboxtest.Open(t, src, ""), dstDB: sandboxtest.Open(t, dst, ""), streamer: streamertest.Serve(t, src)}
 	sandboxtest.Exec(t, f.srcDB, "CREATE DATABASE shop "+shopCharset,
 		"CREATE TABLE shop.orders (id INT PRIMARY KEY, total DECIMAL(10,2), note VARCHAR(20))",
 		"INSERT INTO shop.orders VALUES (1, 9.99, 'a'), (2, 5.00, NULL)",
@@ -133,7 +112,7 @@ func TestCreateRefusesBadWorkflows(t *testing.T) {
 		ctx := context.Background()
 		badSrc := sandboxtest.Start(t, sandbox.Options{Flavor: f.src.Flavor, Args: []string{"--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL"}})
 		sandboxtest.Exec(t, sandboxtest.Open(t, badSrc, ""), "CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY)")
-		badStreamer := serveStreamer(t, badSrc)
+		badStreamer := streamertest.Serve(t, badSrc)
 		dead := deadAddr(t)
 
 		cases := []struct {

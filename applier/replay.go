@@ -71,9 +71,10 @@ type group struct {
 	bytes      int
 	position   *gtid.Set
 	sourceUS   int64
-	// running is set while a worker executes it, since started.
+	// running is set while a worker executes it. since is when it last
+	// started running, or was queued to run (added, or rolled back).
 	running bool
-	started time.Time
+	since   time.Time
 	// abort asks the worker holding it executed to roll it back: an earlier
 	// group is stuck, perhaps on its locks.
 	abort bool
@@ -270,6 +271,7 @@ func (r *replayer) closeOpen() {
 	seq := r.sched.Add(g.keys, g.barrier)
 	g.keys = nil
 	r.groups[seq] = g
+	g.since = time.Now()
 	r.cond.Broadcast()
 }
 
@@ -331,7 +333,7 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 			return nil
 		}
 		g := r.groups[seq]
-		g.running, g.started, g.abort = true, time.Now(), false
+		g.running, g.since, g.abort = true, time.Now(), false
 		r.mu.Unlock()
 		if err := r.run(ctx, conn, w, slot, seq, g); err != nil {
 			r.fail(err)
@@ -435,7 +437,7 @@ func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, seq schedule.Seq
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sched.Requeue(seq)
-	g.running, g.abort = false, false
+	g.running, g.abort, g.since = false, false, time.Now()
 	r.cond.Broadcast()
 	return nil
 }
@@ -460,7 +462,8 @@ func (r *replayer) committed(seq schedule.Seq, g *group) {
 }
 
 // breakDeadlocks rolls back the groups waiting for their commit turn when the
-// oldest group has run for longer than stuckAfter: it may wait for their locks.
+// oldest group has run, or waited to run, for longer than stuckAfter: it may
+// wait for their locks, or for one of the workers they hold.
 func (r *replayer) breakDeadlocks(ctx context.Context) error {
 	tick := time.NewTicker(stuckAfter / 2)
 	defer tick.Stop()
@@ -472,13 +475,17 @@ func (r *replayer) breakDeadlocks(ctx context.Context) error {
 		}
 		r.mu.Lock()
 		head := r.groups[r.sched.LowWatermark()+1]
-		if head != nil && head.running && time.Since(head.started) > stuckAfter {
+		// The oldest group may be stuck running (waiting for the later ones'
+		// locks), or stuck waiting for a worker: rolled back after a lock
+		// conflict while every worker holds a later group waiting for it.
+		if head != nil && time.Since(head.since) > stuckAfter {
 			if later := r.sched.ExecutedAfter(r.sched.LowWatermark() + 1); len(later) > 0 {
 				for _, seq := range later {
 					r.groups[seq].abort = true
 				}
-				r.log.Info("the oldest replay group is still running; rolling back the later ones waiting to commit, "+
-					"in case it waits for their locks", zap.Duration("running", time.Since(head.started)), zap.Int("rolled_back", len(later)))
+				r.log.Info("the oldest replay group has not committed; rolling back the later ones waiting to commit, "+
+					"in case it waits for their locks or for a worker they hold", zap.Bool("running", head.running),
+					zap.Duration("since", time.Since(head.since)), zap.Int("rolled_back", len(later)))
 				r.cond.Broadcast()
 			}
 		}

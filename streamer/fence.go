@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -137,15 +136,14 @@ func (f *lockFencer) tryBegin(ctx context.Context, conn *sql.Conn, table string)
 // fence reads the position and opens the chunk's snapshot while the table is
 // locked.
 func (f *lockFencer) fence(ctx context.Context, conn *sql.Conn) (*rowliftv1.Position, error) {
-	pos := &rowliftv1.Position{}
-	if err := f.lock.QueryRowContext(ctx, dbconn.MySQL.PositionQuery()).Scan(&pos.GtidSet); err != nil {
-		return nil, fmt.Errorf("read the chunk's fence: %w", err)
+	set, err := dbconn.MySQL.Position(ctx, f.lock)
+	if err != nil {
+		return nil, fmt.Errorf("the chunk's fence: %w", err)
 	}
-	pos.GtidSet = strings.ReplaceAll(pos.GtidSet, "\n", "")
 	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
 		return nil, fmt.Errorf("start snapshot: %w", err)
 	}
-	return pos, nil
+	return &rowliftv1.Position{GtidSet: set}, nil
 }
 
 // unlock ends the lock even when ctx is done: a connection must not go back
@@ -169,11 +167,7 @@ func (f *lockFencer) drop() {
 // visible is MySQL's gtid_executed: a GTID is added to it only after the
 // engine commit, so every transaction in it is visible to later snapshots.
 func (f *lockFencer) visible(ctx context.Context, conn *sql.Conn) (string, error) {
-	var pos string
-	if err := conn.QueryRowContext(ctx, dbconn.MySQL.PositionQuery()).Scan(&pos); err != nil {
-		return "", fmt.Errorf("read gtid_executed: %w", err)
-	}
-	return strings.ReplaceAll(pos, "\n", ""), nil
+	return dbconn.MySQL.Position(ctx, conn)
 }
 
 func (f *lockFencer) close() {

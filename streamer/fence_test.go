@@ -9,10 +9,13 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 // mysqlSource starts a MySQL server with d.t (id, v) holding rows 1 to 3, and
@@ -175,4 +178,20 @@ func serverPosition(t *testing.T, db *sql.DB) string {
 	pos, err := dbconn.Position(context.Background(), db)
 	require.NoError(t, err)
 	return pos
+}
+
+// TestStartPositionOfAnotherFlavorIsRefused: a stream whose position was taken
+// on a server of the other flavor (a streamer pointed at another source) stops
+// with a message that says to create the workflow again, before reading.
+func TestStartPositionOfAnotherFlavorIsRefused(t *testing.T) {
+	s, err := New(Config{SourceDSN: "rowlift@tcp(127.0.0.1:1)/"})
+	require.NoError(t, err)
+	defer s.Close()
+	req := &rowliftv1.StreamRequest{Position: &rowliftv1.Position{GtidSet: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}}
+	_, err = s.startPosition(context.Background(), req, dbconn.MariaDB)
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, "is a mysql position but the source 127.0.0.1:1 runs mariadb: the workflow was created against another server; create it again for this source")
+	set, err := s.startPosition(context.Background(), &rowliftv1.StreamRequest{Position: &rowliftv1.Position{GtidSet: "0-1-5"}}, dbconn.MariaDB)
+	require.NoError(t, err)
+	require.Equal(t, "0-1-5", set.String())
 }

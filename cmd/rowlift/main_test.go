@@ -47,3 +47,8 @@ func TestLeafHelpListsFlags(t *testing.T) {
 	require.Contains(t, out, "-flavor")
 	require.Contains(t, out, "-arg")
 }
+
+func TestDemoRefusesUnknownFlavor(t *testing.T) {
+	_, err := runCLI(t, "demo", "--flavor", "postgres")
+	require.ErrorContains(t, err, "--flavor postgres: want mariadb or mysql")
+}

@@ -39,25 +39,26 @@ func flavorOfVersion(version string) Flavor {
 	return MySQL
 }
 
-// PositionQuery reads the server's binlog position as a GTID set: every
-// transaction written to its binlog (MariaDB: per domain, the last one).
-func (f Flavor) PositionQuery() string {
+// Position reads the server's binlog position as a GTID set: every
+// transaction written to its binlog (MariaDB: per domain, the last one), with
+// MySQL's line breaks between UUIDs removed.
+func (f Flavor) Position(ctx context.Context, q Queryer) (string, error) {
+	query := "SELECT @@GLOBAL.gtid_binlog_pos"
 	if f == MySQL {
-		return "SELECT @@GLOBAL.gtid_executed"
+		query = "SELECT @@GLOBAL.gtid_executed"
 	}
-	return "SELECT @@GLOBAL.gtid_binlog_pos"
+	var pos string
+	if err := q.QueryRowContext(ctx, query).Scan(&pos); err != nil {
+		return "", fmt.Errorf("read binlog position: %w", err)
+	}
+	return strings.ReplaceAll(pos, "\n", ""), nil
 }
 
-// Position reads the server's binlog position as a GTID set, whatever its
-// flavor, with MySQL's line breaks between UUIDs removed.
+// Position reads the binlog position of a server whose flavor is not known yet.
 func Position(ctx context.Context, q Queryer) (string, error) {
 	f, _, err := ServerFlavor(ctx, q)
 	if err != nil {
 		return "", err
 	}
-	var pos string
-	if err := q.QueryRowContext(ctx, f.PositionQuery()).Scan(&pos); err != nil {
-		return "", fmt.Errorf("read binlog position: %w", err)
-	}
-	return strings.ReplaceAll(pos, "\n", ""), nil
+	return f.Position(ctx, q)
 }

@@ -97,9 +97,6 @@ func (s *Set) Contains(o *Set) bool {
 	return s.set.Contain(o.set)
 }
 
-// Equal reports whether s and o hold the same transactions.
-func (s *Set) Equal(o *Set) bool { return s.Contains(o) && o.Contains(s) }
-
 // Add records one transaction, given as its GTID ("0-1-5" or "uuid:5"), or
 // every transaction of a GTID set of the same flavor. On MariaDB the set holds
 // the last transaction per domain, so adding a GTID moves its domain to it.

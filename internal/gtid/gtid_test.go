@@ -19,6 +19,9 @@ func parse(t *testing.T, text string) *Set {
 	return s
 }
 
+// same reports whether a and b hold the same transactions.
+func same(a, b *Set) bool { return a.Contains(b) && b.Contains(a) }
+
 func TestParseReadsEitherFlavor(t *testing.T) {
 	for text, flavor := range map[string]string{
 		"":                                   "",
@@ -73,7 +76,7 @@ func TestAdd(t *testing.T) {
 	require.NoError(t, s.Add("0-1-5"))
 	require.NoError(t, s.Add("1-1-2"))
 	require.NoError(t, s.Add("0-1-6"))
-	assert.True(t, s.Equal(parse(t, "0-1-6,1-1-2")), s.String())
+	assert.True(t, same(s, parse(t, "0-1-6,1-1-2")), s.String())
 
 	m := parse(t, "")
 	require.NoError(t, m.Add(uuidA+":1"))
@@ -101,7 +104,7 @@ func TestAdvance(t *testing.T) {
 	for _, c := range cases {
 		got, err := Merge(c.a, c.b)
 		require.NoError(t, err)
-		assert.True(t, parse(t, c.want).Equal(parse(t, got)), "%q + %q = %q, want %q", c.a, c.b, got, c.want)
+		assert.True(t, same(parse(t, c.want), parse(t, got)), "%q + %q = %q, want %q", c.a, c.b, got, c.want)
 	}
 	_, err := Merge("0-1-5", uuidA+":1")
 	assert.ErrorContains(t, err, "cannot merge")
@@ -117,7 +120,7 @@ func TestCloneIsIndependent(t *testing.T) {
 		}
 		require.NoError(t, c.Add(g))
 		assert.Equal(t, text, s.String())
-		assert.False(t, s.Equal(c))
+		assert.False(t, same(s, c))
 	}
 	e := parse(t, "")
 	c := e.Clone()

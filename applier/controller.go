@@ -17,6 +17,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/reshard"
+	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -163,9 +164,9 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, c.streamError(err)
 	}
-	first, err := stream.Recv()
+	first, err := c.recv(stream)
 	if err != nil {
-		return false, c.streamError(err)
+		return false, err
 	}
 	var fields []*rowliftv1.TableFields
 	for _, item := range first.GetItems() {
@@ -176,14 +177,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if len(fields) != len(c.spec.GetTables()) {
 		return false, fmt.Errorf("streamer sent %d table descriptions for %d tables", len(fields), len(c.spec.GetTables()))
 	}
-	// A table another stream of the workflow (from another source) has begun to
-	// copy into this target has rows by design.
-	started, err := startedCopies(ctx, store, name)
-	if err != nil {
-		return false, err
-	}
-	// Leave headroom under max_allowed_packet for the statement's framing.
-	tables, err := prepareTargets(ctx, e.db, c.spec, fields, started, maxPacket-1024)
+	tables, err := c.prepare(ctx, fields, maxPacket)
 	if err != nil {
 		return false, err
 	}
@@ -380,9 +374,9 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		}
 	}
 	for {
-		msg, err := stream.Recv()
+		msg, err := c.recv(stream)
 		if err != nil {
-			return committed(), c.streamError(err)
+			return committed(), err
 		}
 		for _, item := range msg.GetItems() {
 			if err := handle(item); err != nil {
@@ -467,6 +461,7 @@ func StreamRequest(st reshard.Stream, position string, progress map[string]state
 	spec := st.Spec
 	opts := spec.GetOptions()
 	req := &rowliftv1.StreamRequest{
+		Protocol: rowcodec.StreamProtocol,
 		Workflow: spec.GetName(),
 		Position: &rowliftv1.Position{GtidSet: position},
 		Database: spec.GetSourceDatabase(),
@@ -490,6 +485,48 @@ func StreamRequest(st reshard.Stream, position string, progress map[string]state
 	return req
 }
 
+// prepare checks and creates the stream's target tables (prepareTargets),
+// knowing which copies have started (see recheckStarted).
+func (c *controller) prepare(ctx context.Context, fields []*rowliftv1.TableFields, maxPacket int) (map[string]*targetTable, error) {
+	return recheckStarted(
+		func() (map[string]state.TableCopy, error) {
+			return startedCopies(ctx, c.engine.store, c.spec.GetName())
+		},
+		func(started map[string]state.TableCopy) (map[string]*targetTable, error) {
+			// Leave headroom under max_allowed_packet for the statement's framing.
+			return prepareTargets(ctx, c.engine.db, c.spec, fields, started, maxPacket-1024)
+		})
+}
+
+// recheckStarted runs check with the started copies that read returns. A
+// table another stream of the workflow (from another source) has begun to
+// copy into this target has rows by design, and that stream may commit its
+// first rows after the started copies are read and before check finds them.
+// They commit with their copy state, so while reading it again finds more
+// started copies, check runs again; rows it still finds (errTargetHasRows)
+// were written by something else.
+func recheckStarted[T any](read func() (map[string]state.TableCopy, error), check func(map[string]state.TableCopy) (T, error)) (T, error) {
+	var none T
+	started, err := read()
+	if err != nil {
+		return none, err
+	}
+	for {
+		out, err := check(started)
+		if !errors.Is(err, errTargetHasRows) {
+			return out, err
+		}
+		again, rerr := read()
+		if rerr != nil {
+			return none, rerr
+		}
+		if len(again) == len(started) {
+			return none, err
+		}
+		started = again
+	}
+}
+
 // startedCopies are the tables whose copy any stream of the workflow on this
 // target has begun, by table.
 func startedCopies(ctx context.Context, store *state.Store, workflow string) (map[string]state.TableCopy, error) {
@@ -504,6 +541,21 @@ func startedCopies(ctx context.Context, store *state.Store, workflow string) (ma
 		}
 	}
 	return out, nil
+}
+
+// recv receives the stream's next message, refusing one of another stream
+// protocol (a streamer of another rowlift version) before anything in it is
+// read: it is retried, so the stream resumes once both sides are upgraded.
+func (c *controller) recv(stream grpc.ServerStreamingClient[rowliftv1.StreamResponse]) (*rowliftv1.StreamResponse, error) {
+	msg, err := stream.Recv()
+	if err != nil {
+		return nil, c.streamError(err)
+	}
+	if msg.GetProtocol() != rowcodec.StreamProtocol {
+		return nil, fmt.Errorf("streamer %s (source %s) speaks stream protocol %d and this applier %d: run the same rowlift version on both",
+			c.source.GetStreamerAddress(), c.source.GetName(), msg.GetProtocol(), rowcodec.StreamProtocol)
+	}
+	return msg, nil
 }
 
 // streamError adds which streamer failed; the status code is kept for IsPermanent.

@@ -174,6 +174,11 @@ func upsertClause(fields []*rowliftv1.Field, flavor dbconn.Flavor) string {
 	return b.String()
 }
 
+// errTargetHasRows is why a table whose copy has not started cannot be
+// copied into; the applier tells it from rows another stream of the workflow
+// has just copied in (see controller.prepare).
+var errTargetHasRows = errors.New("already has rows and its copy has not started")
+
 // CheckTargets checks a workflow's target tables against the streamed fields
 // and writes nothing: a table that exists must have the same shape, and must be
 // empty if its copy has not started (progress has no entry for it), unless the
@@ -213,8 +218,8 @@ func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec,
 			var one int
 			err := db.QueryRowContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(targetDB, name)+" LIMIT 1").Scan(&one)
 			if err == nil {
-				return nil, false, permanent("target table %s.%s already has rows and its copy has not started: empty it (TRUNCATE) "+
-					"or create the workflow with allow_nonempty_target", targetDB, name)
+				return nil, false, permanent("target table %s.%s %w: empty it (TRUNCATE) "+
+					"or create the workflow with allow_nonempty_target", targetDB, name, errTargetHasRows)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return nil, false, fmt.Errorf("check target table %s.%s is empty: %w", targetDB, name, err)
@@ -400,7 +405,7 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	c := job.chunk
-	write, err := job.table.writer(buf, c.GetRows())
+	write, err := job.table.writer(buf, c)
 	if err != nil {
 		return permanent("copy %s: %v", job.table.name, err)
 	}
@@ -422,7 +427,7 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 	// LastPk is the last row the chunk scanned, past its last row sent when
 	// the stream has a key range: the copy resumes after it either way.
 	lastPK := c.GetLastPk()
-	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, w.owner, job.table.name, lastPK, int64(len(c.GetRows())), c.GetTableDone()); err != nil {
+	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, w.owner, job.table.name, lastPK, c.GetRowCount(), c.GetTableDone()); err != nil {
 		return err
 	}
 	position, err := w.play.saveFence(w.ctx, tx, c.GetFence().GetGtidSet(), c.GetFenceTimeUs())
@@ -433,30 +438,31 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 		return fmt.Errorf("copy %s: commit: %w", job.table.name, err)
 	}
 	w.play.committed(position)
-	w.rows.Add(int64(len(c.GetRows())))
+	w.rows.Add(c.GetRowCount())
 	if w.onCommit != nil {
-		w.onCommit(job.table.name, len(c.GetRows()), c.GetTableDone())
+		w.onCommit(job.table.name, int(c.GetRowCount()), c.GetTableDone())
 	}
 	close(job.done)
 	return nil
 }
 
-// writer prepares (in buf) what writes rows into the table, so preparing can
-// overlap the previous item's write, and returns the function that writes it.
-func (t *targetTable) writer(buf *scratch, rows []*rowliftv1.Row) (func(context.Context, *sql.Tx) error, error) {
+// writer prepares (in buf) what writes the chunk's rows into the table, so
+// preparing can overlap the previous item's write, and returns the function
+// that writes it.
+func (t *targetTable) writer(buf *scratch, c *rowliftv1.Chunk) (func(context.Context, *sql.Tx) error, error) {
 	if t.load != nil {
-		data, err := t.load.build(buf, rows)
+		data, err := t.load.build(buf, c)
 		if err != nil {
 			return nil, err
 		}
 		return func(ctx context.Context, tx *sql.Tx) error {
-			if len(rows) == 0 {
+			if c.GetRowCount() == 0 {
 				return nil
 			}
-			return t.load.load(ctx, tx, t.name, data, len(rows))
+			return t.load.load(ctx, tx, t.name, data, int(c.GetRowCount()))
 		}, nil
 	}
-	stmts, err := t.insert.build(buf, rows)
+	stmts, err := t.insert.build(buf, c)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package applier
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -19,26 +20,24 @@ type insertBuilder struct {
 // scratch is one worker's reusable buffers, so statements cost no allocation once
 // the buffers have grown.
 type scratch struct {
-	buf    []byte
-	ends   []int
-	stmts  [][]byte
-	row    []byte
-	values [][]byte
+	buf   []byte
+	ends  []int
+	stmts [][]byte
+	row   []byte
+	rows  rowcodec.Rows
 }
 
-// build returns the statements that insert rows, in order. They alias the
-// scratch buffers and are valid until its next use; building ahead of executing
-// lets a worker prepare its statements while the previous part is inserting.
-func (b *insertBuilder) build(s *scratch, rows []*rowliftv1.Row) ([][]byte, error) {
+// build returns the statements that insert the chunk's rows, in order. They
+// alias the scratch buffers and are valid until its next use; building ahead
+// of executing lets a worker prepare its statements while the previous part
+// is inserting.
+func (b *insertBuilder) build(s *scratch, c *rowliftv1.Chunk) ([][]byte, error) {
 	s.buf, s.ends, s.stmts = s.buf[:0], s.ends[:0], s.stmts[:0]
 	start, n := 0, 0
-	for _, r := range rows {
-		var err error
-		if s.values, err = unpackRow(s.values, r, len(b.kinds)); err != nil {
-			return nil, err
-		}
+	var tooLong error
+	err := eachRow(&s.rows, c, len(b.kinds), func(values [][]byte) {
 		s.row = append(s.row[:0], '(')
-		for i, v := range s.values {
+		for i, v := range values {
 			if i > 0 {
 				s.row = append(s.row, ',')
 			}
@@ -46,8 +45,9 @@ func (b *insertBuilder) build(s *scratch, rows []*rowliftv1.Row) ([][]byte, erro
 		}
 		s.row = append(s.row, ')')
 		if len(b.prefix)+len(s.row) > b.maxBytes {
-			return nil, fmt.Errorf("a row of %d bytes does not fit the target's max_allowed_packet (%d bytes usable): raise max_allowed_packet on the target",
+			tooLong = fmt.Errorf("a row of %d bytes does not fit the target's max_allowed_packet (%d bytes usable): raise max_allowed_packet on the target",
 				len(s.row), b.maxBytes)
+			return
 		}
 		if n > 0 && len(s.buf)-start+1+len(s.row) > b.maxBytes {
 			s.ends = append(s.ends, len(s.buf))
@@ -60,6 +60,9 @@ func (b *insertBuilder) build(s *scratch, rows []*rowliftv1.Row) ([][]byte, erro
 		}
 		s.buf = append(s.buf, s.row...)
 		n++
+	})
+	if err = errors.Join(err, tooLong); err != nil {
+		return nil, err
 	}
 	if n > 0 {
 		s.ends = append(s.ends, len(s.buf))
@@ -88,6 +91,26 @@ func newInsertBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.
 	}
 	b.prefix = append(b.prefix, ") VALUES "...)
 	return b
+}
+
+// eachRow calls row with each of a chunk's rows (values valid until row
+// returns), read with rows, checking that each has one value per streamed
+// column and that the chunk holds the rows it says.
+func eachRow(rows *rowcodec.Rows, c *rowliftv1.Chunk, ncols int, row func(values [][]byte)) error {
+	rows.Reset(c.GetPackedRows())
+	for rows.Next() {
+		if len(rows.Values()) != ncols {
+			return fmt.Errorf("row %d has %d values, table has %d streamed columns", rows.Count(), len(rows.Values()), ncols)
+		}
+		row(rows.Values())
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if int64(rows.Count()) != c.GetRowCount() {
+		return fmt.Errorf("chunk says it holds %d rows and holds %d", c.GetRowCount(), rows.Count())
+	}
+	return nil
 }
 
 // unpackRow splits a streamed row into its values (into dst's storage) and

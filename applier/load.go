@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -53,23 +54,20 @@ func newLoadBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.Ki
 	}
 }
 
-// build writes rows into s.buf as tab-separated lines.
-func (b *loadBuilder) build(s *scratch, rows []*rowliftv1.Row) ([]byte, error) {
-	s.buf = s.buf[:0]
-	for _, r := range rows {
-		var err error
-		if s.values, err = unpackRow(s.values, r, b.ncols); err != nil {
-			return nil, err
-		}
-		for i, v := range s.values {
+// build writes the chunk's rows into s.buf as tab-separated lines. The
+// lines take about the packed rows' size, which the buffer grows to at once.
+func (b *loadBuilder) build(s *scratch, c *rowliftv1.Chunk) ([]byte, error) {
+	s.buf = slices.Grow(s.buf[:0], len(c.GetPackedRows())+len(c.GetPackedRows())/8)
+	err := eachRow(&s.rows, c, b.ncols, func(values [][]byte) {
+		for i, v := range values {
 			if i > 0 {
 				s.buf = append(s.buf, '\t')
 			}
 			s.buf = rowcodec.AppendLoadField(s.buf, v)
 		}
 		s.buf = append(s.buf, '\n')
-	}
-	return s.buf, nil
+	})
+	return s.buf, err
 }
 
 // readerSeq makes reader names unique within the process; go-sql-driver keeps

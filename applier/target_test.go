@@ -78,7 +78,7 @@ func TestCopyIntoJSONColumn(t *testing.T) {
 			tbl := tables[table]
 			require.Equal(t, method == rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA, tbl.load != nil)
 			var s scratch
-			write, err := tbl.writer(&s, []*rowliftv1.Row{row([]byte("1"), []byte(doc), []byte("a\tb")), row([]byte("2"), nil, nil)})
+			write, err := tbl.writer(&s, chunkOf(row([]byte("1"), []byte(doc), []byte("a\tb")), row([]byte("2"), nil, nil)))
 			require.NoError(t, err)
 			tx, err := db.BeginTx(ctx, nil)
 			require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestCopyRefusesWhatIsNotExact(t *testing.T) {
 			require.NoError(t, err)
 			copyRows := func(rows ...*rowliftv1.Row) error {
 				var s scratch
-				write, err := tables[table].writer(&s, rows)
+				write, err := tables[table].writer(&s, chunkOf(rows...))
 				require.NoError(t, err)
 				tx, err := db.BeginTx(ctx, nil)
 				require.NoError(t, err)
@@ -262,7 +262,7 @@ func TestCopyKeepsEveryType(t *testing.T) {
 			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
 			require.NoError(t, err)
 			var s scratch
-			write, err := tables[table].writer(&s, rows)
+			write, err := tables[table].writer(&s, chunkOf(rows...))
 			require.NoError(t, err)
 			tx, err := db.BeginTx(ctx, nil)
 			require.NoError(t, err)
@@ -358,7 +358,7 @@ func TestJSONTextIntoTargetJSONColumn(t *testing.T) {
 			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
 			require.NoError(t, err)
 			var s scratch
-			write, err := tables[table].writer(&s, []*rowliftv1.Row{row([]byte("1"), []byte(doc))})
+			write, err := tables[table].writer(&s, chunkOf(row([]byte("1"), []byte(doc))))
 			require.NoError(t, err)
 			tx, err := db.BeginTx(ctx, nil)
 			require.NoError(t, err)

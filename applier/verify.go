@@ -155,7 +155,7 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	src := &chunkRows{rows: c.GetRows(), width: v.plan.Width()}
+	src := &chunkRows{rows: rowcodec.ReadRows(c.GetPackedRows()), width: v.plan.Width()}
 	found := state.VerifyChunk{Done: c.GetTableDone()}
 	var res verify.Result
 	w.reset()
@@ -195,7 +195,13 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 	if err != nil {
 		return err
 	}
-	found.RowsCompared = int64(len(c.GetRows()))
+	if err := src.rows.Err(); err != nil {
+		return permanent("verify %s: %v", v.t.name, err)
+	}
+	if int64(src.rows.Count()) != c.GetRowCount() {
+		return permanent("verify %s: chunk says it holds %d rows and holds %d", v.t.name, c.GetRowCount(), src.rows.Count())
+	}
+	found.RowsCompared = int64(src.rows.Count())
 	found.Missing, found.Extra, found.Different, found.Examples = res.Missing, res.Extra, res.Different, res.Examples
 	// A filtered chunk may have no row in range and still carry the key it
 	// scanned up to.
@@ -240,21 +246,18 @@ func (v *verifier) keyRow(key [][]byte) *rowliftv1.Row {
 // chunkRows are a verify chunk's source rows as one side of a merge: the
 // select list first, then the key or, with repair, the whole row.
 type chunkRows struct {
-	rows  []*rowliftv1.Row
+	rows  *rowcodec.Rows
 	width int
-	next  int
 	vals  [][]byte
 }
 
 func (s *chunkRows) Next() ([][]byte, error) {
-	if s.next == len(s.rows) {
-		return nil, nil
+	if !s.rows.Next() {
+		return nil, nil // a malformed row: check reads rows.Err
 	}
-	var err error
-	if s.vals, err = rowcodec.Values(s.vals[:0], s.rows[s.next]); err != nil || len(s.vals) < s.width {
-		return nil, permanent("verify chunk row %d has %d values, want at least %d (%v)", s.next, len(s.vals), s.width, err)
+	if s.vals = s.rows.Values(); len(s.vals) < s.width {
+		return nil, permanent("verify chunk row %d has %d values, want at least %d", s.rows.Count(), len(s.vals), s.width)
 	}
-	s.next++
 	return s.vals[:s.width], nil
 }
 

@@ -50,7 +50,8 @@ type sharedChunk struct {
 	fence     *rowliftv1.Position
 	fencePos  position
 	fenceTime int64
-	rows      []*rowliftv1.Row
+	// rows are every row scanned, packed (rowcodec.AppendRow).
+	rows []byte
 	// lastPK is the key of the last row scanned (nil: none); more says the
 	// chunk was full, so rows may follow it.
 	lastPK   *rowliftv1.Row

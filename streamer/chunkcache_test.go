@@ -168,15 +168,20 @@ func (s *shard) apply(item *rowliftv1.StreamItem) error {
 	}
 	switch {
 	case item.GetChunk() != nil:
-		for _, r := range item.GetChunk().GetRows() {
-			id, v, err := values(r)
-			if err != nil {
-				return err
+		rows := rowcodec.ReadRows(item.GetChunk().GetPackedRows())
+		for rows.Next() {
+			vals := rows.Values()
+			if !s.in(vals[0]) {
+				return fmt.Errorf("row %s is out of range", vals[0])
 			}
+			id := string(vals[0])
 			if _, dup := s.rows[id]; dup {
 				return fmt.Errorf("chunk copies row %s, which the shard has", id)
 			}
-			s.rows[id] = v
+			s.rows[id] = string(vals[1])
+		}
+		if err := rows.Err(); err != nil {
+			return err
 		}
 		s.copied = s.copied || item.GetChunk().GetTableDone()
 	case item.GetTransaction() != nil:
@@ -230,7 +235,7 @@ func openShards(ctx, first context.Context, t *testing.T, s *Server, client rowl
 		if i == 0 {
 			streamCtx = first
 		}
-		stream, err := client.Stream(streamCtx, &rowliftv1.StreamRequest{
+		stream, err := client.Stream(streamCtx, &rowliftv1.StreamRequest{Protocol: rowcodec.StreamProtocol,
 			Workflow: "split", Database: "d", KeyRange: &rowliftv1.KeyRange{Start: kr.Start, End: kr.End},
 			Tables:  []*rowliftv1.TableRequest{{Name: "t", ShardingColumn: "id"}},
 			Options: &rowliftv1.StreamOptions{ChunkRows: chunkRows, PacketBytes: 512, HeartbeatMs: 20, ThrottleCheckMs: 1},

@@ -18,6 +18,7 @@ import (
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/schema"
@@ -117,7 +118,7 @@ func TestFreezeRenameRoundTrip(t *testing.T) {
 	// A stream that starts while the tables are frozen describes them from
 	// their twins, once their copy is done.
 	validate := func(copied bool) (*rowliftv1.ValidateResponse, error) {
-		return s.Validate(ctx, &rowliftv1.StreamRequest{Workflow: "wf", Database: "d",
+		return s.Validate(ctx, &rowliftv1.StreamRequest{Protocol: rowcodec.StreamProtocol, Workflow: "wf", Database: "d",
 			Tables: []*rowliftv1.TableRequest{{Name: "t1", Copy: &rowliftv1.CopyProgress{Done: copied}}}})
 	}
 	described, err := validate(true)

@@ -54,7 +54,7 @@ func TestStreamKeyRange(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stream, err := client.Stream(ctx, &rowliftv1.StreamRequest{
+	stream, err := client.Stream(ctx, &rowliftv1.StreamRequest{Protocol: rowcodec.StreamProtocol,
 		Workflow: "wf", Database: "d", KeyRange: &rowliftv1.KeyRange{End: []byte{0x80}},
 		Tables:  []*rowliftv1.TableRequest{{Name: "t", ShardingColumn: "k"}},
 		Options: &rowliftv1.StreamOptions{ChunkRows: 3, PacketBytes: 1, HeartbeatMs: 50},
@@ -72,10 +72,10 @@ func TestStreamKeyRange(t *testing.T) {
 			if c == nil {
 				continue
 			}
-			if len(c.GetRows()) == 0 && c.GetLastPk() != nil {
+			if c.GetRowCount() == 0 && c.GetLastPk() != nil {
 				emptyParts++
 			}
-			for _, r := range c.GetRows() {
+			for _, r := range rowsOf(t, c) {
 				vals, err := rowcodec.Values(nil, r)
 				require.NoError(t, err)
 				require.False(t, copied[string(vals[0])], "row %s copied twice", vals[0])
@@ -201,7 +201,7 @@ func TestStreamNumericRangeInSelect(t *testing.T) {
 		r, err := keyrange.Parse(kr)
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		stream, err := client.Stream(ctx, &rowliftv1.StreamRequest{
+		stream, err := client.Stream(ctx, &rowliftv1.StreamRequest{Protocol: rowcodec.StreamProtocol,
 			Workflow: "num", Database: "d", KeyRange: &rowliftv1.KeyRange{Start: r.Start, End: r.End},
 			Tables:  []*rowliftv1.TableRequest{{Name: "n", ShardingColumn: "k", ShardingFunction: "numeric"}},
 			Options: &rowliftv1.StreamOptions{ChunkRows: 50, HeartbeatMs: 50},
@@ -212,7 +212,7 @@ func TestStreamNumericRangeInSelect(t *testing.T) {
 			require.NoError(t, err)
 			for _, item := range resp.GetItems() {
 				c := item.GetChunk()
-				for _, row := range c.GetRows() {
+				for _, row := range rowsOf(t, c) {
 					vals, err := rowcodec.Values(nil, row)
 					require.NoError(t, err)
 					id, err := vindex.Numeric.ID(vals[0])

@@ -270,7 +270,7 @@ func (m *merger) emitDueChunks() (bool, error) {
 			continue // a transaction at or before the fence still waits
 		}
 		for _, part := range c.parts {
-			if len(part.GetRows()) == 0 && part.GetLastPk() == nil && !part.GetTableDone() {
+			if part.GetRowCount() == 0 && part.GetLastPk() == nil && !part.GetTableDone() {
 				continue // a chunk that ended exactly at a part boundary
 			}
 			m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
@@ -279,11 +279,10 @@ func (m *merger) emitDueChunks() (bool, error) {
 				continue // a verify's rows are hashes of a copied table: nothing to filter by
 			}
 			// The copied boundary is the last row scanned (LastPk), which is
-			// past the last row sent when a key range filtered the rest out.
+			// past the last row sent when a key range filtered the rest out; a
+			// part with rows always has it.
 			if part.GetLastPk() != nil {
 				t.lastPK = rowKey(part.GetLastPk())
-			} else if len(part.GetRows()) > 0 {
-				t.lastPK = t.keyOf(part.GetRows()[len(part.GetRows())-1])
 			}
 			if part.GetTableDone() {
 				t.copying = false

@@ -34,6 +34,19 @@ func simRow(k int64, v string) *rowliftv1.Row {
 	return r
 }
 
+// simKeyRow is the packed key of row k.
+func simKeyRow(k int64) *rowliftv1.Row {
+	r := &rowliftv1.Row{}
+	rowcodec.Pack(r, [][]byte{[]byte(strconv.FormatInt(k, 10))})
+	return r
+}
+
+// simValues unpacks a row of the simulation.
+func simValues(r *rowliftv1.Row) [][]byte {
+	vals, _ := rowcodec.Values(nil, r)
+	return vals
+}
+
 func simKey(r *rowliftv1.Row) [][]byte {
 	vals, _ := rowcodec.Values(nil, r)
 	return vals[:1]
@@ -95,8 +108,9 @@ type sim struct {
 	// filter is a key range on the value column (xxhash): the target must end
 	// with the source's rows in range (nil: every row).
 	filter *shardFilter
-	// dropLastPk sends parts without the scanned boundary, as a streamer that
-	// filters rows but moves the copy only by the rows it sends.
+	// dropLastPk sends parts with the last row sent as their boundary instead
+	// of the last row scanned, as a streamer that filters rows but moves the
+	// copy only by the rows it sends.
 	dropLastPk bool
 	// share takes half the chunks from an older snapshot, as if another stream
 	// had read them: the chunk cache offers the stream another stream's read,
@@ -246,22 +260,24 @@ func (s *sim) stepChunk(name string) {
 	default:
 		n := min(len(c.rows), s.rng.IntN(3)+1)
 		part := &rowliftv1.Chunk{Table: name}
+		var lastSent *rowliftv1.Row
 		for _, k := range c.rows[:n] {
 			row := simRow(k, c.snap[k])
 			c.lastRead, c.started = k, true
+			// As the streamer does: every part carries the last row scanned.
+			part.LastPk = simKeyRow(k)
 			if s.filter != nil {
-				// As the streamer does: every part carries the last row scanned.
-				part.LastPk = &rowliftv1.Row{}
-				rowcodec.Pack(part.LastPk, [][]byte{[]byte(strconv.FormatInt(k, 10))})
 				if keep, err := s.filter.keepRow(row); err != nil || !keep {
 					require.NoError(s.t, err)
 					continue
 				}
 			}
-			part.Rows = append(part.Rows, row)
+			part.PackedRows = rowcodec.AppendRow(part.PackedRows, simValues(row))
+			part.RowCount++
+			lastSent = simKeyRow(k)
 		}
 		if s.dropLastPk {
-			part.LastPk = nil
+			part.LastPk = lastSent
 		}
 		c.rows = c.rows[n:]
 		last := len(c.rows) == 0
@@ -358,7 +374,7 @@ func (s *sim) rangeFiltered(tx *mergeTx) *mergeTx {
 func (s *sim) apply(items []*rowliftv1.StreamItem) {
 	for _, it := range items {
 		if c := it.GetChunk(); c != nil {
-			for _, r := range c.GetRows() {
+			for _, r := range rowsOf(s.t, c) {
 				k, v := s.kv(r)
 				if _, dup := s.target[c.GetTable()][k]; dup {
 					s.fail("chunk of %s copies key %d that the target already has", c.GetTable(), k)
@@ -692,9 +708,8 @@ func TestVerifyChunkSitsAtItsFence(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, out, "nothing of the table passes a chunk whose fence is unknown")
 	require.NoError(t, m.fenceChunk("t", seqPos(2)))
-	hashes := &rowliftv1.Row{}
-	rowcodec.Pack(hashes, [][]byte{[]byte("9"), []byte("hash"), []byte("9")})
-	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", Verify: true, Rows: []*rowliftv1.Row{hashes}, TableDone: true}, true))
+	hashes := rowcodec.AppendRow(nil, [][]byte{[]byte("9"), []byte("hash"), []byte("9")})
+	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", Verify: true, PackedRows: hashes, RowCount: 1, TableDone: true}, true))
 	out, err = m.drain()
 	require.NoError(t, err)
 	var order []string
@@ -721,7 +736,7 @@ func TestMergerEmptyPartMovesTheBoundary(t *testing.T) {
 	require.NoError(t, m.fenceChunk("t", seqPos(0)))
 	scanned := &rowliftv1.Row{}
 	rowcodec.Pack(scanned, [][]byte{[]byte("5")})
-	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", Rows: []*rowliftv1.Row{simRow(2, "a")}, LastPk: scanned}, false))
+	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", PackedRows: rowcodec.AppendRow(nil, simValues(simRow(2, "a"))), RowCount: 1, LastPk: scanned}, false))
 	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t"}, true)) // ended at a part boundary: not sent
 	out, err := m.drain()
 	require.NoError(t, err)

@@ -314,13 +314,26 @@ func perShardKeys(ctx context.Context, db *sql.DB, p *tablePlan) ([]string, erro
 	return out, rows.Err()
 }
 
-// keepRow reports whether a packed row (values in streamed column order) is
-// in range.
+// keep reports whether a row (values in streamed column order) is in range.
+func (f *shardFilter) keep(values [][]byte) (bool, error) {
+	if f.idx >= len(values) {
+		return false, fmt.Errorf("table %s: sharding column %s: row has %d values, want at least %d", f.table, f.column, len(values), f.idx+1)
+	}
+	return f.keepValue(values[f.idx])
+}
+
+// keepRow is keep for a packed row of a binlog change, which it does not
+// unpack beyond the sharding column.
 func (f *shardFilter) keepRow(row *rowliftv1.Row) (bool, error) {
 	v, err := packedValue(row, f.idx)
 	if err != nil {
 		return false, fmt.Errorf("table %s: sharding column %s: %w", f.table, f.column, err)
 	}
+	return f.keepValue(v)
+}
+
+// keepValue reports whether a row whose sharding column holds v is in range.
+func (f *shardFilter) keepValue(v []byte) (bool, error) {
 	id, err := f.fn.ID(v)
 	if err != nil {
 		return false, &keyspaceIDError{table: f.table, column: f.column, value: v, err: err}

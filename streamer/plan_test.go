@@ -2,7 +2,6 @@ package streamer
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +9,6 @@ import (
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/verify"
-	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 func testTable() *schema.Table {
@@ -75,21 +73,6 @@ func TestColumnSubsetMustKeepKey(t *testing.T) {
 	key := p.keyOf([][]byte{[]byte("n"), []byte("2020-01-01 00:00:00"), []byte("9"), []byte("us")})
 	require.Equal(t, []int64{2, 1, 19}, key.Lengths)
 	require.Equal(t, "us92020-01-01 00:00:00", string(key.Values))
-}
-
-func TestRowArenaPacksLikePack(t *testing.T) {
-	var a rowArena
-	var rows []*rowliftv1.Row
-	for i := 0; i < 3*arenaBlock; i++ {
-		vals := [][]byte{[]byte(fmt.Sprint(i)), nil, {}, make([]byte, i%97)}
-		rows = append(rows, a.pack(vals))
-	}
-	for i, r := range rows {
-		want := &rowliftv1.Row{}
-		rowcodec.Pack(want, [][]byte{[]byte(fmt.Sprint(i)), nil, {}, make([]byte, i%97)})
-		require.Equal(t, want.Lengths, r.Lengths, "row %d", i)
-		require.Equal(t, string(want.Values), string(r.Values), "row %d: earlier rows survive later slabs", i)
-	}
 }
 
 func TestChunkQuerySelectsFloatAndYearExactly(t *testing.T) {

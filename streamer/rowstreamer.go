@@ -22,7 +22,10 @@ type rowStreamer struct {
 	fence       fencer
 	chunkRows   int64
 	packetBytes int
-	sink        chunkSink
+	// partBytes is where the part being filled ends: it starts at
+	// firstPartBytes and doubles with each part up to packetBytes.
+	partBytes int
+	sink      chunkSink
 	// start is the stream's start position: a fence must cover it, or the
 	// chunk would miss transactions the binlog reader skips.
 	start position
@@ -85,6 +88,9 @@ func (r *rowStreamer) run(ctx context.Context) error {
 // chunk shared with the workflow's other streams, see chunkCache), and each
 // stream filters it to its own range.
 func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
+	if r.partBytes == 0 {
+		r.partBytes = min(firstPartBytes, r.packetBytes)
+	}
 	if err := r.sink.request(ctx, r.plan.table.Name); err != nil {
 		return false, err
 	}
@@ -118,37 +124,36 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
 		return false, err
 	}
-	var arena rowArena
 	part := r.newPart(fence, fenceTime)
-	size := 0
+	last := 0 // where the part's last row starts
 	n, err := r.scan(ctx, func(values [][]byte) error {
-		row := arena.pack(values)
-		part.Rows = append(part.Rows, row)
-		size += rowcodec.Size(row)
-		if size < r.packetBytes {
+		last = len(part.PackedRows)
+		part.PackedRows = rowcodec.AppendRow(part.PackedRows, values)
+		part.RowCount++
+		if len(part.PackedRows) < r.partBytes {
 			return nil
 		}
 		part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
 		testhook.Delay(ctx, testhook.ChunkEmit)
-		if err := r.sink.part(ctx, part, false); err != nil {
+		if err := r.sendPart(ctx, part, false); err != nil {
 			return err
 		}
 		r.lastPK = rowKey(part.LastPk)
-		part, size = r.newPart(fence, fenceTime), 0
+		part = r.newPart(fence, fenceTime)
 		return nil
 	})
 	if err != nil {
 		return false, err
 	}
 	done = n < r.chunkRows
-	if len(part.Rows) > 0 {
+	if part.RowCount > 0 {
 		// The last row's RawBytes died with the scan; take the key from its copy.
-		part.LastPk = r.plan.keyOf(rowKey(part.Rows[len(part.Rows)-1]))
+		part.LastPk = r.plan.keyOf(lastRow(part.PackedRows[last:]))
 		r.lastPK = rowKey(part.LastPk)
 	}
 	part.TableDone = done
 	testhook.Delay(ctx, testhook.ChunkEmit)
-	return done, r.sink.part(ctx, part, true)
+	return done, r.sendPart(ctx, part, true)
 }
 
 // scan runs the chunk's SELECT in the open snapshot and calls row for each row
@@ -244,9 +249,10 @@ func (r *rowStreamer) read(ctx context.Context, c *sharedChunk) (err error) {
 			err = fmt.Errorf("end snapshot: %w", cerr)
 		}
 	}()
-	var arena rowArena
+	last := 0
 	n, err := r.scan(ctx, func(values [][]byte) error {
-		c.rows = append(c.rows, arena.pack(values))
+		last = len(c.rows)
+		c.rows = rowcodec.AppendRow(c.rows, values)
 		return nil
 	})
 	if err != nil {
@@ -254,7 +260,7 @@ func (r *rowStreamer) read(ctx context.Context, c *sharedChunk) (err error) {
 	}
 	c.more = n == r.chunkRows
 	if n > 0 {
-		c.lastPK = r.plan.keyOf(rowKey(c.rows[n-1]))
+		c.lastPK = r.plan.keyOf(lastRow(c.rows[last:]))
 	}
 	return nil
 }
@@ -265,25 +271,28 @@ func (r *rowStreamer) read(ctx context.Context, c *sharedChunk) (err error) {
 // by the rows scanned, the same in every stream.
 func (r *rowStreamer) emit(ctx context.Context, c *sharedChunk) (done bool, err error) {
 	part := r.newPart(c.fence, c.fenceTime)
-	size := 0
-	for _, row := range c.rows {
-		keep, err := r.plan.filter.keepRow(row)
+	rows := rowcodec.ReadRows(c.rows)
+	for rows.Next() {
+		keep, err := r.plan.filter.keep(rows.Values())
 		if err != nil {
 			return false, err
 		}
 		if !keep {
 			continue
 		}
-		part.Rows = append(part.Rows, row)
-		size += rowcodec.Size(row)
-		if size >= r.packetBytes {
-			part.LastPk = r.plan.keyOf(rowKey(row))
+		part.PackedRows = append(part.PackedRows, rows.Raw()...)
+		part.RowCount++
+		if len(part.PackedRows) >= r.partBytes {
+			part.LastPk = r.plan.keyOf(rows.Values())
 			testhook.Delay(ctx, testhook.ChunkEmit)
-			if err := r.sink.part(ctx, part, false); err != nil {
+			if err := r.sendPart(ctx, part, false); err != nil {
 				return false, err
 			}
-			part, size = r.newPart(c.fence, c.fenceTime), 0
+			part = r.newPart(c.fence, c.fenceTime)
 		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, err // this package packed them: a bug
 	}
 	if c.lastPK != nil {
 		part.LastPk = c.lastPK
@@ -291,7 +300,7 @@ func (r *rowStreamer) emit(ctx context.Context, c *sharedChunk) (done bool, err 
 	}
 	part.TableDone = !c.more
 	testhook.Delay(ctx, testhook.ChunkEmit)
-	return !c.more, r.sink.part(ctx, part, true)
+	return !c.more, r.sendPart(ctx, part, true)
 }
 
 // snapshot begins the chunk's snapshot and returns its fence. A snapshot older
@@ -325,8 +334,36 @@ func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, positi
 	}
 }
 
+const (
+	// firstPartBytes is the size of a copy's first part. The parts after it
+	// double up to packetBytes, so the target starts writing rows while the
+	// first chunk is still being read instead of waiting for a full packet,
+	// and the large parts that cost the target few commits follow at once.
+	firstPartBytes = 64 << 10
+	// partStartBytes is the room a new part starts with: enough that a part
+	// of a large table grows only a few times, small enough that the many
+	// short parts of small tables and narrow key ranges do not each hold a
+	// packet's worth.
+	partStartBytes = 256 << 10
+)
+
 func (r *rowStreamer) newPart(fence *rowliftv1.Position, fenceTimeUS int64) *rowliftv1.Chunk {
-	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS, Verify: r.verify}
+	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS, Verify: r.verify,
+		PackedRows: make([]byte, 0, min(partStartBytes, r.partBytes+r.partBytes/8))}
+}
+
+// sendPart hands a part to the sink and lets the next part grow.
+func (r *rowStreamer) sendPart(ctx context.Context, part *rowliftv1.Chunk, last bool) error {
+	r.partBytes = min(2*r.partBytes, r.packetBytes)
+	return r.sink.part(ctx, part, last)
+}
+
+// lastRow unpacks the one row packed at the start of block, which this
+// package packed and is well-formed.
+func lastRow(block []byte) [][]byte {
+	rows := rowcodec.ReadRows(block)
+	rows.Next()
+	return rows.Values()
 }
 
 // rowKey unpacks a row this package packed, which is always well-formed.
@@ -374,47 +411,6 @@ func beginSnapshot(ctx context.Context, conn *sql.Conn) (*rowliftv1.Position, er
 		return nil, fmt.Errorf("GTID of snapshot position %s:%d: %w", pos.BinlogFile, pos.BinlogOffset, err)
 	}
 	return pos, nil
-}
-
-// rowArena packs rows into shared slabs: a Row struct block, one byte slab and one
-// length slab, instead of three allocations per row. Slabs are only appended to
-// or replaced, so rows already packed keep pointing at valid memory.
-type rowArena struct {
-	rows    []rowliftv1.Row
-	values  []byte
-	lengths []int64
-}
-
-const arenaBlock = 512
-
-func (a *rowArena) pack(values [][]byte) *rowliftv1.Row {
-	if len(a.rows) == 0 {
-		a.rows = make([]rowliftv1.Row, arenaBlock)
-	}
-	row := &a.rows[0]
-	a.rows = a.rows[1:]
-	size := 0
-	for _, v := range values {
-		size += len(v)
-	}
-	if cap(a.values)-len(a.values) < size {
-		a.values = make([]byte, 0, max(size, 64<<10))
-	}
-	if cap(a.lengths)-len(a.lengths) < len(values) {
-		a.lengths = make([]int64, 0, max(len(values), arenaBlock*len(values)))
-	}
-	vstart, lstart := len(a.values), len(a.lengths)
-	for _, v := range values {
-		if v == nil {
-			a.lengths = append(a.lengths, -1)
-			continue
-		}
-		a.lengths = append(a.lengths, int64(len(v)))
-		a.values = append(a.values, v...)
-	}
-	row.Values = a.values[vstart:len(a.values):len(a.values)]
-	row.Lengths = a.lengths[lstart:len(a.lengths):len(a.lengths)]
-	return row
 }
 
 // unsafeFence is the broken fence the race test must catch: the position read,

@@ -98,13 +98,27 @@ func (s *recordingSink) share(_ context.Context, _ string, fence position) (bool
 
 func (s *recordingSink) part(_ context.Context, part *rowliftv1.Chunk, last bool) error {
 	require.Equal(s.t, s.requests, s.fences, "parts come after the fence")
-	if len(part.GetRows()) > 0 || part.GetLastPk() != nil || part.GetTableDone() { // as the merger keeps them
+	if part.GetRowCount() > 0 || part.GetLastPk() != nil || part.GetTableDone() { // as the merger keeps them
 		s.parts = append(s.parts, part)
 	}
 	if last {
 		s.lasts++
 	}
 	return nil
+}
+
+// rowsOf unpacks a chunk's rows into Row messages, checking its row count.
+func rowsOf(t testing.TB, c *rowliftv1.Chunk) []*rowliftv1.Row {
+	var out []*rowliftv1.Row
+	rows := rowcodec.ReadRows(c.GetPackedRows())
+	for rows.Next() {
+		r := &rowliftv1.Row{}
+		rowcodec.Pack(r, rows.Values())
+		out = append(out, r)
+	}
+	require.NoError(t, rows.Err())
+	require.EqualValues(t, c.GetRowCount(), len(out), "the chunk's row count")
+	return out
 }
 
 func keyString(t *testing.T, row *rowliftv1.Row) string {
@@ -121,12 +135,12 @@ func TestRowStreamerCopiesInKeyOrderAcrossChunksAndParts(t *testing.T) {
 		require.NotNil(t, c.GetFence(), "every part carries its chunk's fence")
 		require.NotEmpty(t, c.GetFence().GetGtidSet())
 		require.Equal(t, i == len(parts)-1, c.GetTableDone(), "only the last part ends the table")
-		for _, r := range c.GetRows() {
+		for _, r := range rowsOf(t, c) {
 			vals, err := rowcodec.Values(nil, r)
 			require.NoError(t, err)
 			keys = append(keys, fmt.Sprintf("%s/%s", vals[0], vals[1]))
 		}
-		if len(c.GetRows()) > 0 {
+		if c.GetRowCount() > 0 {
 			require.Equal(t, keys[len(keys)-1], keyString(t, c.GetLastPk()), "last_pk is the part's last row")
 		}
 	}
@@ -147,7 +161,7 @@ func TestRowStreamerResumesAfterLastPK(t *testing.T) {
 	parts := streamAll(t, db, p, [][]byte{[]byte("b"), []byte("200")}, 1000, 1<<20)
 	var n int
 	for _, c := range parts {
-		n += len(c.GetRows())
+		n += int(c.GetRowCount())
 	}
 	var want int
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM d.t WHERE region > 'b' OR (region = 'b' AND id > 200)").Scan(&want))
@@ -161,7 +175,8 @@ func TestRowStreamerEmptyTable(t *testing.T) {
 	parts := streamAll(t, db, p, nil, 10, 100)
 	require.Len(t, parts, 1)
 	require.True(t, parts[0].GetTableDone())
-	require.Empty(t, parts[0].GetRows())
+	require.Zero(t, parts[0].GetRowCount())
+	require.Empty(t, parts[0].GetPackedRows())
 }
 
 func TestSnapshotFenceIsTheServersPosition(t *testing.T) {
@@ -211,15 +226,15 @@ func TestRowStreamerKeyRangeKeepsTheScannedBoundary(t *testing.T) {
 	empty := 0
 	for i := range all {
 		require.Equal(t, fmt.Sprint(all[i].GetLastPk()), fmt.Sprint(some[i].GetLastPk()), "chunk %d ends where it scanned to", i)
-		for _, r := range all[i].GetRows() {
+		for _, r := range rowsOf(t, all[i]) {
 			keep, err := filtered.filter.keepRow(r)
 			require.NoError(t, err)
 			if keep {
 				want = append(want, r)
 			}
 		}
-		got = append(got, some[i].GetRows()...)
-		if len(some[i].GetRows()) == 0 && some[i].GetLastPk() != nil {
+		got = append(got, rowsOf(t, some[i])...)
+		if some[i].GetRowCount() == 0 && some[i].GetLastPk() != nil {
 			empty++
 		}
 	}

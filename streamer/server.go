@@ -141,6 +141,12 @@ func checkThrottleReads(ctx context.Context, db *sql.DB, opts *rowliftv1.StreamO
 // server and its settings, and plans each table, failing with a status whose
 // code says whether retrying can help.
 func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, []*tablePlan, dbconn.Flavor, error) {
+	if req.GetProtocol() != rowcodec.StreamProtocol {
+		// Unavailable, which the applier retries: the stream resumes once both
+		// sides run the same version.
+		return nil, nil, "", status.Errorf(codes.Unavailable, "the applier speaks stream protocol %d and this streamer %d: "+
+			"run the same rowlift version on both", req.GetProtocol(), rowcodec.StreamProtocol)
+	}
 	opts, err := checkRequest(req)
 	if err != nil {
 		return nil, nil, "", status.Error(codes.InvalidArgument, err.Error())
@@ -192,7 +198,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 
 	// Fields first, then the start position, which a new workflow's applier
 	// commits before anything else so that a restart resumes from it.
-	first := &rowliftv1.StreamResponse{}
+	first := &rowliftv1.StreamResponse{Protocol: rowcodec.StreamProtocol}
 	for _, p := range plans {
 		first.Items = append(first.Items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Fields{Fields: p.fields}})
 	}
@@ -298,7 +304,7 @@ func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.Strea
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		msg := &rowliftv1.StreamResponse{Items: []*rowliftv1.StreamItem{item}}
+		msg := &rowliftv1.StreamResponse{Items: []*rowliftv1.StreamItem{item}, Protocol: rowcodec.StreamProtocol}
 		size := itemSize(item)
 		// Add whatever else is already waiting, up to the packet size.
 	batch:
@@ -318,11 +324,7 @@ func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.Strea
 }
 
 func itemSize(item *rowliftv1.StreamItem) int64 {
-	var n int
-	for _, r := range item.GetChunk().GetRows() {
-		n += rowcodec.Size(r)
-	}
-	return int64(n) + 64
+	return int64(len(item.GetChunk().GetPackedRows())) + 64
 }
 
 func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error) {

@@ -19,6 +19,8 @@ type bench struct {
 	rowlift  string // path of the built rowlift binary; empty unless (d) runs
 	clkTck   float64
 	rowBytes int64 // sum of the value bytes of every row, as text
+	// profileRuns counts the runs of (d) profiled so far.
+	profileRuns int
 }
 
 // method is one way of moving the table. run does its untimed preparation, calls

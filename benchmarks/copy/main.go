@@ -4,10 +4,15 @@
 // target, (c) mariadb-dump | mariadb (mysqldump | mysql with -flavor mysql), and
 // (d) rowlift streamer + applier as separate processes over gRPC. The table is the seed's stress_test_pk. It prints wall time,
 // rows/s, MB/s and CPU seconds per method, the ratios d/max(a,b) and d/c, and writes
-// the same as JSON.
+// the same as JSON, and each method's CPU seconds per million rows, process by
+// process. With -profile it also takes Go CPU profiles of (d)'s streamer and
+// applier and samples what the target server is running, to say where a
+// copy's time goes.
 //
 //	go run ./benchmarks/copy -rows 1000000
 //	go run ./benchmarks/copy -rows 1000000 -flavor mysql
+//	go run ./benchmarks/copy -rows 1000000 -methods d -profile /tmp/prof
+//	go tool pprof -top /tmp/prof/applier-1.pprof
 package main
 
 import (
@@ -31,6 +36,10 @@ type config struct {
 	Methods string `json:"methods"`
 	Out     string `json:"out"`
 	Keep    bool   `json:"keep"`
+	// Profile is where (d) writes CPU profiles of the streamer and the
+	// applier, ProfileSeconds long from the start of each run's copy.
+	Profile        string  `json:"profile,omitempty"`
+	ProfileSeconds float64 `json:"profile_seconds,omitempty"`
 }
 
 func main() {
@@ -44,6 +53,8 @@ func main() {
 	flag.StringVar(&cfg.Methods, "methods", "a,b,c,d", "methods to run, always in the order a, b, c, d")
 	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/copy-<rows>.json, copy-<rows>-mysql.json with -flavor mysql)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the servers running at the end and print their DSNs, for profiling")
+	flag.StringVar(&cfg.Profile, "profile", "", "directory for Go CPU profiles of (d)'s streamer and applier (streamer-<run>.pprof, applier-<run>.pprof); none when empty")
+	flag.Float64Var(&cfg.ProfileSeconds, "profile-seconds", 2, "length of each -profile, from the start of the copy")
 	flag.Parse()
 	if cfg.Out == "" {
 		cfg.Out = cfg.ResultPath(fmt.Sprintf("copy-%d", cfg.Rows))

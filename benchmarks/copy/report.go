@@ -94,6 +94,7 @@ func (r *report) print(w io.Writer) {
 	if f.Runs > 1 {
 		r.printTable(w, fmt.Sprintf("median of %d runs", f.Runs), func(m methodResult) sample { return m.Median }, r.Median)
 	}
+	r.printCPU(w)
 	tools := dumpTools[f.Flavor]
 	fmt.Fprintf(w, "client CPU: (a),(b) this Go process; (c) %s + %s; (d) rowlift streamer + applier\n", tools.dump, tools.client)
 	fmt.Fprintln(w, "results written to", f.Out)
@@ -107,6 +108,25 @@ func (r *report) printTable(w io.Writer, title string, pick func(methodResult) s
 			m.Name, s.WallS, s.RowsPerS, s.MBPerS, s.ClientCPUS, s.SourceCPUS, s.TargetCPUS)
 	}
 	fmt.Fprintf(w, "d/max(a,b) = %s    d/c = %s\n", fmtRatio(rat.DOverMaxAB), fmtRatio(rat.DOverC))
+}
+
+// printCPU prints each method's CPU seconds per million rows in its median
+// run, process by process, so what rowlift costs beyond the target's own
+// ingest (b) shows where it goes.
+func (r *report) printCPU(w io.Writer) {
+	perM := 1e6 / float64(r.Flags.Rows)
+	fmt.Fprintf(w, "\n%-28s %8s %9s %8s %8s %8s %8s\n", "CPU s per million rows", "client", "streamer", "applier", "source", "target", "total")
+	dash := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", v*perM)
+	}
+	for _, m := range r.Methods {
+		s := m.Median
+		fmt.Fprintf(w, "%-28s %8.2f %9s %8s %8.2f %8.2f %8.2f\n", m.Name, s.ClientCPUS*perM, dash(s.StreamerCPUS), dash(s.ApplierCPUS),
+			s.SourceCPUS*perM, s.TargetCPUS*perM, (s.ClientCPUS+s.SourceCPUS+s.TargetCPUS)*perM)
+	}
 }
 
 func fmtRatio(v *float64) string {

@@ -36,11 +36,15 @@ func (b *bench) copyRowlift(ctx context.Context, m *meter) error {
 		return err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	streamer, applier, err := benchkit.StartRoles(ctx, b.rowlift, b.tmp, addr, b.Source.DSN(""), b.Target.DSN(""))
+	prof, err := b.newProfiler()
 	if err != nil {
 		return err
 	}
-	err = b.timeRowlift(ctx, m, store, addr, streamer, applier)
+	streamer, applier, err := benchkit.StartRoles(ctx, b.rowlift, b.tmp, addr, b.Source.DSN(""), b.Target.DSN(""), prof.args())
+	if err != nil {
+		return err
+	}
+	err = b.timeRowlift(ctx, m, store, addr, streamer, applier, prof)
 	err = errors.Join(err, streamer.Stop(), applier.Stop())
 	if err != nil {
 		return fmt.Errorf("%w\n%s\n%s", err, streamer.LogTail(), applier.LogTail())
@@ -48,7 +52,7 @@ func (b *bench) copyRowlift(ctx context.Context, m *meter) error {
 	return b.checkCount(ctx, db, b.cfg.Rows)
 }
 
-func (b *bench) timeRowlift(ctx context.Context, m *meter, store *state.Store, addr string, streamer, applier *benchkit.Proc) error {
+func (b *bench) timeRowlift(ctx context.Context, m *meter, store *state.Store, addr string, streamer, applier *benchkit.Proc, prof *profiler) error {
 	if err := store.CreateWorkflow(ctx, b.workflowSpec(addr), "main"); err != nil {
 		return err
 	}
@@ -62,6 +66,7 @@ func (b *bench) timeRowlift(ctx context.Context, m *meter, store *state.Store, a
 	if err := store.SetState(ctx, workflowName, state.Copying, ""); err != nil {
 		return err
 	}
+	profiled := prof.start(ctx)
 	if err := benchkit.WaitCopied(ctx, store, workflowName, streamer, applier); err != nil {
 		return err
 	}
@@ -74,7 +79,7 @@ func (b *bench) timeRowlift(ctx context.Context, m *meter, store *state.Store, a
 	}
 	m.s.StreamerCPUS, m.s.ApplierCPUS = s1-s0, a1-a0
 	m.s.ClientCPUS = m.s.StreamerCPUS + m.s.ApplierCPUS
-	return nil
+	return profiled()
 }
 
 func (b *bench) workflowSpec(streamerAddr string) *rowliftv1.WorkflowSpec {

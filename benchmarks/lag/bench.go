@@ -68,7 +68,7 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 		return b, err
 	}
 	b.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if b.streamer, b.applier, err = benchkit.StartRoles(ctx, bin, b.tmp, b.streamerAddr, b.Source.DSN(""), b.Target.DSN("")); err != nil {
+	if b.streamer, b.applier, err = benchkit.StartRoles(ctx, bin, b.tmp, b.streamerAddr, b.Source.DSN(""), b.Target.DSN(""), nil); err != nil {
 		return b, err
 	}
 	if err := b.startLagWorkflow(ctx); err != nil {

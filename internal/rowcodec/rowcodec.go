@@ -56,12 +56,6 @@ func Values(dst [][]byte, row *rowliftv1.Row) ([][]byte, error) {
 	return dst, nil
 }
 
-// Size is the number of value bytes of a packed row plus its length words, an
-// estimate of its share of a message.
-func Size(row *rowliftv1.Row) int {
-	return len(row.GetValues()) + 2*len(row.GetLengths())
-}
-
 // Kind says how a column's values are written as SQL literals.
 type Kind uint8
 

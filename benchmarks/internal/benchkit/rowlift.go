@@ -86,11 +86,14 @@ func StartProc(bin, logDir, role string, args ...string) (*Proc, error) {
 // StartRoles starts a streamer listening on addr for the source, waits until it
 // listens, then starts an applier for the target polling every PollInterval, and
 // gives it time to settle.
-func StartRoles(ctx context.Context, bin, logDir, addr, sourceDSN, targetDSN string) (streamer, applier *Proc, err error) {
-	if streamer, err = StartStreamer(ctx, bin, logDir, addr, sourceDSN); err != nil {
+// Each role also gets the args of its own name in extra (such as
+// --debug-listen for a profile).
+func StartRoles(ctx context.Context, bin, logDir, addr, sourceDSN, targetDSN string, extra map[string][]string) (streamer, applier *Proc, err error) {
+	if streamer, err = StartStreamer(ctx, bin, logDir, addr, sourceDSN, extra["streamer"]...); err != nil {
 		return nil, nil, err
 	}
-	if applier, err = StartProc(bin, logDir, "applier", "--target-dsn", targetDSN, "--poll-interval", PollInterval.String()); err != nil {
+	applierArgs := append([]string{"--target-dsn", targetDSN, "--poll-interval", PollInterval.String()}, extra["applier"]...)
+	if applier, err = StartProc(bin, logDir, "applier", applierArgs...); err != nil {
 		return nil, nil, errors.Join(err, streamer.Stop())
 	}
 	select {
@@ -225,8 +228,8 @@ func WaitCopied(ctx context.Context, store *state.Store, workflow string, procs 
 // until it listens. One streamer serves every workflow of its source, so a
 // benchmark that replays into several targets starts one of these and an
 // applier per target (StartApplier) instead of StartRoles' pair.
-func StartStreamer(ctx context.Context, bin, logDir, addr, sourceDSN string) (*Proc, error) {
-	return startListening(ctx, bin, logDir, "streamer", addr, "--source-dsn", sourceDSN)
+func StartStreamer(ctx context.Context, bin, logDir, addr, sourceDSN string, args ...string) (*Proc, error) {
+	return startListening(ctx, bin, logDir, "streamer", addr, append([]string{"--source-dsn", sourceDSN}, args...)...)
 }
 
 // StartCoordinator starts a coordinator listening on addr that knows the

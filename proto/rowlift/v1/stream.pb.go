@@ -333,7 +333,11 @@ type StreamRequest struct {
 	KeyRange *KeyRange      `protobuf:"bytes,4,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
 	Options  *StreamOptions `protobuf:"bytes,5,opt,name=options,proto3" json:"options,omitempty"`
 	// Source database the tables are in.
-	Database      string `protobuf:"bytes,6,opt,name=database,proto3" json:"database,omitempty"`
+	Database string `protobuf:"bytes,6,opt,name=database,proto3" json:"database,omitempty"`
+	// The stream protocol the applier speaks (internal/rowcodec.StreamProtocol):
+	// a streamer refuses a stream of another protocol, whose items the two
+	// sides would read differently. Zero: an applier from before protocols.
+	Protocol      int32 `protobuf:"varint,7,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +412,13 @@ func (x *StreamRequest) GetDatabase() string {
 		return x.Database
 	}
 	return ""
+}
+
+func (x *StreamRequest) GetProtocol() int32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
 }
 
 // TableRequest names one source table and how far its copy has got.
@@ -996,8 +1007,12 @@ func (x *ValidateResponse) GetFlavor() string {
 // StreamResponse is one gRPC message of the stream. It holds one or more items,
 // in stream order, packed up to the requested packet size.
 type StreamResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*StreamItem          `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*StreamItem          `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// The stream protocol the streamer speaks (see StreamRequest.protocol), on
+	// every response: an applier refuses items of another protocol. Zero: a
+	// streamer from before protocols.
+	Protocol      int32 `protobuf:"varint,2,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1037,6 +1052,13 @@ func (x *StreamResponse) GetItems() []*StreamItem {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *StreamResponse) GetProtocol() int32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
 }
 
 // StreamItem is one element of the stream's total order.
@@ -1409,8 +1431,13 @@ func (x *TableFields) GetRowsEstimate() int64 {
 type Chunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
-	// Rows in primary key order.
-	Rows []*Row `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
+	// The rows in primary key order, packed one after another into one byte
+	// string (internal/rowcodec.AppendRow: per row a uvarint count of values,
+	// then per value a uvarint of its length plus one, zero for NULL, and its
+	// bytes), so receiving a chunk costs no allocation per row.
+	PackedRows []byte `protobuf:"bytes,8,opt,name=packed_rows,json=packedRows,proto3" json:"packed_rows,omitempty"`
+	// How many rows packed_rows holds.
+	RowCount int64 `protobuf:"varint,9,opt,name=row_count,json=rowCount,proto3" json:"row_count,omitempty"`
 	// The source position the rows are consistent with.
 	Fence *Position `protobuf:"bytes,3,opt,name=fence,proto3" json:"fence,omitempty"`
 	// Primary key of the last row of this item (the copy resumes after it).
@@ -1469,11 +1496,18 @@ func (x *Chunk) GetTable() string {
 	return ""
 }
 
-func (x *Chunk) GetRows() []*Row {
+func (x *Chunk) GetPackedRows() []byte {
 	if x != nil {
-		return x.Rows
+		return x.PackedRows
 	}
 	return nil
+}
+
+func (x *Chunk) GetRowCount() int64 {
+	if x != nil {
+		return x.RowCount
+	}
+	return 0
 }
 
 func (x *Chunk) GetFence() *Position {
@@ -1877,14 +1911,15 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x12\n" +
-	"\x10ThrottleResponse\"\x93\x02\n" +
+	"\x10ThrottleResponse\"\xaf\x02\n" +
 	"\rStreamRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x120\n" +
 	"\x06tables\x18\x03 \x03(\v2\x18.rowlift.v1.TableRequestR\x06tables\x121\n" +
 	"\tkey_range\x18\x04 \x01(\v2\x14.rowlift.v1.KeyRangeR\bkeyRange\x123\n" +
 	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\x12\x1a\n" +
-	"\bdatabase\x18\x06 \x01(\tR\bdatabase\"\x92\x02\n" +
+	"\bdatabase\x18\x06 \x01(\tR\bdatabase\x12\x1a\n" +
+	"\bprotocol\x18\a \x01(\x05R\bprotocol\"\x92\x02\n" +
 	"\fTableRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
@@ -1924,9 +1959,10 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x10ValidateResponse\x12/\n" +
 	"\x06tables\x18\x01 \x03(\v2\x17.rowlift.v1.TableFieldsR\x06tables\x12\x1a\n" +
 	"\bwarnings\x18\x02 \x03(\tR\bwarnings\x12\x16\n" +
-	"\x06flavor\x18\x03 \x01(\tR\x06flavor\">\n" +
+	"\x06flavor\x18\x03 \x01(\tR\x06flavor\"Z\n" +
 	"\x0eStreamResponse\x12,\n" +
-	"\x05items\x18\x01 \x03(\v2\x16.rowlift.v1.StreamItemR\x05items\"\x8b\x02\n" +
+	"\x05items\x18\x01 \x03(\v2\x16.rowlift.v1.StreamItemR\x05items\x12\x1a\n" +
+	"\bprotocol\x18\x02 \x01(\x05R\bprotocol\"\x8b\x02\n" +
 	"\n" +
 	"StreamItem\x121\n" +
 	"\x06fields\x18\x01 \x01(\v2\x17.rowlift.v1.TableFieldsH\x00R\x06fields\x12)\n" +
@@ -1952,16 +1988,18 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
 	"\fcreate_table\x18\x04 \x01(\fR\vcreateTable\x12#\n" +
-	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xf3\x01\n" +
+	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\x98\x02\n" +
 	"\x05Chunk\x12\x14\n" +
-	"\x05table\x18\x01 \x01(\tR\x05table\x12#\n" +
-	"\x04rows\x18\x02 \x03(\v2\x0f.rowlift.v1.RowR\x04rows\x12*\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x1f\n" +
+	"\vpacked_rows\x18\b \x01(\fR\n" +
+	"packedRows\x12\x1b\n" +
+	"\trow_count\x18\t \x01(\x03R\browCount\x12*\n" +
 	"\x05fence\x18\x03 \x01(\v2\x14.rowlift.v1.PositionR\x05fence\x12(\n" +
 	"\alast_pk\x18\x04 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x1d\n" +
 	"\n" +
 	"table_done\x18\x05 \x01(\bR\ttableDone\x12\"\n" +
 	"\rfence_time_us\x18\x06 \x01(\x03R\vfenceTimeUs\x12\x16\n" +
-	"\x06verify\x18\a \x01(\bR\x06verify\"[\n" +
+	"\x06verify\x18\a \x01(\bR\x06verifyJ\x04\b\x02\x10\x03R\x04rows\"[\n" +
 	"\tRowChange\x12'\n" +
 	"\x06before\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06before\x12%\n" +
 	"\x05after\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x05after\"Q\n" +
@@ -2059,31 +2097,30 @@ var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	23, // 16: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
 	24, // 17: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
 	17, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
-	16, // 19: rowlift.v1.Chunk.rows:type_name -> rowlift.v1.Row
-	11, // 20: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	16, // 21: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	16, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	16, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	20, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	11, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	21, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	11, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	11, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
-	5,  // 29: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
-	5,  // 30: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
-	3,  // 31: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
-	1,  // 32: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
-	1,  // 33: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
-	14, // 34: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	13, // 35: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
-	4,  // 36: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
-	2,  // 37: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
-	2,  // 38: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
-	34, // [34:39] is the sub-list for method output_type
-	29, // [29:34] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	11, // 19: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
+	16, // 20: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	16, // 21: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	16, // 22: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	20, // 23: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	11, // 24: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	21, // 25: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	11, // 26: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	11, // 27: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	5,  // 28: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
+	5,  // 29: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
+	3,  // 30: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
+	1,  // 31: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
+	1,  // 32: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
+	14, // 33: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	13, // 34: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	4,  // 35: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
+	2,  // 36: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
+	2,  // 37: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_stream_proto_init() }

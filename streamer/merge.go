@@ -279,10 +279,14 @@ func (m *merger) emitDueChunks() (bool, error) {
 				continue // a verify's rows are hashes of a copied table: nothing to filter by
 			}
 			// The copied boundary is the last row scanned (LastPk), which is
-			// past the last row sent when a key range filtered the rest out; a
-			// part with rows always has it.
-			if part.GetLastPk() != nil {
+			// past the last row sent when a key range filtered the rest out. A
+			// part with rows and no boundary would leave later changes to its
+			// rows behind as not yet copied: fail closed.
+			switch {
+			case part.GetLastPk() != nil:
 				t.lastPK = rowKey(part.GetLastPk())
+			case part.GetRowCount() > 0:
+				return progressed, fmt.Errorf("copy of %s: a part of %d rows carries no last key", part.GetTable(), part.GetRowCount())
 			}
 			if part.GetTableDone() {
 				t.copying = false

@@ -765,3 +765,16 @@ func TestMergerEmptyPartMovesTheBoundary(t *testing.T) {
 	k, _ := (&sim{t: t}).kv(changes[0].GetAfter())
 	require.Equal(t, int64(9), k)
 }
+
+// TestMergerRefusesAPartWithRowsAndNoLastPk: such a part would leave the
+// copied boundary behind its rows, and later changes to them would be dropped
+// as not yet copied; the merger fails instead.
+func TestMergerRefusesAPartWithRowsAndNoLastPk(t *testing.T) {
+	m := newMerger(seqPos(0))
+	m.addTable("t", &mergeTable{keyOf: simKey, compare: simCompare, copying: true})
+	require.NoError(t, m.requestChunk("t"))
+	require.NoError(t, m.fenceChunk("t", seqPos(0)))
+	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", PackedRows: rowcodec.AppendRow(nil, simValues(simRow(2, "a"))), RowCount: 1}, true))
+	_, err := m.drain()
+	require.ErrorContains(t, err, "a part of 1 rows carries no last key")
+}

@@ -1,7 +1,6 @@
 package applier
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -34,8 +33,7 @@ type scratch struct {
 func (b *insertBuilder) build(s *scratch, c *rowliftv1.Chunk) ([][]byte, error) {
 	s.buf, s.ends, s.stmts = s.buf[:0], s.ends[:0], s.stmts[:0]
 	start, n := 0, 0
-	var tooLong error
-	err := eachRow(&s.rows, c, len(b.kinds), func(values [][]byte) {
+	err := eachRow(&s.rows, c, len(b.kinds), func(values [][]byte) error {
 		s.row = append(s.row[:0], '(')
 		for i, v := range values {
 			if i > 0 {
@@ -45,9 +43,8 @@ func (b *insertBuilder) build(s *scratch, c *rowliftv1.Chunk) ([][]byte, error) 
 		}
 		s.row = append(s.row, ')')
 		if len(b.prefix)+len(s.row) > b.maxBytes {
-			tooLong = fmt.Errorf("a row of %d bytes does not fit the target's max_allowed_packet (%d bytes usable): raise max_allowed_packet on the target",
+			return fmt.Errorf("a row of %d bytes does not fit the target's max_allowed_packet (%d bytes usable): raise max_allowed_packet on the target",
 				len(s.row), b.maxBytes)
-			return
 		}
 		if n > 0 && len(s.buf)-start+1+len(s.row) > b.maxBytes {
 			s.ends = append(s.ends, len(s.buf))
@@ -60,8 +57,9 @@ func (b *insertBuilder) build(s *scratch, c *rowliftv1.Chunk) ([][]byte, error) 
 		}
 		s.buf = append(s.buf, s.row...)
 		n++
+		return nil
 	})
-	if err = errors.Join(err, tooLong); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if n > 0 {
@@ -94,15 +92,17 @@ func newInsertBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.
 }
 
 // eachRow calls row with each of a chunk's rows (values valid until row
-// returns), read with rows, checking that each has one value per streamed
-// column and that the chunk holds the rows it says.
-func eachRow(rows *rowcodec.Rows, c *rowliftv1.Chunk, ncols int, row func(values [][]byte)) error {
+// returns), read with rows, until row fails, checking that each has one value
+// per streamed column and that the chunk holds the rows it says.
+func eachRow(rows *rowcodec.Rows, c *rowliftv1.Chunk, ncols int, row func(values [][]byte) error) error {
 	rows.Reset(c.GetPackedRows())
 	for rows.Next() {
 		if len(rows.Values()) != ncols {
 			return fmt.Errorf("row %d has %d values, table has %d streamed columns", rows.Count(), len(rows.Values()), ncols)
 		}
-		row(rows.Values())
+		if err := row(rows.Values()); err != nil {
+			return err
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return err

@@ -58,7 +58,7 @@ func newLoadBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.Ki
 // lines take about the packed rows' size, which the buffer grows to at once.
 func (b *loadBuilder) build(s *scratch, c *rowliftv1.Chunk) ([]byte, error) {
 	s.buf = slices.Grow(s.buf[:0], len(c.GetPackedRows())+len(c.GetPackedRows())/8)
-	err := eachRow(&s.rows, c, b.ncols, func(values [][]byte) {
+	err := eachRow(&s.rows, c, b.ncols, func(values [][]byte) error {
 		for i, v := range values {
 			if i > 0 {
 				s.buf = append(s.buf, '\t')
@@ -66,6 +66,7 @@ func (b *loadBuilder) build(s *scratch, c *rowliftv1.Chunk) ([]byte, error) {
 			s.buf = rowcodec.AppendLoadField(s.buf, v)
 		}
 		s.buf = append(s.buf, '\n')
+		return nil
 	})
 	return s.buf, err
 }

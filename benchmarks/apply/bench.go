@@ -134,7 +134,7 @@ func (b *bench) startNode(ctx context.Context, name, kind, key string) (*node, e
 		return nil, fmt.Errorf("start server for %s: %w", name, err)
 	}
 	n := &node{name: name, kind: kind, key: key, srv: srv}
-	if n.db, err = sql.Open("mysql", srv.DSN("")); err != nil {
+	if n.db, err = sql.Open("mysql", srv.DSN("")+"?interpolateParams=true"); err != nil {
 		return nil, errors.Join(fmt.Errorf("open server of %s: %w", name, err), srv.Remove())
 	}
 	return n, nil

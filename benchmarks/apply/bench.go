@@ -38,12 +38,14 @@ type bench struct {
 	clkTck       float64
 	version      string // SELECT VERSION() of the servers
 	seedPos      string // the source's GTID position after the seed
+	// backlog is each backlog transaction's statements, joined by ';'.
+	backlog []string
 }
 
 // node is a configuration's target server.
 type node struct {
 	name string // as printed
-	kind string // "rowlift" or "native"
+	kind string // "rowlift", "native" or "floor"
 	key  string // short name for logs
 	srv  *sandbox.Server
 	db   *sql.DB
@@ -123,6 +125,12 @@ func setup(ctx context.Context, cfg config, threads []int) (b *bench, err error)
 			return b, err
 		}
 	}
+	floor := &clientFloor{b: b, rpl: &replica{b: b, rpl: replications[cfg.Flavor], cfg: replicaConfig{threads: 0}}}
+	b.targets = append(b.targets, floor)
+	if floor.n, err = b.startNode(ctx, "client floor: 1 query per transaction, no rowlift", "floor", "floor"); err != nil {
+		return b, err
+	}
+	floor.rpl.n = floor.n
 	progress("started %d target servers", len(b.targets))
 	return b, nil
 }

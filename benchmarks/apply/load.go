@@ -119,17 +119,13 @@ type loadResult struct {
 	EndGTID      string  `json:"end_gtid"`
 }
 
-// txStatements are the statements of one transaction on one table, as sysbench
-// oltp_write_only runs them.
-type txStatements struct {
-	indexUpdate, nonIndexUpdate, delete, insert string
-}
-
 // writeBacklog runs -k transactions on the source from one connection while no
 // target replays, and returns the source's position after the last one. Each
 // transaction is sysbench oltp_write_only's: UPDATE k = k + 1 by PK (k is
 // indexed), UPDATE c by PK, then DELETE of a key and INSERT of the same key,
-// each statement on a table and key of its own drawn at random.
+// each statement on a table and key of its own drawn at random. The statements
+// go with their values in them (what the driver's interpolation would send) and
+// are kept, joined by ';', in b.backlog for the client floor to replay.
 func (b *bench) writeBacklog(ctx context.Context) (loadResult, error) {
 	r := loadResult{Transactions: b.cfg.K, StartGTID: b.seedPos}
 	progress("writing %d transactions on the source from one connection", b.cfg.K)
@@ -138,18 +134,10 @@ func (b *bench) writeBacklog(ctx context.Context) (loadResult, error) {
 		return r, fmt.Errorf("backlog: %w", err)
 	}
 	defer conn.Close()
-	stmts := make([]txStatements, b.cfg.Tables)
-	for i := range stmts {
-		t := db + "." + tableName(i+1)
-		stmts[i] = txStatements{
-			indexUpdate:    "UPDATE " + t + " SET k = k + 1 WHERE id = ?",
-			nonIndexUpdate: "UPDATE " + t + " SET c = ? WHERE id = ?",
-			delete:         "DELETE FROM " + t + " WHERE id = ?",
-			insert:         "INSERT INTO " + t + " (id, k, c, pad) VALUES (?, ?, ?, ?)",
-		}
-	}
 	g := newRowGen(b.cfg.Seed, 2, b.cfg.Rows)
-	table := func() txStatements { return stmts[g.rng.IntN(len(stmts))] }
+	// table draws a table; the generated values are digits, safe to quote as they are.
+	table := func() string { return db + "." + tableName(1+g.rng.IntN(b.cfg.Tables)) }
+	b.backlog = make([]string, 0, b.cfg.K)
 	start := time.Now()
 	for n := int64(0); n < b.cfg.K; n++ {
 		tx, err := conn.BeginTx(ctx, nil)
@@ -158,24 +146,22 @@ func (b *bench) writeBacklog(ctx context.Context) (loadResult, error) {
 		}
 		idx, nonIdx, del := table(), table(), table()
 		delID := g.id()
-		steps := []struct {
-			q    string
-			args []any
-		}{
-			{idx.indexUpdate, []any{g.id()}},
-			{nonIdx.nonIndexUpdate, []any{g.digits(10), g.id()}},
-			{del.delete, []any{delID}},
-			{del.insert, []any{delID, g.id(), g.digits(10), g.digits(5)}},
+		steps := []string{
+			fmt.Sprintf("UPDATE %s SET k = k + 1 WHERE id = %d", idx, g.id()),
+			fmt.Sprintf("UPDATE %s SET c = '%s' WHERE id = %d", nonIdx, g.digits(10), g.id()),
+			fmt.Sprintf("DELETE FROM %s WHERE id = %d", del, delID),
+			fmt.Sprintf("INSERT INTO %s (id, k, c, pad) VALUES (%d, %d, '%s', '%s')", del, delID, g.id(), g.digits(10), g.digits(5)),
 		}
-		for _, s := range steps {
-			if _, err := tx.ExecContext(ctx, s.q, s.args...); err != nil {
+		for _, q := range steps {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
 				_ = tx.Rollback()
-				return r, fmt.Errorf("backlog transaction %d: %s: %w", n, s.q, err)
+				return r, fmt.Errorf("backlog transaction %d: %s: %w", n, q, err)
 			}
 		}
 		if err := tx.Commit(); err != nil {
 			return r, fmt.Errorf("backlog transaction %d: commit: %w", n, err)
 		}
+		b.backlog = append(b.backlog, strings.Join(steps, ";"))
 	}
 	r.WallS = time.Since(start).Seconds()
 	r.PerS = float64(r.Transactions) / r.WallS

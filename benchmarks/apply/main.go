@@ -20,7 +20,11 @@
 //     until MASTER_GTID_WAIT (MySQL: WAIT_FOR_EXECUTED_GTID_SET) returns, with
 //     no parallel threads and with each of -native threads: on MariaDB in
 //     optimistic and in conservative mode, on MySQL as replica_parallel_workers
-//     with replica_preserve_commit_order=ON;
+//     with replica_preserve_commit_order=ON; and the client floor, where the
+//     benchmark itself sends each backlog
+//     transaction's statements, a position write and COMMIT as one query from
+//     one connection: the least any client applying from outside the server
+//     does per transaction;
 //  5. compares every table of every target with the source row by row.
 //
 // It prints seconds, transactions/s, the speed-up over serial rowlift and

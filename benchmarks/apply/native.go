@@ -24,6 +24,8 @@ type replication struct {
 	// start starts replicating; stopApply and startApply stop and start the
 	// SQL thread alone; status shows the replica's state.
 	start, stopApply, startApply, status string
+	// detach stops replicating and forgets the source.
+	detach []string
 	// wait returns 0 once the replica has applied the GTID set of its first
 	// argument, waiting at most its second argument's seconds.
 	wait string
@@ -42,6 +44,7 @@ var replications = map[sandbox.Flavor]replication{
 		start:        "START SLAVE",
 		stopApply:    "STOP SLAVE SQL_THREAD",
 		startApply:   "START SLAVE SQL_THREAD",
+		detach:       []string{"STOP SLAVE", "RESET SLAVE ALL"},
 		status:       "SHOW SLAVE STATUS",
 		wait:         "MASTER_GTID_WAIT",
 		ioRunning:    "Slave_IO_Running",
@@ -58,6 +61,7 @@ var replications = map[sandbox.Flavor]replication{
 		start:        "START REPLICA",
 		stopApply:    "STOP REPLICA SQL_THREAD",
 		startApply:   "START REPLICA SQL_THREAD",
+		detach:       []string{"STOP REPLICA", "RESET REPLICA ALL"},
 		status:       "SHOW REPLICA STATUS",
 		wait:         "WAIT_FOR_EXECUTED_GTID_SET",
 		ioRunning:    "Replica_IO_Running",
@@ -68,6 +72,10 @@ var replications = map[sandbox.Flavor]replication{
 		fetched: []string{"Retrieved_Gtid_Set", "Executed_Gtid_Set"},
 	},
 }
+
+// serialTag ends the name of the replica with no parallel appliers, which the
+// summary compares with the client floor.
+const serialTag = "(serial)"
 
 // replicaConfig is one setting of a flavor's parallel replication.
 type replicaConfig struct {
@@ -95,12 +103,12 @@ func replicaConfigs(flavor sandbox.Flavor, threads []int) []replicaConfig {
 	for _, n := range threads {
 		switch {
 		case flavor == sandbox.MySQL && n == 0:
-			out = append(out, replicaConfig{"native-0", "MySQL replica, 0 workers (serial)", 0, nil})
+			out = append(out, replicaConfig{"native-0", "MySQL replica, 0 workers " + serialTag, 0, nil})
 		case flavor == sandbox.MySQL:
 			out = append(out, replicaConfig{fmt.Sprintf("native-%d", n), fmt.Sprintf("MySQL replica, %d workers, commit order", n), n,
 				[]string{"replica_preserve_commit_order = ON"}})
 		case n == 0:
-			out = append(out, replicaConfig{"native-0", "MariaDB replica, 0 threads (serial)", 0, nil})
+			out = append(out, replicaConfig{"native-0", "MariaDB replica, 0 threads " + serialTag, 0, nil})
 		default:
 			for _, mode := range []string{"optimistic", "conservative"} {
 				out = append(out, replicaConfig{fmt.Sprintf("native-%d-%s", n, mode), fmt.Sprintf("MariaDB replica, %d threads %s", n, mode), n,

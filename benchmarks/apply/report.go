@@ -22,6 +22,12 @@ type report struct {
 	BestRowlift string  `json:"best_rowlift"`
 	BestNative  string  `json:"best_native,omitempty"`
 	Ratio       float64 `json:"best_rowlift_over_best_native,omitempty"`
+	// SerialOverFloor and NativeSerialOverFloor are the client floor's time
+	// over serial rowlift's and over the serial replica's (1: as fast as the
+	// floor): how near rowlift comes to the cheapest client, and how far any
+	// client is from the server's own replication.
+	SerialOverFloor       float64 `json:"rowlift_serial_over_floor,omitempty"`
+	NativeSerialOverFloor float64 `json:"native_serial_over_floor,omitempty"`
 	// LogProblems are the warning and error lines of the rowlift logs, by process.
 	LogProblems map[string][]string `json:"log_problems"`
 }
@@ -29,7 +35,7 @@ type report struct {
 // result is one configuration's catch-up.
 type result struct {
 	Name  string  `json:"name"`
-	Kind  string  `json:"kind"` // rowlift or native
+	Kind  string  `json:"kind"` // rowlift, native or floor
 	WallS float64 `json:"wall_s"`
 	PerS  float64 `json:"trx_per_s"`
 	// SpeedUp is serial rowlift's time over this one's.
@@ -37,8 +43,8 @@ type result struct {
 	Identical  bool    `json:"identical"`
 	SourceCPUS float64 `json:"source_server_cpu_s"`
 	TargetCPUS float64 `json:"target_server_cpu_s"`
-	// ClientCPUS is rowlift's applier and streamer; 0 for a replica, which
-	// replicates inside the server.
+	// ClientCPUS is rowlift's applier and streamer, or the benchmark's own for
+	// the client floor; 0 for a replica, which replicates inside the server.
 	ClientCPUS float64 `json:"rowlift_cpu_s"`
 	// Differences are verify's summaries of the tables that differ.
 	Differences []string `json:"differences,omitempty"`
@@ -92,16 +98,29 @@ func (b *bench) logProblems() (map[string][]string, error) {
 // picks the best of each kind.
 func (r *report) summarize() {
 	serial := r.Results[0].WallS
-	var bestRowlift, bestNative *result
+	var bestRowlift, bestNative, floor, nativeSerial *result
 	for i := range r.Results {
 		res := &r.Results[i]
 		res.SpeedUp = serial / res.WallS
 		best := &bestRowlift
-		if res.Kind == "native" {
+		switch res.Kind {
+		case "floor":
+			floor = res
+			continue
+		case "native":
 			best = &bestNative
+			if nativeSerial == nil {
+				nativeSerial = res
+			}
 		}
 		if *best == nil || res.WallS < (*best).WallS {
 			*best = res
+		}
+	}
+	if floor != nil {
+		r.SerialOverFloor = floor.WallS / serial
+		if nativeSerial != nil && strings.HasSuffix(nativeSerial.Name, serialTag) {
+			r.NativeSerialOverFloor = floor.WallS / nativeSerial.WallS
 		}
 	}
 	r.BestRowlift = bestRowlift.Name
@@ -137,7 +156,7 @@ func (r *report) print(w io.Writer) {
 		width = max(width, len(res.Name))
 	}
 	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s\n", width, "catch-up of the backlog", "seconds", "trx/s", "speed-up", "identical",
-		"target", "source", "rowlift")
+		"target", "source", "client")
 	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s\n", width, "", "", "", "", "", "CPU s", "CPU s", "CPU s")
 	for _, res := range r.Results {
 		same := "yes"
@@ -151,10 +170,19 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "\nbest rowlift (%s) vs best native (%s): %.2fx (native seconds / rowlift seconds; above 1 rowlift is faster)\n",
 			r.BestRowlift, r.BestNative, r.Ratio)
 	}
+	if r.SerialOverFloor > 0 {
+		fmt.Fprintf(w, "serial rowlift runs at %.2fx the client floor's speed", r.SerialOverFloor)
+		if r.NativeSerialOverFloor > 0 {
+			fmt.Fprintf(w, ", the serial replica at %.2fx", r.NativeSerialOverFloor)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "rowlift: from starting the applier until its committed position covers the source's last GTID (read every 10 ms);"+
 		" it reads the backlog from the source through the streamer as it goes")
 	rpl := replications[f.Flavor]
 	fmt.Fprintf(w, "native: from %s until %s returns; the IO thread had fetched the whole backlog before\n", rpl.startApply, rpl.wait)
+	fmt.Fprintln(w, "client floor: the benchmark sends each source transaction's statements, a position write and COMMIT as one query,"+
+		" on one connection, from memory: no client that applies from outside the server does less per transaction")
 	for _, res := range r.Results {
 		for _, d := range res.Differences {
 			fmt.Fprintf(w, "%s: %s\n", res.Name, d)

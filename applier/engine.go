@@ -121,19 +121,17 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// engineLock is the named lock on the target that only one applier may hold, so
-// two appliers (a rollout overlap, a second deployment) never apply the same
-// streams twice.
-const engineLock = "rowlift.applier"
-
 // holdLock takes the engine lock, or checks that it still holds it. When the lock
 // connection is lost (a target restart) every stream stops until it is back.
 func (e *Engine) holdLock(ctx context.Context) error {
 	if e.lock != nil {
 		var mine sql.NullBool
-		err := e.lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", engineLock).Scan(&mine)
+		err := e.lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", state.ApplierLock).Scan(&mine)
 		if err == nil && mine.Bool {
 			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err() // shutting down: the lock goes with the connection
 		}
 		e.log.Warn("lost the applier lock on the target; stopping streams", zap.Error(err))
 		e.stopAll()
@@ -145,7 +143,7 @@ func (e *Engine) holdLock(ctx context.Context) error {
 		return dbconn.Explain(err, e.mcfg, "target")
 	}
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", engineLock).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", state.ApplierLock).Scan(&got); err != nil {
 		conn.Close()
 		return dbconn.Explain(err, e.mcfg, "target")
 	}
@@ -158,7 +156,7 @@ func (e *Engine) holdLock(ctx context.Context) error {
 	return nil
 }
 
-var errAnotherApplier = fmt.Errorf("another applier holds the lock %q on this target; standing by until it is released", engineLock)
+var errAnotherApplier = fmt.Errorf("another applier holds the lock %q on this target; standing by until it is released", state.ApplierLock)
 
 func (e *Engine) reconcile(ctx context.Context) error {
 	if err := e.holdLock(ctx); err != nil {

@@ -255,6 +255,9 @@ func (s *Server) read(ctx context.Context, name string, targets []*target) ([]vi
 		if v.verifies, err = st.Verify(ctx, name, ""); err != nil {
 			return nil, t.fail(err)
 		}
+		if v.applier, err = st.ApplierRunning(ctx); err != nil {
+			return nil, t.fail(err)
+		}
 		views = append(views, v)
 	}
 	return views, nil

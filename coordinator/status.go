@@ -31,6 +31,10 @@ const (
 	sampleEvery = 250 * time.Millisecond
 	// keepIdle is how long the samples of a workflow nobody reads are kept.
 	keepIdle = 10 * time.Minute
+	// noApplierAfter is how long a workflow that should be moving may go with
+	// no applier on its target before status says so: appliers pick up new
+	// workflows within their poll interval.
+	noApplierAfter = 5 * time.Second
 )
 
 // view is one target's record of a workflow: what status is computed from.
@@ -40,6 +44,8 @@ type view struct {
 	copies   []state.TableCopy
 	streams  []state.Stream
 	verifies []state.TableVerify
+	// applier is whether an applier runs on the target.
+	applier bool
 }
 
 // sample is what one status read saw of one stream: its rows copied per table
@@ -261,7 +267,19 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 		}
 	}
 	if disagree(states) || len(states) < len(views) {
-		out.Message = strings.Join(where, ", ") + "; " + out.Message
+		msg := strings.Join(where, ", ")
+		if out.Message != "" {
+			msg += "; " + out.Message
+		}
+		out.Message = msg
+	}
+	if idle := unapplied(views, now); len(idle) > 0 {
+		msg := fmt.Sprintf("no applier is running for target %s: start one (rowlift applier --target-dsn ...) "+
+			"and the workflow goes on", strings.Join(idle, ", "))
+		if out.Message != "" {
+			msg += "; " + out.Message
+		}
+		out.Message = msg
 	}
 	for _, ts := range out.Tables {
 		ts.Percent = percent(ts.RowsCopied, ts.RowsEstimate, ts.Done)
@@ -285,6 +303,21 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 				break
 			}
 			out.EtaSeconds = max(out.EtaSeconds, eta)
+		}
+	}
+	return out
+}
+
+// unapplied names the targets where the workflow should be moving (copying or
+// running) and no applier has run for noApplierAfter since its last change.
+func unapplied(views []view, now time.Time) []string {
+	var out []string
+	for _, v := range views {
+		if v.wf == nil || v.applier || (v.wf.State != state.Copying && v.wf.State != state.Running) {
+			continue
+		}
+		if now.Sub(v.wf.UpdatedAt) >= noApplierAfter {
+			out = append(out, v.target)
 		}
 	}
 	return out

@@ -99,9 +99,9 @@ func TestBuildStatusOverTargets(t *testing.T) {
 	}
 	stream := state.Stream{Source: "main", Position: "0-1-5", SourceTimeUS: us(-2 * time.Second), AppliedAtUS: us(-time.Second), Throttled: "source Threads_running 60 > 50"}
 	views := []view{
-		{target: "t1", wf: wf(state.Copying, ""), copies: []state.TableCopy{copying("a", 2000, 10000)}, streams: []state.Stream{stream}},
+		{target: "t1", wf: wf(state.Copying, ""), copies: []state.TableCopy{copying("a", 2000, 10000)}, streams: []state.Stream{stream}, applier: true},
 		{target: "t2", wf: wf(state.Stopped, "stopped by an operator"), copies: []state.TableCopy{copying("a", 1000, 10000)},
-			streams: []state.Stream{stream}},
+			streams: []state.Stream{stream}, applier: true},
 	}
 	views[1].wf.LastError, views[1].wf.LastErrorAt = "boom", t0.Add(-30*time.Minute)
 	views[1].streams[0].Message, views[1].streams[0].MessageAtUS = "retrying (attempt 2): refused", us(-10*time.Second)
@@ -123,6 +123,36 @@ func TestBuildStatusOverTargets(t *testing.T) {
 	st = buildStatus(spec, views, nil, t0)
 	require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING, st.GetPhase())
 	require.InDelta(t, 90, st.GetEtaSeconds(), 1e-9, "the slower target: 9000 rows at 100 rows/s")
+}
+
+// A workflow that should move and has no applier on a target says so once
+// the applier has had time to pick it up, and names the targets; stopped,
+// failed or finished workflows need none.
+func TestStatusSaysWhenNoApplierRuns(t *testing.T) {
+	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}}}
+	mk := func(target string, st state.State, changed time.Duration, applier bool) view {
+		return view{target: target, applier: applier, wf: &state.Workflow{State: st, CreatedAt: t0.Add(-time.Hour), UpdatedAt: t0.Add(-changed)}}
+	}
+	for _, tc := range []struct {
+		views []view
+		want  string
+	}{
+		{[]view{mk("t1", state.Copying, time.Second, false)}, ""},
+		{[]view{mk("t1", state.Copying, noApplierAfter, false)},
+			"no applier is running for target t1: start one (rowlift applier --target-dsn ...) and the workflow goes on"},
+		{[]view{mk("t1", state.Running, time.Minute, false), mk("t2", state.Running, time.Minute, false)},
+			"no applier is running for target t1, t2: start one (rowlift applier --target-dsn ...) and the workflow goes on"},
+		{[]view{mk("t1", state.Running, time.Minute, true), mk("t2", state.Running, time.Minute, false)},
+			"no applier is running for target t2: start one (rowlift applier --target-dsn ...) and the workflow goes on"},
+		{[]view{mk("t1", state.Copying, time.Minute, true)}, ""},
+		{[]view{mk("t1", state.Stopped, time.Minute, false)}, ""},
+		{[]view{mk("t1", state.Error, time.Minute, false)}, ""},
+		{[]view{mk("t1", state.Done, time.Minute, false)}, ""},
+		{[]view{mk("t1", state.Copying, time.Minute, false), mk("t2", state.Stopped, time.Minute, true)},
+			"no applier is running for target t1: start one (rowlift applier --target-dsn ...) and the workflow goes on; target t1: copying, target t2: stopped"},
+	} {
+		require.Equal(t, tc.want, buildStatus(spec, tc.views, nil, t0).GetMessage())
+	}
 }
 
 func TestVerifyStatusSumsTargetsAndSources(t *testing.T) {

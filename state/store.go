@@ -46,6 +46,20 @@ const (
 	Switched State = "switched"
 )
 
+// ApplierLock is the named lock on the target that only one applier may hold,
+// so two appliers (a rollout overlap, a second deployment) never apply the same
+// streams twice; the coordinator reads it to tell whether any applier runs.
+const ApplierLock = "rowlift.applier"
+
+// ApplierRunning reports whether an applier holds this target's ApplierLock.
+func (s *Store) ApplierRunning(ctx context.Context) (bool, error) {
+	var running bool
+	if err := s.db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) IS NOT NULL", ApplierLock).Scan(&running); err != nil {
+		return false, fmt.Errorf("read the applier lock: %w", err)
+	}
+	return running, nil
+}
+
 // Errors callers branch on.
 var (
 	ErrExists   = errors.New("workflow already exists")

@@ -97,9 +97,13 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 }
 
 // Validate runs the checks a stream starts with and describes the tables, so a
-// workflow is refused at creation rather than when its stream first opens.
+// workflow is refused at creation rather than when its stream first opens; it
+// also tries the source user's grants.
 func (s *Server) Validate(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
-	opts, plans, flavor, err := s.prepare(ctx, req)
+	opts, plans, flavor, err := s.prepare(ctx, req, true)
+	if err == nil {
+		err = s.checkBinlogGrant(ctx, flavor)
+	}
 	if err == nil {
 		err = checkThrottleReads(ctx, s.db, opts)
 	}
@@ -139,8 +143,10 @@ func checkThrottleReads(ctx context.Context, db *sql.DB, opts *rowliftv1.StreamO
 
 // prepare is what every stream starts with: it checks the request, the source
 // server and its settings, and plans each table, failing with a status whose
-// code says whether retrying can help.
-func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, []*tablePlan, dbconn.Flavor, error) {
+// code says whether retrying can help. At creation (grants) it first tries the
+// user's privileges on the tables, which a stream start does not: a table a
+// session holds locked would hold up the whole stream, replay included.
+func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest, grants bool) (*rowliftv1.StreamOptions, []*tablePlan, dbconn.Flavor, error) {
 	if req.GetProtocol() != rowcodec.StreamProtocol {
 		// Unavailable, which the applier retries: the stream resumes once both
 		// sides run the same version.
@@ -157,6 +163,15 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest) (*ro
 	flavor, err := s.checkSource(ctx)
 	if err != nil {
 		return nil, nil, "", status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if grants {
+		var tables []string
+		for _, t := range req.GetTables() {
+			tables = append(tables, t.GetName())
+		}
+		if err := s.checkTableGrants(ctx, req.GetDatabase(), tables, flavor); err != nil {
+			return nil, nil, "", err
+		}
 	}
 	plans, err := s.plan(ctx, req)
 	if err != nil {
@@ -178,7 +193,7 @@ func (s *Server) ping(ctx context.Context) error {
 }
 
 func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], log *zap.Logger) error {
-	opts, plans, flavor, err := s.prepare(ctx, req)
+	opts, plans, flavor, err := s.prepare(ctx, req, false)
 	if err != nil {
 		return err
 	}
@@ -190,7 +205,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	if err := s.mergeTables(ctx, m, req, plans); err != nil {
 		return err
 	}
-	syncer, events, err := s.startBinlog(start, flavor)
+	syncer, events, err := s.startBinlog(ctx, start, flavor)
 	if err != nil {
 		return err
 	}
@@ -224,6 +239,9 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
+				}
+				if isReplicationDenied(err) {
+					return s.replicationDenied(ctx, err)
 				}
 				return binlogError(err, r.pos)
 			}

@@ -126,7 +126,7 @@ func (s *Server) visible(ctx context.Context, flavor dbconn.Flavor) (string, err
 // startBinlog opens the binlog dump from start. go-mysql's own reconnect is off:
 // a broken dump ends the stream and the applier reopens it from its committed
 // position, the one truth for resuming.
-func (s *Server) startBinlog(start *gtid.Set, flavor dbconn.Flavor) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
+func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn.Flavor) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
 	host, portText, err := net.SplitHostPort(s.cfg.Addr)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "source address %q: %v", s.cfg.Addr, err)
@@ -162,6 +162,9 @@ func (s *Server) startBinlog(start *gtid.Set, flavor dbconn.Flavor) (*replicatio
 	events, err := syncer.StartSyncGTID(from)
 	if err != nil {
 		syncer.Close()
+		if isReplicationDenied(err) {
+			return nil, nil, s.replicationDenied(ctx, err)
+		}
 		return nil, nil, status.Errorf(codes.Unavailable, "start binlog dump at %s: %v", start, err)
 	}
 	return syncer, events, nil

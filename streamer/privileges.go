@@ -1,0 +1,173 @@
+package streamer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+)
+
+// The server errors of a missing privilege.
+const (
+	dbAccessDenied       = 1044 // LOCK TABLES without the privilege
+	tableAccessDenied    = 1142 // SELECT without the privilege
+	specificAccessDenied = 1227 // a binlog dump without REPLICATION SLAVE (MySQL)
+	accessDenied         = 1045 // the same on MariaDB
+	unknownDatabase      = 1049
+	noSuchTable          = 1146
+	lockWaitTimeout      = 1205
+)
+
+// binlogProbeWait bounds how long the binlog probe waits for the source's
+// first event, which a dump sends at once.
+const binlogProbeWait = 10 * time.Second
+
+// grant is a privilege the stream needs on the source, what for, and the
+// statement that gives it.
+type grant struct {
+	privilege, on, why string
+}
+
+// missing says that user lacks g and how to fix it.
+func (g grant) missing(user string) error {
+	return fmt.Errorf("source user %s lacks the %s privilege on %s, which rowlift needs %s: run GRANT %s ON %s TO %s",
+		user, g.privilege, g.on, g.why, g.privilege, g.on, user)
+}
+
+// replicationGrant is what reading the binlog needs.
+var replicationGrant = grant{privilege: "REPLICATION SLAVE", on: "*.*", why: "to read the binlog"}
+
+// grantee is the source account the streamer's user maps to, quoted for a
+// GRANT ('mover'@'10.%'); the DSN's user at any host when it cannot be read.
+func (s *Server) grantee(ctx context.Context) string {
+	var account string
+	if err := s.db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&account); err == nil {
+		if at := strings.LastIndexByte(account, '@'); at >= 0 {
+			return quoteAccountPart(account[:at]) + "@" + quoteAccountPart(account[at+1:])
+		}
+	}
+	return quoteAccountPart(s.cfg.User) + "@'%'"
+}
+
+func quoteAccountPart(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// checkTableGrants tries, without reading a row, each statement a stream runs
+// on the tables that needs a privilege beyond connecting: SELECT on every table
+// and, on MySQL, whose chunk fence locks the table, LOCK TABLES. It names the
+// GRANT of each one missing (PermissionDenied). The server checks privileges
+// before it waits for a table's metadata lock, so a probe that times out
+// waiting for one (a session holds the table locked) had its privilege. A
+// table that does not exist is left for the plan to report.
+func (s *Server) checkTableGrants(ctx context.Context, database string, tables []string, flavor dbconn.Flavor) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "check the source user's grants: %v", err)
+	}
+	// Its short lock wait, and a lock a failed UNLOCK would leave, must not
+	// reach the pool.
+	defer discard(conn)
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1"); err != nil {
+		return status.Errorf(codes.Unavailable, "check the source user's grants: %v", err)
+	}
+	var missing []grant
+	readable := ""
+	for _, t := range tables {
+		_, err := conn.ExecContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(database, t)+" LIMIT 0")
+		switch {
+		case err == nil || isMySQLError(err, lockWaitTimeout):
+			readable = t
+		case isMySQLError(err, tableAccessDenied):
+			missing = append(missing, grant{privilege: "SELECT", on: rowcodec.QualifiedIdent(database, t), why: "to copy and verify it"})
+		case !isMySQLError(err, noSuchTable) && !isMySQLError(err, unknownDatabase):
+			return status.Errorf(codes.Unavailable, "check the source user's SELECT on %s.%s: %v", database, t, err)
+		}
+	}
+	if flavor == dbconn.MySQL && readable != "" {
+		_, err := conn.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(database, readable)+" READ")
+		if err == nil {
+			_, err = conn.ExecContext(ctx, "UNLOCK TABLES")
+		}
+		switch {
+		case isMySQLError(err, dbAccessDenied):
+			missing = append(missing, grant{privilege: "LOCK TABLES", on: rowcodec.Ident(database) + ".*",
+				why: "to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position)"})
+		case err != nil && !isMySQLError(err, lockWaitTimeout):
+			return status.Errorf(codes.Unavailable, "check the source user's LOCK TABLES on %s: %v", database, err)
+		}
+	}
+	return s.missingGrants(ctx, missing)
+}
+
+// checkBinlogGrant starts a binlog dump at the source's current position and
+// waits for its first event, so a user who may read tables but not the binlog
+// is refused when the workflow is created, not once its stream starts.
+func (s *Server) checkBinlogGrant(ctx context.Context, flavor dbconn.Flavor) error {
+	pos, err := flavor.Position(ctx, s.db)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "read the source's position: %v", err)
+	}
+	start, err := gtid.Parse(pos)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "source position %q: %v", pos, err)
+	}
+	syncer, events, err := s.startBinlog(ctx, start, flavor)
+	if err != nil {
+		return err
+	}
+	defer syncer.Close()
+	ctx, cancel := context.WithTimeout(ctx, binlogProbeWait)
+	defer cancel()
+	if _, err := events.GetEvent(ctx); err != nil {
+		if isReplicationDenied(err) {
+			return s.replicationDenied(ctx, err)
+		}
+		return status.Errorf(codes.Unavailable, "read the source's binlog: %v", err)
+	}
+	return nil
+}
+
+// replicationDenied is the PermissionDenied status of a binlog dump the source
+// refused, with what it said.
+func (s *Server) replicationDenied(ctx context.Context, err error) error {
+	st := status.Convert(s.missingGrants(ctx, []grant{replicationGrant}))
+	return status.Errorf(codes.PermissionDenied, "%s (the source refused the binlog dump: %v)", st.Message(), err)
+}
+
+// missingGrants is the PermissionDenied status that names every grant, or nil.
+func (s *Server) missingGrants(ctx context.Context, missing []grant) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	user := s.grantee(ctx)
+	errs := make([]error, len(missing))
+	for i, g := range missing {
+		errs[i] = g.missing(user)
+	}
+	return status.Error(codes.PermissionDenied, errors.Join(errs...).Error())
+}
+
+// isReplicationDenied reports the errors a binlog dump gets without
+// REPLICATION SLAVE: MySQL's names the privilege; MariaDB refuses the replica's
+// registration with the error of a wrong password, which it is not, since the
+// same credentials passed the stream's ping.
+func isReplicationDenied(err error) bool {
+	var me *gomysql.MyError
+	return errors.As(err, &me) && (me.Code == specificAccessDenied || me.Code == accessDenied)
+}
+
+func isMySQLError(err error, number uint16) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == number
+}

@@ -131,9 +131,17 @@ func TestStopLeavesNoTransactionOpen(t *testing.T) {
 	e.waitFor("no open transaction on the target", time.Minute, func() (bool, string) {
 		var n int
 		var what string
-		require.NoError(t, e.dstDB.QueryRow("SELECT COUNT(*), IFNULL(GROUP_CONCAT(CONCAT(trx_state, ' since ', trx_started, ': ', IFNULL(trx_query, '-'))), '') "+
-			"FROM information_schema.INNODB_TRX").Scan(&n, &what))
-		return n == 0, what
+		require.NoError(t, e.dstDB.QueryRow("SELECT COUNT(*), IFNULL(GROUP_CONCAT(CONCAT('thread ', trx_mysql_thread_id, ' ', trx_state, ' since ', trx_started, ': ', "+
+			"IFNULL(trx_query, '-'))), '') FROM information_schema.INNODB_TRX").Scan(&n, &what))
+		if n == 0 {
+			return true, ""
+		}
+		// What every server thread does, so a timeout says what the open
+		// transaction waits for (a row lock, a metadata lock, the commit).
+		var threads string
+		require.NoError(t, e.dstDB.QueryRow("SELECT IFNULL(GROUP_CONCAT(CONCAT('thread ', ID, ' ', COMMAND, ' ', TIME, ' s ', IFNULL(STATE, '-'), ': ', "+
+			"LEFT(IFNULL(INFO, '-'), 60)) SEPARATOR '; '), '') FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Daemon'").Scan(&threads))
+		return false, what + "; server threads: " + threads
 	})
 	// And the stream row is free: a resume takes it over and catches up.
 	_, err = e.store.Transition(context.Background(), "halt", []state.State{state.Stopped}, state.Running, "resumed by the test")

@@ -88,9 +88,6 @@ func (c *command) runPath(ctx context.Context, path string, args []string, stdou
 	if c.flags != nil {
 		c.flags(fs)
 	}
-	if err := setFromEnv(fs); err != nil {
-		return err
-	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s: %s\n\nUsage: %s %s\n", path, c.summary, path, c.usage)
 		if c.flags != nil {
@@ -98,8 +95,8 @@ func (c *command) runPath(ctx context.Context, path string, args []string, stdou
 			fs.PrintDefaults()
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	return c.exec(ctx, fs, stdout)
 }
@@ -112,13 +109,20 @@ func (c *command) printGroupHelp(path string, w io.Writer) {
 	fmt.Fprintf(w, "\nRun `%s <command> --help` for a command's flags.\n", path)
 }
 
-// setFromEnv gives every flag the value of $ROWLIFT_<NAME> (dashes as
-// underscores) when that is set; the command line still wins, as it is parsed after.
-func setFromEnv(fs *flag.FlagSet) error {
+// parseFlags parses the command line, then gives every flag it did not set the
+// value of $ROWLIFT_<NAME> (dashes as underscores) when that is set: the
+// command line wins, also for a flag that may be repeated (--target), whose
+// values would otherwise add up with the environment's.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := envName(f.Name)
-		if v, ok := os.LookupEnv(name); ok && err == nil {
+		if v, ok := os.LookupEnv(name); ok && !given[f.Name] && err == nil {
 			if serr := fs.Set(f.Name, v); serr != nil {
 				err = fmt.Errorf("$%s: %w", name, serr)
 			}

@@ -52,3 +52,25 @@ func TestDemoRefusesUnknownFlavor(t *testing.T) {
 	_, err := runCLI(t, "demo", "--flavor", "postgres")
 	require.ErrorContains(t, err, "--flavor postgres: want mariadb or mysql")
 }
+
+// TestCommandLineWinsOverEnvironment: a flag given on the command line takes
+// nothing from $ROWLIFT_<FLAG>, also a flag that may be repeated, whose values
+// would add up; a flag not given takes the environment's.
+func TestCommandLineWinsOverEnvironment(t *testing.T) {
+	t.Setenv("ROWLIFT_TARGET", "a=root@tcp(h1:3306)/")
+	t.Setenv("ROWLIFT_LISTEN", "0.0.0.0:7000")
+	parse := func(args ...string) (stringList, string) {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		var targets stringList
+		fs.Var(&targets, "target", "")
+		listen := fs.String("listen", "", "")
+		require.NoError(t, parseFlags(fs, args))
+		return targets, *listen
+	}
+	targets, listen := parse("--target", "b=root@tcp(h2:3306)/", "--target", "c=root@tcp(h3:3306)/")
+	require.Equal(t, stringList{"b=root@tcp(h2:3306)/", "c=root@tcp(h3:3306)/"}, targets, "the command line's targets only")
+	require.Equal(t, "0.0.0.0:7000", listen, "a flag not given comes from the environment")
+	targets, listen = parse("--listen", "127.0.0.1:1")
+	require.Equal(t, stringList{"a=root@tcp(h1:3306)/"}, targets)
+	require.Equal(t, "127.0.0.1:1", listen)
+}

@@ -14,12 +14,11 @@ import (
 
 // applyLayers completes the flags of a workflow command so that the command line
 // wins over $ROWLIFT_<FLAG>, which wins over the config file, which wins over the
-// defaults. runPath has already applied the environment and then the command line;
-// this undoes the one place where that order adds instead of overriding (repeatable
-// flags) and fills the flags neither set from the config file at path, or from the
-// default config file when path is empty and that file exists.
+// defaults. runPath has already applied the command line and then the environment
+// to the flags it left (parseFlags); this fills the flags neither set from the
+// config file at path, or from the default config file when path is empty and
+// that file exists.
 func applyLayers(fs *flag.FlagSet, path string) error {
-	dropEnvListValues(fs, os.LookupEnv)
 	explicit := path != ""
 	if !explicit {
 		home, _ := os.UserHomeDir() // no home: only $XDG_CONFIG_HOME can name a default
@@ -53,19 +52,6 @@ func defaultConfigPath(xdgConfigHome, home string) string {
 		return filepath.Join(home, ".config", "rowlift", "config")
 	}
 	return ""
-}
-
-// dropEnvListValues makes a repeatable flag given on the command line replace its
-// $ROWLIFT_<FLAG> value rather than add to it. runPath sets each flag from the
-// environment once, before parsing the command line, so that value is the list's
-// first; a list longer than one also has command-line values.
-func dropEnvListValues(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) {
-	fs.Visit(func(f *flag.Flag) {
-		l, ok := f.Value.(*stringList)
-		if _, set := lookupEnv(envName(f.Name)); ok && set && len(*l) > 1 {
-			*l = (*l)[1:]
-		}
-	})
 }
 
 // configEntry is one "key = value" line of a config file.

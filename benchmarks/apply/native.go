@@ -73,7 +73,7 @@ var replications = map[sandbox.Flavor]replication{
 	},
 }
 
-// serialTag ends the name of the replica with no parallel appliers, which the
+// serialTag marks the name of the replica with no parallel appliers, which the
 // summary compares with the client floor.
 const serialTag = "(serial)"
 

@@ -119,7 +119,7 @@ func (r *report) summarize() {
 	}
 	if floor != nil {
 		r.SerialOverFloor = floor.WallS / serial
-		if nativeSerial != nil && strings.HasSuffix(nativeSerial.Name, serialTag) {
+		if nativeSerial != nil && strings.Contains(nativeSerial.Name, serialTag) {
 			r.NativeSerialOverFloor = floor.WallS / nativeSerial.WallS
 		}
 	}

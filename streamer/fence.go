@@ -3,12 +3,10 @@ package streamer
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
@@ -177,10 +175,7 @@ func (f *lockFencer) close() {
 	}
 }
 
-func isLockWaitTimeout(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1205
-}
+func isLockWaitTimeout(err error) bool { return isMySQLError(err, lockWaitTimeout) }
 
 // fenceStats sums what MySQL's fence costs the source, for the stream's log
 // and the benchmarks: how long locks waited and were held.

@@ -399,8 +399,7 @@ func (s *Server) lockError(what, db string, tables []string, secs int, err error
 	for i, t := range tables {
 		names[i] = db + "." + t
 	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1205 { // lock wait timeout
+	if isLockWaitTimeout(err) {
 		return status.Errorf(codes.Aborted, "could not %s %s on source %s within %ds: another session holds a conflicting lock "+
 			"(a long transaction, DDL or LOCK TABLES; see SHOW PROCESSLIST): end it and retry", what, strings.Join(names, ", "), s.cfg.Addr, secs)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/rowlift/rowlift/internal/rowcodec"
 )
 
-// The server errors of a missing privilege.
+// Server errors the streamer tells apart.
 const (
 	dbAccessDenied       = 1044 // LOCK TABLES without the privilege
 	tableAccessDenied    = 1142 // SELECT without the privilege
@@ -86,7 +86,7 @@ func (s *Server) checkTableGrants(ctx context.Context, database string, tables [
 	for _, t := range tables {
 		_, err := conn.ExecContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(database, t)+" LIMIT 0")
 		switch {
-		case err == nil || isMySQLError(err, lockWaitTimeout):
+		case err == nil || isLockWaitTimeout(err):
 			readable = t
 		case isMySQLError(err, tableAccessDenied):
 			missing = append(missing, grant{privilege: "SELECT", on: rowcodec.QualifiedIdent(database, t), why: "to copy and verify it"})
@@ -103,7 +103,7 @@ func (s *Server) checkTableGrants(ctx context.Context, database string, tables [
 		case isMySQLError(err, dbAccessDenied):
 			missing = append(missing, grant{privilege: "LOCK TABLES", on: rowcodec.Ident(database) + ".*",
 				why: "to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position)"})
-		case err != nil && !isMySQLError(err, lockWaitTimeout):
+		case err != nil && !isLockWaitTimeout(err):
 			return status.Errorf(codes.Unavailable, "check the source user's LOCK TABLES on %s: %v", database, err)
 		}
 	}
@@ -167,6 +167,7 @@ func isReplicationDenied(err error) bool {
 	return errors.As(err, &me) && (me.Code == specificAccessDenied || me.Code == accessDenied)
 }
 
+// isMySQLError reports a server error of the given number.
 func isMySQLError(err error, number uint16) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == number

@@ -414,8 +414,7 @@ func (s *Server) checkSource(ctx context.Context) (dbconn.Flavor, error) {
 	for _, want := range requiredSettings[flavor] {
 		var got string
 		if err := s.db.QueryRowContext(ctx, "SELECT @@GLOBAL."+want.name).Scan(&got); err != nil {
-			var me *mysql.MySQLError
-			if want.optional && errors.As(err, &me) && me.Number == unknownSystemVariable {
+			if want.optional && isMySQLError(err, unknownSystemVariable) {
 				continue
 			}
 			return "", fmt.Errorf("read source %s: %w", want.name, err)

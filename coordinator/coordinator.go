@@ -145,14 +145,14 @@ func (t *target) fail(err error) error {
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	}
-	if !errors.Is(err, dbconn.ErrUnreachable) && !errors.Is(err, dbconn.ErrAccessDenied) {
+	if !errors.Is(err, dbconn.ErrUnreachable) && !errors.Is(err, dbconn.ErrAccessDenied) && !errors.Is(err, dbconn.ErrTLS) {
 		err = dbconn.Explain(err, t.cfg, "target")
 	}
 	code := codes.Internal
 	switch {
 	case errors.Is(err, dbconn.ErrUnreachable), errors.Is(err, driver.ErrBadConn):
 		code = codes.Unavailable
-	case errors.Is(err, dbconn.ErrAccessDenied):
+	case errors.Is(err, dbconn.ErrAccessDenied), errors.Is(err, dbconn.ErrTLS):
 		code = codes.FailedPrecondition
 	}
 	return status.Errorf(code, "target %s (%s): %v", t.name, t.cfg.Addr, err)

@@ -180,11 +180,12 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest, gran
 	return opts, plans, flavor, nil
 }
 
-// ping checks that the source takes the streamer's credentials, failing with
-// PermissionDenied when it does not and Unavailable when it cannot be reached.
+// ping checks that the source takes the streamer's credentials over the TLS
+// its DSN asks for, failing with PermissionDenied when it does not and
+// Unavailable when it cannot be reached.
 func (s *Server) ping(ctx context.Context) error {
 	if err := dbconn.Ping(ctx, s.db, s.cfg, "source"); err != nil {
-		if errors.Is(err, dbconn.ErrAccessDenied) {
+		if errors.Is(err, dbconn.ErrAccessDenied) || errors.Is(err, dbconn.ErrTLS) {
 			return status.Error(codes.PermissionDenied, err.Error())
 		}
 		return status.Error(codes.Unavailable, err.Error())

@@ -123,15 +123,19 @@ func (s *Server) visible(ctx context.Context, flavor dbconn.Flavor) (string, err
 	return f.visible(ctx, conn)
 }
 
-// startBinlog opens the binlog dump from start. go-mysql's own reconnect is off:
-// a broken dump ends the stream and the applier reopens it from its committed
-// position, the one truth for resuming.
+// startBinlog opens the binlog dump from start, with the source DSN's TLS
+// settings. go-mysql's own reconnect is off: a broken dump ends the stream and
+// the applier reopens it from its committed position, the one truth for resuming.
 func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn.Flavor) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
 	host, portText, err := net.SplitHostPort(s.cfg.Addr)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "source address %q: %v", s.cfg.Addr, err)
 	}
 	port, _ := strconv.Atoi(portText)
+	tlsConfig, err := dbconn.BinlogTLS(ctx, s.db, s.cfg)
+	if err != nil {
+		return nil, nil, status.Error(codes.Unavailable, dbconn.Explain(err, s.cfg, "source").Error())
+	}
 	cfg := replication.BinlogSyncerConfig{
 		// Unique among the source's replicas, and never 0.
 		ServerID:                uint32(1<<31 + rand.Uint32N(1<<30)),
@@ -140,6 +144,7 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 		Port:                    uint16(port),
 		User:                    s.cfg.User,
 		Password:                s.cfg.Passwd,
+		TLSConfig:               tlsConfig,
 		ParseTime:               false,
 		UseDecimal:              false,
 		TimestampStringLocation: time.UTC,
@@ -164,6 +169,9 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 		syncer.Close()
 		if isReplicationDenied(err) {
 			return nil, nil, s.replicationDenied(ctx, err)
+		}
+		if tlsErr := dbconn.Explain(err, s.cfg, "source"); errors.Is(tlsErr, dbconn.ErrTLS) {
+			return nil, nil, status.Errorf(codes.PermissionDenied, "start binlog dump at %s: %v", start, tlsErr)
 		}
 		return nil, nil, status.Errorf(codes.Unavailable, "start binlog dump at %s: %v", start, err)
 	}

@@ -30,10 +30,12 @@ const (
 // own max_allowed_packet. Source sessions run with no SQL mode; target sessions
 // take strict SQL mode with NO_AUTO_VALUE_ON_ZERO (an id of 0 stays 0) and no
 // foreign key checks (a copy writes children before parents).
+//
+// TLS follows the DSN (see ParseDSN), for every connection of the pool.
 func Open(dsn string, role Role) (*sql.DB, *mysql.Config, error) {
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse DSN (want user:password@tcp(host:port)/db): %w", err)
+		return nil, nil, err
 	}
 	if err := cfg.Apply(mysql.Charset("binary", "")); err != nil {
 		return nil, nil, err
@@ -89,15 +91,27 @@ func Ping(ctx context.Context, db *sql.DB, cfg *mysql.Config, what string) error
 // ErrAccessDenied marks failures a retry will not fix until credentials change.
 var ErrAccessDenied = errors.New("access denied")
 
+// ErrTLS marks failures of TLS between rowlift and the server, which a retry
+// will not fix until the DSN or the server's TLS settings change.
+var ErrTLS = errors.New("TLS")
+
 // ErrUnreachable marks failures to reach the server at all.
 var ErrUnreachable = errors.New("server unreachable")
 
 // Explain wraps a connection error with what it means and what to do.
 func Explain(err error, cfg *mysql.Config, what string) error {
+	if tlsErr := explainTLS(err, cfg, what); tlsErr != nil {
+		return fmt.Errorf("%w: %w", ErrTLS, tlsErr)
+	}
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && (me.Number == 1045 || me.Number == 1044 || me.Number == 1698) {
-		return fmt.Errorf("%w: %s server %s rejected the credentials of user %q (%s): check the user and password in the %s DSN",
-			ErrAccessDenied, what, cfg.Addr, cfg.User, me.Message, what)
+	if errors.As(err, &me) && (me.Number == accessDenied || me.Number == 1044 || me.Number == 1698) {
+		hint := ""
+		if cfg.TLS == nil {
+			hint = fmt.Sprintf("; or, since MariaDB refuses a login without TLS under require_secure_transport=ON this same way, "+
+				"add tls=true to the %s DSN if the server requires TLS", what)
+		}
+		return fmt.Errorf("%w: %s server %s rejected the credentials of user %q (%s): check the user and password in the %s DSN%s",
+			ErrAccessDenied, what, cfg.Addr, cfg.User, me.Message, what, hint)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, mysql.ErrInvalidConn) {

@@ -61,6 +61,18 @@ func Open(t testing.TB, s *sandbox.Server, db string) *sql.DB {
 	return conn
 }
 
+// OpenSocket is Open over the server's Unix socket, which a server that
+// requires TLS on TCP (TLSFiles.ServerArgs) still takes without it.
+func OpenSocket(t testing.TB, s *sandbox.Server, db string) *sql.DB {
+	t.Helper()
+	conn, err := sql.Open("mysql", "root@unix("+s.Socket+")/"+db)
+	if err != nil {
+		t.Fatalf("open %s: %v", s.Socket, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // Exec runs statements in order on conn and fails the test on the first error.
 func Exec(t testing.TB, conn *sql.DB, stmts ...string) {
 	t.Helper()

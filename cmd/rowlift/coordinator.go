@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -20,35 +19,45 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rowlift/rowlift/coordinator"
+	"github.com/rowlift/rowlift/internal/dbconn"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 func coordinatorCommand() *command {
 	var listen, debug string
-	var raw stringList // parsed in exec: the flag package would print a bad value, password and all
+	// Parsed in exec: the flag package would print a bad value, password and all.
+	var raw, rawFiles stringList
 	return &command{
 		name:    "coordinator",
 		summary: "serve the Control API: create, start, stop, resume, delete and watch workflows on the targets",
-		usage:   "--target NAME=DSN [--target NAME=DSN ...] [--listen ADDR]",
+		usage:   "--target NAME=DSN | --target-file NAME=FILE [--target ... | --target-file ...] [--listen ADDR]",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&listen, "listen", "127.0.0.1:7000", "address to serve the Control gRPC service (and gRPC health and reflection) on")
 			fs.Var(&raw, "target", "target server as NAME=DSN, e.g. main=user:pass@tcp(target:3306)/; repeatable, one per target. "+
 				"A workflow's target NAME picks the server whose _rowlift schema holds its state. "+
-				"$ROWLIFT_TARGET takes a comma-separated list: a=DSN,b=DSN")
+				"$ROWLIFT_TARGET takes a comma-separated list: a=DSN,b=DSN. "+dsnTLSHelp)
+			fs.Var(&rawFiles, "target-file", "target server as NAME=FILE, where FILE holds the DSN (a mounted Kubernetes Secret), read at start; "+
+				"repeatable, and mixes with --target, e.g. main=/etc/rowlift/main/dsn. $ROWLIFT_TARGET_FILE takes a comma-separated list: a=FILE,b=FILE")
 			debugFlag(fs, &debug)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			targets := targetFlag{}
-			for _, v := range raw {
-				if err := targets.add(v); err != nil {
-					if v == os.Getenv("ROWLIFT_TARGET") {
-						err = fmt.Errorf("$ROWLIFT_TARGET: %w", err)
+			for _, flagged := range []struct {
+				name   string
+				values stringList
+				add    func(string) error
+			}{{"target", raw, targets.add}, {"target-file", rawFiles, targets.addFiles}} {
+				for _, v := range flagged.values {
+					if err := flagged.add(v); err != nil {
+						if env := envName(flagged.name); v == os.Getenv(env) {
+							err = fmt.Errorf("$%s: %w", env, err)
+						}
+						return usageError{err}
 					}
-					return usageError{err}
 				}
 			}
 			if len(targets) == 0 {
-				return errors.New("--target NAME=DSN (or $ROWLIFT_TARGET) is required, once per target server")
+				return errors.New("--target NAME=DSN or --target-file NAME=FILE (or $ROWLIFT_TARGET, $ROWLIFT_TARGET_FILE) is required, once per target server")
 			}
 			log, err := newLogger()
 			if err != nil {
@@ -74,7 +83,8 @@ func coordinatorCommand() *command {
 	}
 }
 
-// targetFlag holds the --target NAME=DSN flags, by name.
+// targetFlag holds the DSNs of the --target NAME=DSN and --target-file
+// NAME=FILE flags, by name.
 type targetFlag map[string]string
 
 // startsTarget matches the start of a NAME=DSN item, which tells a comma that
@@ -96,14 +106,41 @@ func (f targetFlag) add(v string) error {
 		if !ok || name == "" || dsn == "" {
 			return fmt.Errorf("target %q: want NAME=DSN, e.g. main=user:pass@tcp(target:3306)/", redactTarget(item))
 		}
-		if _, dup := f[name]; dup {
-			return fmt.Errorf("target %q is given twice", name)
+		if err := f.set(name, dsn); err != nil {
+			return err
 		}
-		if _, err := mysql.ParseDSN(dsn); err != nil {
-			return fmt.Errorf("target %s: DSN (want user:password@tcp(host:port)/): %w", name, err)
-		}
-		f[name] = dsn
 	}
+	return nil
+}
+
+// addFiles takes one NAME=FILE, or several separated by commas (as
+// $ROWLIFT_TARGET_FILE has them), and reads each target's DSN from its file.
+func (f targetFlag) addFiles(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		name, path, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("target file %q: want NAME=FILE, e.g. main=/etc/rowlift/main/dsn", item)
+		}
+		dsn, err := readSecretFile("target-file", path)
+		if err != nil {
+			return fmt.Errorf("target %s: %w", name, err)
+		}
+		if err := f.set(name, dsn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// set records one target's DSN once it parses; errors never quote the DSN.
+func (f targetFlag) set(name, dsn string) error {
+	if _, dup := f[name]; dup {
+		return fmt.Errorf("target %q is given twice", name)
+	}
+	if _, err := dbconn.ParseDSN(dsn); err != nil {
+		return fmt.Errorf("target %s: %w", name, err)
+	}
+	f[name] = dsn
 	return nil
 }
 

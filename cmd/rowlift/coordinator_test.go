@@ -19,7 +19,7 @@ func TestTargetFlag(t *testing.T) {
 	err := targetFlag{}.add("root:s3cret@tcp(h1:3306)/")
 	require.ErrorContains(t, err, "want NAME=DSN")
 	require.NotContains(t, err.Error(), "s3cret", "a malformed item's password is not echoed")
-	require.ErrorContains(t, targetFlag{}.add("a=user@h1"), "target a: DSN")
+	require.ErrorContains(t, targetFlag{}.add("a=user@h1"), "target a: parse DSN")
 }
 
 func TestCoordinatorNeedsTargets(t *testing.T) {
@@ -38,6 +38,6 @@ func TestCoordinatorTargetsFromEnv(t *testing.T) {
 // password on the screen (the flag package would echo the whole value).
 func TestBadTargetFlagHidesPassword(t *testing.T) {
 	out, err := runCLI(t, "coordinator", "--target", "main=u:s3cret@tcp(host:3306")
-	require.ErrorContains(t, err, "target main: DSN")
+	require.ErrorContains(t, err, "target main: parse DSN")
 	require.NotContains(t, err.Error()+out, "s3cret")
 }

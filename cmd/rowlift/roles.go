@@ -21,26 +21,31 @@ import (
 )
 
 func streamerCommand() *command {
-	var listen, sourceDSN, debug string
+	var listen, sourceDSN, sourceDSNFile, debug string
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
-		usage:   "--source-dsn DSN [--listen ADDR]",
+		usage:   "--source-dsn DSN | --source-dsn-file FILE [--listen ADDR]",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&listen, "listen", "127.0.0.1:7001", "address to serve the Streamer gRPC service on")
-			fs.StringVar(&sourceDSN, "source-dsn", "", "go-sql-driver DSN of the source server, e.g. user:pass@tcp(host:3306)/")
+			fs.StringVar(&sourceDSN, "source-dsn", "", "go-sql-driver DSN of the source server, e.g. user:pass@tcp(host:3306)/. "+dsnTLSHelp)
+			fs.StringVar(&sourceDSNFile, "source-dsn-file", "", "file holding the source DSN instead of --source-dsn (a mounted Kubernetes Secret), read at start")
 			debugFlag(fs, &debug)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
-			if sourceDSN == "" {
-				return errors.New("--source-dsn (or $ROWLIFT_SOURCE_DSN) is required")
+			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
+			if err != nil {
+				return err
+			}
+			if dsn == "" {
+				return errors.New("--source-dsn or --source-dsn-file (or $ROWLIFT_SOURCE_DSN, $ROWLIFT_SOURCE_DSN_FILE) is required")
 			}
 			log, err := newLogger()
 			if err != nil {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-			srv, err := streamer.New(streamer.Config{SourceDSN: sourceDSN, Logger: log})
+			srv, err := streamer.New(streamer.Config{SourceDSN: dsn, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -52,27 +57,32 @@ func streamerCommand() *command {
 }
 
 func applierCommand() *command {
-	var targetDSN, debug string
+	var targetDSN, targetDSNFile, debug string
 	var poll time.Duration
 	return &command{
 		name:    "applier",
 		summary: "run the target side: apply every workflow recorded in the target's _rowlift schema",
-		usage:   "--target-dsn DSN [--poll-interval D]",
+		usage:   "--target-dsn DSN | --target-dsn-file FILE [--poll-interval D]",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&targetDSN, "target-dsn", "", "go-sql-driver DSN of the target server, e.g. user:pass@tcp(host:3306)/")
+			fs.StringVar(&targetDSN, "target-dsn", "", "go-sql-driver DSN of the target server, e.g. user:pass@tcp(host:3306)/. "+dsnTLSHelp)
+			fs.StringVar(&targetDSNFile, "target-dsn-file", "", "file holding the target DSN instead of --target-dsn (a mounted Kubernetes Secret), read at start")
 			fs.DurationVar(&poll, "poll-interval", applier.DefaultPollInterval, "how often to look for new, started or stopped workflows")
 			debugFlag(fs, &debug)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
-			if targetDSN == "" {
-				return errors.New("--target-dsn (or $ROWLIFT_TARGET_DSN) is required")
+			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
+			if err != nil {
+				return err
+			}
+			if dsn == "" {
+				return errors.New("--target-dsn or --target-dsn-file (or $ROWLIFT_TARGET_DSN, $ROWLIFT_TARGET_DSN_FILE) is required")
 			}
 			log, err := newLogger()
 			if err != nil {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-			engine, err := applier.New(applier.Config{TargetDSN: targetDSN, Logger: log, PollInterval: poll})
+			engine, err := applier.New(applier.Config{TargetDSN: dsn, Logger: log, PollInterval: poll})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// readSecretFile reads a secret (a DSN, a token) from the file a --*-file flag
+// names, as a mounted Kubernetes Secret provides it: trailing line breaks are
+// dropped, an empty file is an error, and errors name the flag and the file,
+// never what the file holds. The file is read once; a restart picks up a
+// rotated secret.
+func readSecretFile(flagName, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", flagName, err)
+	}
+	secret := strings.TrimRight(string(b), "\r\n")
+	if secret == "" {
+		return "", fmt.Errorf("--%s: %s is empty: it must hold the secret itself", flagName, path)
+	}
+	return secret, nil
+}
+
+// valueOrFile returns a secret given either inline (--valueFlag) or in a file
+// (--fileFlag): both at once is a usage error, since one would silently win.
+// It returns "" when neither is given; the caller says whether that is allowed.
+func valueOrFile(valueFlag, value, fileFlag, path string) (string, error) {
+	switch {
+	case value != "" && path != "":
+		return "", usagef("--%s and --%s are both given (on the command line or as $%s and $%s): give one",
+			valueFlag, fileFlag, envName(valueFlag), envName(fileFlag))
+	case path != "":
+		return readSecretFile(fileFlag, path)
+	}
+	return value, nil
+}
+
+// dsnTLSHelp is the DSN flags' note on TLS to the server.
+const dsnTLSHelp = "TLS: tls=true verifies the server against the system's CAs; add tls-ca=FILE for a private CA, " +
+	"tls-cert=FILE and tls-key=FILE for a client certificate, e.g. ?tls-ca=/etc/rowlift/db-ca.pem"

@@ -31,10 +31,17 @@ import (
 // "main" and returns a client of its Control API and the connection under it.
 func (e *env) startCoordinator() (*proc, rowliftv1.ControlClient, *grpc.ClientConn) {
 	e.t.Helper()
+	return e.startCoordinatorWith("--target", "main="+e.dst.DSN(""))
+}
+
+// startCoordinatorWith starts the coordinator process with the given target
+// flags instead of the env's target DSN.
+func (e *env) startCoordinatorWith(targetArgs ...string) (*proc, rowliftv1.ControlClient, *grpc.ClientConn) {
+	e.t.Helper()
 	port, err := sandbox.FreePort()
 	require.NoError(e.t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p := startProc(e.t, "coordinator", nil, "coordinator", "--listen", addr, "--target", "main="+e.dst.DSN(""))
+	p := startProc(e.t, "coordinator", nil, append([]string{"coordinator", "--listen", addr}, targetArgs...)...)
 	conn, err := grpc.NewClient(addr, grpcopt.DialOptions()...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { conn.Close() })

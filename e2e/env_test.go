@@ -53,9 +53,15 @@ func newEnvWith(t *testing.T, opts sandbox.Options) *env {
 // dst (a move between flavors).
 func newEnvOf(t *testing.T, src, dst sandbox.Options) *env {
 	t.Helper()
-	e := &env{t: t, src: sandboxtest.Start(t, src), dst: sandboxtest.Start(t, dst)}
-	e.srcDB = sandboxtest.Open(t, e.src, "")
-	e.dstDB = sandboxtest.Open(t, e.dst, "")
+	s, d := sandboxtest.Start(t, src), sandboxtest.Start(t, dst)
+	return newEnvOn(t, s, d, sandboxtest.Open(t, s, ""), sandboxtest.Open(t, d, ""))
+}
+
+// newEnvOn is newEnv on servers already started, with the test's own pools to
+// them (over the Unix socket for servers that require TLS on TCP).
+func newEnvOn(t *testing.T, src, dst *sandbox.Server, srcDB, dstDB *sql.DB) *env {
+	t.Helper()
+	e := &env{t: t, src: src, dst: dst, srcDB: srcDB, dstDB: dstDB}
 	store, err := state.Open(context.Background(), e.dstDB)
 	require.NoError(t, err)
 	e.store = store

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +27,9 @@ import (
 // (as mounted Kubernetes Secrets), for a user whose password holds '@', ':'
 // and ','. A workflow created through the coordinator copies and replays live
 // writes: the binlog dump runs over TLS too, since the source takes nothing
-// else. A streamer whose DSN does not name the CA is refused at creation with
-// what to set, and the password shows in no log and no error.
+// else. A streamer whose DSN does not name the CA is refused at creation, and
+// an applier whose DSN has no TLS keeps retrying, each saying what to set; the
+// password shows in no log and no error.
 func TestMoveOverTLSWithSecretFiles(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		srcTLS, dstTLS := sandboxtest.MakeTLS(t, "source"), sandboxtest.MakeTLS(t, "target")
@@ -84,7 +86,14 @@ func TestMoveOverTLSWithSecretFiles(t *testing.T) {
 		require.ErrorContains(t, err, "set tls-ca=FILE in the source DSN to the CA that signed it")
 		require.NotContains(t, err.Error(), password)
 
-		for _, p := range []*proc{e.streamer, e.applier, coord, bad} {
+		// An applier whose DSN asks for no TLS says what to add.
+		plain := startProc(t, "applier-plain", nil, "applier", "--target-dsn-file", dsnFile("plain", dst, "timeout=5s"), "--poll-interval", "50ms")
+		e.waitFor("the plaintext applier to say what to set", time.Minute, func() (bool, string) {
+			text := plain.logText()
+			return strings.Contains(text, "add tls=true to the target DSN"), sandbox.Tail(text, 5)
+		})
+
+		for _, p := range []*proc{e.streamer, e.applier, coord, bad, plain} {
 			require.NotContains(t, p.logText(), password, "%s logged the password", p.name)
 		}
 	})

@@ -127,6 +127,10 @@ func newLogger() (*zap.Logger, error) {
 	return cfg.Build()
 }
 
+// dsnTLSHelp is the DSN flags' note on TLS to the server.
+const dsnTLSHelp = "TLS: tls=true verifies the server against the system's CAs; add tls-ca=FILE for a private CA, " +
+	"tls-cert=FILE and tls-key=FILE for a client certificate, e.g. ?tls-ca=/etc/rowlift/db-ca.pem"
+
 func debugFlag(fs *flag.FlagSet, addr *string) {
 	fs.StringVar(addr, "debug-listen", "", "address to serve Go profiles on (/debug/pprof/), e.g. 127.0.0.1:6060; off when empty")
 }

@@ -36,7 +36,3 @@ func valueOrFile(valueFlag, value, fileFlag, path string) (string, error) {
 	}
 	return value, nil
 }
-
-// dsnTLSHelp is the DSN flags' note on TLS to the server.
-const dsnTLSHelp = "TLS: tls=true verifies the server against the system's CAs; add tls-ca=FILE for a private CA, " +
-	"tls-cert=FILE and tls-key=FILE for a client certificate, e.g. ?tls-ca=/etc/rowlift/db-ca.pem"

@@ -101,7 +101,8 @@ func (f tlsFiles) check(mode string) error {
 // tls-ca=FILE verifies the server against that CA bundle (PEM) instead of the
 // system's roots, and implies tls=true; tls-cert=FILE and tls-key=FILE present a
 // client certificate. File names may be written plainly (/etc/rowlift/ca.pem) or
-// URL-escaped. The files are read once: a restart picks up rotated ones.
+// URL-escaped. The client certificate is read again for every new connection;
+// the CA is read once, and a restart picks up a new one.
 func ParseDSN(dsn string) (*mysql.Config, error) {
 	rest, f, err := splitTLSParams(dsn)
 	if err != nil {
@@ -137,13 +138,23 @@ func ParseDSN(dsn string) (*mysql.Config, error) {
 		cfg.TLS.RootCAs = pool
 	}
 	if f.cert != "" {
-		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
-		if err != nil {
-			return nil, fmt.Errorf("DSN %s and %s: %w", paramCert, paramKey, err)
+		if _, err := f.clientCertificate(nil); err != nil {
+			return nil, fmt.Errorf("DSN %w", err)
 		}
-		cfg.TLS.Certificates = []tls.Certificate{pair}
+		cfg.TLS.GetClientCertificate = f.clientCertificate
 	}
 	return cfg, nil
+}
+
+// clientCertificate loads the client certificate at each TLS handshake, so
+// the next connection presents a renewed one (Kubernetes updates a mounted
+// Secret in place) with no restart.
+func (f tlsFiles) clientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+	if err != nil {
+		return nil, fmt.Errorf("%s and %s: %w", paramCert, paramKey, err)
+	}
+	return &pair, nil
 }
 
 // BinlogTLS is the TLS config a binlog dump (go-mysql, which ignores the DSN)

@@ -2,7 +2,9 @@ package dbconn
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
@@ -115,13 +117,27 @@ func TestParseDSNTLS(t *testing.T) {
 	assert.Equal(t, "db.example", cfg.TLS.ServerName, "the server is verified against the DSN's host")
 	assert.False(t, cfg.TLS.InsecureSkipVerify)
 	assert.NotNil(t, cfg.TLS.RootCAs)
-	assert.Len(t, cfg.TLS.Certificates, 1)
 	assert.Equal(t, map[string]string{"wait_timeout": "60"}, cfg.Params, "only server variables are left")
+	// The client certificate is read at each handshake: a renewed one is
+	// presented by the next connection.
+	presented := func() []byte {
+		c, err := cfg.TLS.GetClientCertificate(&tls.CertificateRequestInfo{})
+		require.NoError(t, err)
+		return c.Certificate[0]
+	}
+	first := presented()
+	renewed := sandboxtest.MakeTLS(t, "renewed")
+	for from, to := range map[string]string{renewed.ClientCert: f.ClientCert, renewed.ClientKey: f.ClientKey} {
+		require.NoError(t, os.WriteFile(to, mustRead(t, from), 0o600))
+	}
+	require.NotEqual(t, first, presented())
+	block, _ := pem.Decode(mustRead(t, renewed.ClientCert))
+	require.Equal(t, block.Bytes, presented())
 
 	cfg, err = ParseDSN("u:p@tcp(db.example:3306)/?tls=skip-verify&tls-cert=" + q(f.ClientCert) + "&tls-key=" + q(f.ClientKey))
 	require.NoError(t, err)
 	assert.True(t, cfg.TLS.InsecureSkipVerify, "skip-verify stays skip-verify with a client certificate")
-	assert.Len(t, cfg.TLS.Certificates, 1)
+	assert.NotNil(t, cfg.TLS.GetClientCertificate)
 
 	cfg, err = ParseDSN("u:p@tcp(db.example:3306)/?tls=true")
 	require.NoError(t, err)
@@ -141,6 +157,13 @@ func TestParseDSNTLS(t *testing.T) {
 		_, err := ParseDSN(dsn)
 		assert.ErrorContains(t, err, want, dsn)
 	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
 }
 
 // TestExplainHostnameMismatch: a certificate for another host is named as

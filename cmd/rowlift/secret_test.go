@@ -91,6 +91,15 @@ func TestDSNFileFlags(t *testing.T) {
 	}
 }
 
+// TestDSNFromEnvironmentAndFile: a DSN in the environment and a DSN file on
+// the command line are two answers to one question, refused like two flags.
+func TestDSNFromEnvironmentAndFile(t *testing.T) {
+	t.Setenv("ROWLIFT_TARGET_DSN", "u:env-s3cret@tcp(h:1)/")
+	out, err := runCLI(t, "applier", "--target-dsn-file", secretFile(t, "u:file-s3cret@tcp(h:1)/"))
+	require.ErrorContains(t, err, "--target-dsn and --target-dsn-file are both given (on the command line or as $ROWLIFT_TARGET_DSN and $ROWLIFT_TARGET_DSN_FILE): give one")
+	require.NotContains(t, err.Error()+out, "s3cret")
+}
+
 func TestTargetFileFlag(t *testing.T) {
 	a := secretFile(t, "u:p@ss,w:rd@tcp(h1:3306)/\n")
 	b := secretFile(t, "root@tcp(h2:3306)/?tls=true")

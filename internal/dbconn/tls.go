@@ -110,6 +110,7 @@ func ParseDSN(dsn string) (*mysql.Config, error) {
 	}
 	cfg, err := mysql.ParseDSN(rest)
 	if err != nil {
+		// The driver has no error value for an unknown tls name, only its text.
 		if strings.Contains(err.Error(), "unknown config name") {
 			return nil, fmt.Errorf("parse DSN: %w (rowlift registers no named TLS configs: use tls=true with %s=FILE, and %s=FILE and %s=FILE for a client certificate)",
 				err, paramCA, paramCert, paramKey)
@@ -199,9 +200,10 @@ func explainTLS(err error, cfg *mysql.Config, what string) error {
 	case errors.As(err, &verify):
 		return fmt.Errorf("%s server %s: its TLS certificate does not verify (%v): set %s=FILE in the %s DSN to the CA that signed it",
 			what, cfg.Addr, err, paramCA, what)
+	// go-mysql has no error value for this one, only its text.
 	case errors.Is(err, mysql.ErrNoTLS) || strings.Contains(err.Error(), "does not support TLS required by the client"):
 		return fmt.Errorf("%s server %s offers no TLS, which the %s DSN asks for: enable TLS on the server (ssl_cert, ssl_key) "+
-			"or drop tls from the DSN", what, cfg.Addr, what)
+			"or take tls, %s, %s and %s out of the DSN", what, cfg.Addr, what, paramCA, paramCert, paramKey)
 	case serverError(err) == secureTransportRequired:
 		return fmt.Errorf("%s server %s requires TLS (require_secure_transport=ON): add tls=true to the %s DSN, "+
 			"and %s=FILE if a private CA signed its certificate", what, cfg.Addr, what, paramCA)

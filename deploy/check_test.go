@@ -89,7 +89,7 @@ func check(o *objects, w world) problems {
 func checkDeployment(p *problems, o *objects, w world, d *appsv1.Deployment) {
 	where := "Deployment " + d.Name
 	pod := d.Spec.Template.Spec
-	if len(selected(o, d.Spec.Selector)) == 0 || !matches(d.Spec.Selector, d.Spec.Template.Labels) {
+	if !matches(d.Spec.Selector, d.Spec.Template.Labels) {
 		p.addf("%s: its selector does not match its own pod labels", where)
 	}
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
@@ -134,9 +134,7 @@ func mountedFiles(p *problems, o *objects, w world, where string, pod corev1.Pod
 				p.addf("%s volume %s: list the keys of %s %s as items, so each one is checked", where, v.Name, r.kind, r.name)
 			}
 			for _, it := range r.items {
-				if !hasKey(o, w.secrets, r.kind, r.name, it.Key) {
-					p.addf("%s volume %s: %s %s has no key %q", where, v.Name, r.kind, r.name, it.Key)
-				}
+				checkKey(p, o, w.secrets, where+" volume "+v.Name, r.kind, r.name, it.Key)
 				files[v.Name] = append(files[v.Name], it.Path)
 			}
 		}
@@ -150,23 +148,46 @@ type keyRef struct {
 	items      []corev1.KeyToPath
 }
 
-// hasKey says whether a Secret (provided by the operator) or a ConfigMap (in
-// the build) exists and holds key.
-func hasKey(o *objects, secrets []*corev1.Secret, kind, name, key string) bool {
+// keysOf returns the keys of a Secret the operator provides or of a ConfigMap
+// in the build, and whether there is one of that name.
+func keysOf(o *objects, secrets []*corev1.Secret, kind, name string) (map[string]bool, bool) {
+	keys := map[string]bool{}
 	if kind == "Secret" {
 		for _, s := range secrets {
-			if _, ok := s.StringData[key]; s.Name == name && (ok || s.Data[key] != nil) {
-				return true
+			if s.Name == name {
+				for k := range s.StringData {
+					keys[k] = true
+				}
+				for k := range s.Data {
+					keys[k] = true
+				}
+				return keys, true
 			}
 		}
-		return false
+		return nil, false
 	}
 	for _, cm := range o.configMaps {
-		if _, ok := cm.Data[key]; cm.Name == name && ok {
-			return true
+		if cm.Name == name {
+			for k := range cm.Data {
+				keys[k] = true
+			}
+			return keys, true
 		}
 	}
-	return false
+	return nil, false
+}
+
+// checkKey: the Secret or ConfigMap exists and holds key.
+func checkKey(p *problems, o *objects, secrets []*corev1.Secret, where, kind, name, key string) {
+	keys, ok := keysOf(o, secrets, kind, name)
+	switch {
+	case !ok && kind == "Secret":
+		p.addf("%s: Secret %s is not one the operator provides (operator-secrets.yaml)", where, name)
+	case !ok:
+		p.addf("%s: ConfigMap %s is not in the build", where, name)
+	case !keys[key]:
+		p.addf("%s: %s %s has no key %q", where, kind, name, key)
+	}
 }
 
 func checkContainer(p *problems, o *objects, w world, where string, c corev1.Container, files map[string][]string) {
@@ -250,8 +271,8 @@ func envNames(p *problems, o *objects, where string, c corev1.Container) []envNa
 		if strings.HasPrefix(e.Name, envPrefix) {
 			names = append(names, envName{e.Name, "env", e.Value})
 		}
-		if ref := e.ValueFrom; ref != nil && ref.ConfigMapKeyRef != nil && !hasKey(o, nil, "ConfigMap", ref.ConfigMapKeyRef.Name, ref.ConfigMapKeyRef.Key) {
-			p.addf("%s: env %s: ConfigMap %s has no key %q", where, e.Name, ref.ConfigMapKeyRef.Name, ref.ConfigMapKeyRef.Key)
+		if ref := e.ValueFrom; ref != nil && ref.ConfigMapKeyRef != nil {
+			checkKey(p, o, nil, where+" env "+e.Name, "ConfigMap", ref.ConfigMapKeyRef.Name, ref.ConfigMapKeyRef.Key)
 		}
 		if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
 			p.addf("%s: env %s: a Secret goes in as a file (--*-file), never as a variable anyone who can read the pod's environment sees", where, e.Name)

@@ -51,26 +51,16 @@ func (p *problems) addf(format string, args ...any) { *p = append(*p, fmt.Sprint
 
 // check cross-checks a build: Services, budgets and policies select pods that
 // exist, ports and probes name container ports, every key a pod reads exists,
-// every file a flag names is mounted, and every container runs the image's
-// binary with a subcommand and flags that binary defines.
+// every file a flag names is mounted, every container runs the image's binary
+// with a subcommand and flags that binary defines, and the NetworkPolicies
+// allow the rowlift hops and refuse the others sampled (rowliftHops).
 func check(o *objects, w world) problems {
 	var p problems
 	if len(o.secrets) > 0 {
 		p.addf("the build holds Secret %s: Secrets are the operator's (operator-secrets.yaml), and applying the build would overwrite them", o.secrets[0].Name)
 	}
-	roles := map[string]bool{}
 	for _, d := range o.deployments {
-		for _, c := range d.Spec.Template.Spec.Containers {
-			if len(c.Args) > 0 {
-				roles[c.Args[0]] = true
-			}
-		}
 		checkDeployment(&p, o, w, d)
-	}
-	for _, role := range []string{"streamer", "applier", "coordinator"} {
-		if !roles[role] {
-			p.addf("no Deployment runs `rowlift %s`", role)
-		}
 	}
 	for _, s := range o.services {
 		checkService(&p, o, s)
@@ -83,6 +73,7 @@ func check(o *objects, w world) problems {
 	for _, np := range o.policies {
 		checkPolicy(&p, o, np)
 	}
+	checkHops(&p, o)
 	return p
 }
 

@@ -93,6 +93,23 @@ func checkDeployment(p *problems, o *objects, w world, d *appsv1.Deployment) {
 		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		p.addf("%s: the pod securityContext must set runAsNonRoot: true and seccompProfile RuntimeDefault", where)
 	}
+	budgets, scraped := 0, false
+	for _, b := range o.budgets {
+		if matches(b.Spec.Selector, d.Spec.Template.Labels) {
+			budgets++
+		}
+	}
+	for _, s := range o.services {
+		if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			scraped = scraped || slices.ContainsFunc(s.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == "metrics" })
+		}
+	}
+	if budgets != 1 {
+		p.addf("%s: %d PodDisruptionBudgets select its pods, want 1", where, budgets)
+	}
+	if !scraped {
+		p.addf("%s: no Service with a port named metrics selects its pods, so no ServiceMonitor finds them", where)
+	}
 	files := mountedFiles(p, o, w, where, pod)
 	for _, c := range pod.Containers {
 		checkContainer(p, o, w, where+" container "+c.Name, c, files)

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path"
 	"slices"
@@ -30,10 +31,10 @@ const (
 var listenPorts = map[string]string{"listen": "grpc", "metrics-listen": "metrics", "health-listen": "health"}
 
 // binary is what the image holds: where the rowlift binary is, and the flags
-// each of its subcommands defines.
+// each of its subcommands defines (false: no such subcommand).
 type binary struct {
 	path  string
-	flags map[string]map[string]bool
+	flags func(sub string) (map[string]bool, bool)
 }
 
 // world is what a build is checked against: the binary, the image every
@@ -210,7 +211,7 @@ func checkContainer(p *problems, o *objects, w world, where string, c corev1.Con
 		return
 	}
 	role := c.Args[0]
-	flags, ok := w.bin.flags[role]
+	flags, ok := w.bin.flags(role)
 	if !ok {
 		p.addf("%s: `rowlift %s` is not a subcommand of the binary", where, role)
 		return
@@ -301,7 +302,8 @@ func envNames(p *problems, o *objects, where string, c corev1.Container) []envNa
 			p.addf("%s: envFrom ConfigMap %s is not in the build", where, src.ConfigMapRef.Name)
 			continue
 		}
-		for key, value := range cm.Data {
+		for _, key := range slices.Sorted(maps.Keys(cm.Data)) {
+			value := cm.Data[key]
 			if !strings.HasPrefix(key, envPrefix) {
 				p.addf("%s: envFrom ConfigMap %s key %s: rowlift reads only %s<FLAG> variables", where, cm.Name, key, envPrefix)
 				continue

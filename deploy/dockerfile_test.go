@@ -182,7 +182,7 @@ func parseDockerfile(t *testing.T, path string) dockerfile {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	df, p := checkDockerfile(data, goModVersion(t))
-	require.Empty(t, p, path)
+	requireNone(t, p)
 	return df
 }
 

@@ -101,7 +101,7 @@ func checkDeployment(p *problems, o *objects, w world, d *appsv1.Deployment) {
 		}
 	}
 	for _, s := range o.services {
-		if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+		if matches(&metav1.LabelSelector{MatchLabels: s.Spec.Selector}, d.Spec.Template.Labels) {
 			scraped = scraped || slices.ContainsFunc(s.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == "metrics" })
 		}
 	}
@@ -242,7 +242,8 @@ func checkContainer(p *problems, o *objects, w world, where string, c corev1.Con
 	for _, cp := range c.Ports {
 		ports[cp.Name] = cp.ContainerPort
 	}
-	for flag, portName := range listenPorts {
+	for _, flag := range slices.Sorted(maps.Keys(listenPorts)) {
+		portName := listenPorts[flag]
 		value, set := settings[flag]
 		port, open := ports[portName]
 		switch {

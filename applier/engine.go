@@ -41,6 +41,9 @@ type Config struct {
 	PollInterval time.Duration
 	// DialOptions are added to the gRPC options used to reach streamers.
 	DialOptions []grpc.DialOption
+	// Ready, when set, is told after every pass over the sidecar schema whether
+	// the engine does its job (see readyAfter), for the readiness probe.
+	Ready func(ready bool)
 }
 
 // Engine runs the workflows of one target server.
@@ -101,7 +104,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer tick.Stop()
 	var lastErr string
 	for {
-		if err := e.reconcile(ctx); err != nil && ctx.Err() == nil {
+		err := e.reconcile(ctx)
+		if e.cfg.Ready != nil && ctx.Err() == nil {
+			e.cfg.Ready(readyAfter(err))
+		}
+		if err != nil && ctx.Err() == nil {
 			if err.Error() != lastErr {
 				if errors.Is(err, errAnotherApplier) {
 					e.log.Info("standing by", zap.Error(err))
@@ -154,6 +161,14 @@ func (e *Engine) holdLock(ctx context.Context) error {
 	e.lock = conn
 	e.log.Info("holding the applier lock on the target")
 	return nil
+}
+
+// readyAfter says whether an engine whose last pass ended with err does its
+// job: it holds the target's applier lock and read its workflows, or it stands
+// by behind another applier's lock, ready to take over (a second applier is
+// meant to wait there). It is not ready while it cannot reach or read the target.
+func readyAfter(err error) bool {
+	return err == nil || errors.Is(err, errAnotherApplier)
 }
 
 var errAnotherApplier = fmt.Errorf("another applier holds the lock %q on this target; standing by until it is released", state.ApplierLock)

@@ -14,17 +14,16 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rowlift/rowlift/coordinator"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 func coordinatorCommand() *command {
-	var listen, debug string
+	var listen, debug, healthAddr string
 	// Parsed in exec: the flag package would print a bad value, password and all.
 	var raw, rawFiles stringList
 	return &command{
@@ -39,6 +38,8 @@ func coordinatorCommand() *command {
 			fs.Var(&rawFiles, "target-file", "target server as NAME=FILE, where FILE holds the DSN (a mounted Kubernetes Secret), read at start; "+
 				"repeatable, and mixes with --target, e.g. main=/etc/rowlift/main/dsn. $ROWLIFT_TARGET_FILE takes a comma-separated list: a=FILE,b=FILE")
 			debugFlag(fs, &debug)
+			healthFlag(fs, &healthAddr, "once the Control service listens (it needs no target to answer, and reports an unreachable one per request); "+
+				"the main port answers the same health, with rowlift.v1.Control following readiness")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			targets := targetFlag{}
@@ -64,19 +65,20 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			probes, err := probe.Start(ctx, healthAddr, log, rowliftv1.Control_ServiceDesc.ServiceName)
+			if err != nil {
+				return err
+			}
+			defer probes.Close()
 			srv, err := coordinator.New(coordinator.Config{Targets: targets, Logger: log})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
 			go srv.Run(ctx) // finishes cutovers a dead coordinator left
-			return serveRole(ctx, log, listen, debug, func(gs *grpc.Server) {
+			return serveRole(ctx, log, listen, debug, probes, func(gs *grpc.Server) {
 				rowliftv1.RegisterControlServer(gs, srv)
-				// Serving as soon as it listens: the coordinator needs no target to
-				// answer, and reports an unreachable one per request.
-				hs := health.NewServer()
-				hs.SetServingStatus(rowliftv1.Control_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-				healthpb.RegisterHealthServer(gs, hs)
+				probes.Register(gs)
 				reflection.Register(gs)
 			}, zap.String("role", "coordinator"), zap.Strings("targets", targets.names()))
 		},

@@ -16,12 +16,13 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
 
 func streamerCommand() *command {
-	var listen, sourceDSN, sourceDSNFile, debug string
+	var listen, sourceDSN, sourceDSNFile, debug, healthAddr string
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -31,6 +32,7 @@ func streamerCommand() *command {
 			fs.StringVar(&sourceDSN, "source-dsn", "", "go-sql-driver DSN of the source server, e.g. user:pass@tcp(host:3306)/. "+dsnTLSHelp)
 			fs.StringVar(&sourceDSNFile, "source-dsn-file", "", "file holding the source DSN instead of --source-dsn (a mounted Kubernetes Secret), read at start")
 			debugFlag(fs, &debug)
+			healthFlag(fs, &healthAddr, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
@@ -45,19 +47,24 @@ func streamerCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			probes, err := probe.Start(ctx, healthAddr, log)
+			if err != nil {
+				return err
+			}
+			defer probes.Close()
 			srv, err := streamer.New(streamer.Config{SourceDSN: dsn, Logger: log})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
-			return serveRole(ctx, log, listen, debug, func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, srv) },
+			return serveRole(ctx, log, listen, debug, probes, func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, srv) },
 				zap.String("role", "streamer"))
 		},
 	}
 }
 
 func applierCommand() *command {
-	var targetDSN, targetDSNFile, debug string
+	var targetDSN, targetDSNFile, debug, healthAddr string
 	var poll time.Duration
 	return &command{
 		name:    "applier",
@@ -68,6 +75,8 @@ func applierCommand() *command {
 			fs.StringVar(&targetDSNFile, "target-dsn-file", "", "file holding the target DSN instead of --target-dsn (a mounted Kubernetes Secret), read at start")
 			fs.DurationVar(&poll, "poll-interval", applier.DefaultPollInterval, "how often to look for new, started or stopped workflows")
 			debugFlag(fs, &debug)
+			healthFlag(fs, &healthAddr, "while it holds the target's applier lock or stands by behind another applier's, "+
+				"not while it cannot reach or read the target")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
@@ -82,7 +91,12 @@ func applierCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
-			engine, err := applier.New(applier.Config{TargetDSN: dsn, Logger: log, PollInterval: poll})
+			probes, err := probe.Start(ctx, healthAddr, log)
+			if err != nil {
+				return err
+			}
+			defer probes.Close()
+			engine, err := applier.New(applier.Config{TargetDSN: dsn, Logger: log, PollInterval: poll, Ready: probes.SetReady})
 			if err != nil {
 				return err
 			}
@@ -94,8 +108,9 @@ func applierCommand() *command {
 }
 
 // serveRole serves a role's gRPC services on listen until ctx ends, and Go
-// profiles on debug; fields describe the role in the "serving" log line.
-func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, register func(*grpc.Server), fields ...zap.Field) error {
+// profiles on debug; the role is ready once it listens. fields describe the
+// role in the "serving" log line.
+func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, probes *probe.Server, register func(*grpc.Server), fields ...zap.Field) error {
 	serveDebug(debug, log)
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -104,6 +119,7 @@ func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, regis
 	gs := grpc.NewServer(grpcopt.ServerOptions()...)
 	register(gs)
 	log.Info("serving", append(fields, zap.String("listen", lis.Addr().String()))...)
+	probes.SetReady(true)
 	return serveUntilDone(ctx, gs, lis)
 }
 
@@ -133,6 +149,14 @@ const dsnTLSHelp = "TLS: tls=true verifies the server against the system's CAs; 
 
 func debugFlag(fs *flag.FlagSet, addr *string) {
 	fs.StringVar(addr, "debug-listen", "", "address to serve Go profiles on (/debug/pprof/), e.g. 127.0.0.1:6060; off when empty")
+}
+
+// healthFlag defines --health-listen; ready says when the role is ready.
+func healthFlag(fs *flag.FlagSet, addr *string, ready string) {
+	fs.StringVar(addr, "health-listen", "", "address of a plaintext gRPC server with only grpc.health.v1, for Kubernetes gRPC probes "+
+		"(which cannot present a client certificate), e.g. 0.0.0.0:8086; off when empty. "+
+		"Service \"\" (liveness) is SERVING while the process runs; service \"readiness\" is SERVING "+ready+"; "+
+		"every service turns NOT_SERVING when shutdown begins")
 }
 
 // serveDebug serves net/http/pprof, so an operator can see where a slow copy's CPU

@@ -20,11 +20,12 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rowlift/rowlift/coordinator"
+	"github.com/rowlift/rowlift/internal/metrics"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 func coordinatorCommand() *command {
-	var listen, debug string
+	var listen, debug, metricsAddr string
 	var raw stringList // parsed in exec: the flag package would print a bad value, password and all
 	return &command{
 		name:    "coordinator",
@@ -36,6 +37,7 @@ func coordinatorCommand() *command {
 				"A workflow's target NAME picks the server whose _rowlift schema holds its state. "+
 				"$ROWLIFT_TARGET takes a comma-separated list: a=DSN,b=DSN")
 			debugFlag(fs, &debug)
+			metricsFlag(fs, &metricsAddr)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			targets := targetFlag{}
@@ -55,6 +57,9 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
+				return err
+			}
 			srv, err := coordinator.New(coordinator.Config{Targets: targets, Logger: log})
 			if err != nil {
 				return err

@@ -16,12 +16,13 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/metrics"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
 
 func streamerCommand() *command {
-	var listen, sourceDSN, debug string
+	var listen, sourceDSN, debug, metricsAddr string
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -30,6 +31,7 @@ func streamerCommand() *command {
 			fs.StringVar(&listen, "listen", "127.0.0.1:7001", "address to serve the Streamer gRPC service on")
 			fs.StringVar(&sourceDSN, "source-dsn", "", "go-sql-driver DSN of the source server, e.g. user:pass@tcp(host:3306)/")
 			debugFlag(fs, &debug)
+			metricsFlag(fs, &metricsAddr)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			if sourceDSN == "" {
@@ -40,6 +42,9 @@ func streamerCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
+				return err
+			}
 			srv, err := streamer.New(streamer.Config{SourceDSN: sourceDSN, Logger: log})
 			if err != nil {
 				return err
@@ -52,7 +57,7 @@ func streamerCommand() *command {
 }
 
 func applierCommand() *command {
-	var targetDSN, debug string
+	var targetDSN, debug, metricsAddr string
 	var poll time.Duration
 	return &command{
 		name:    "applier",
@@ -62,6 +67,7 @@ func applierCommand() *command {
 			fs.StringVar(&targetDSN, "target-dsn", "", "go-sql-driver DSN of the target server, e.g. user:pass@tcp(host:3306)/")
 			fs.DurationVar(&poll, "poll-interval", applier.DefaultPollInterval, "how often to look for new, started or stopped workflows")
 			debugFlag(fs, &debug)
+			metricsFlag(fs, &metricsAddr)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			if targetDSN == "" {
@@ -72,6 +78,9 @@ func applierCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
+				return err
+			}
 			engine, err := applier.New(applier.Config{TargetDSN: targetDSN, Logger: log, PollInterval: poll})
 			if err != nil {
 				return err
@@ -119,6 +128,10 @@ func newLogger() (*zap.Logger, error) {
 
 func debugFlag(fs *flag.FlagSet, addr *string) {
 	fs.StringVar(addr, "debug-listen", "", "address to serve Go profiles on (/debug/pprof/), e.g. 127.0.0.1:6060; off when empty")
+}
+
+func metricsFlag(fs *flag.FlagSet, addr *string) {
+	fs.StringVar(addr, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics), e.g. 0.0.0.0:9100; off when empty")
 }
 
 // serveDebug serves net/http/pprof, so an operator can see where a slow copy's CPU

@@ -26,8 +26,9 @@ type ApplyStream struct {
 	lagKnown bool
 	// positionAt is when the last position committed, or the stream opened.
 	positionAt time.Time
-	// throttled is whether the copy is held back, since when it last was
-	// reported (the throttled time counted up to then).
+	// throttled is whether the last report said the copy is held back, and
+	// throttledSince when that report came: the time held back is counted up
+	// to it.
 	throttled      bool
 	throttledSince time.Time
 }
@@ -40,7 +41,8 @@ type tableOptions struct {
 
 // OpenApplyStream starts recording a stream of workflow from source into
 // target (the names the workflow spec gives them) that carries tables (their
-// source names). Close it when the stream's controller ends.
+// source names). Its counters show from the start, at 0, so that an alert on
+// their increase sees the first one. Close it when the stream's controller ends.
 func OpenApplyStream(workflow, source, target string, tables []string) *ApplyStream {
 	return std.openApplyStream(workflow, source, target, tables)
 }
@@ -50,10 +52,19 @@ func (in *instruments) openApplyStream(workflow, source, target string, tables [
 	set := attribute.NewSet(labels...)
 	s := &ApplyStream{in: in, add: []metric.AddOption{metric.WithAttributeSet(set)}, record: []metric.RecordOption{metric.WithAttributeSet(set)},
 		obs: []metric.ObserveOption{metric.WithAttributeSet(set)}, tables: map[string]tableOptions{}, positionAt: time.Now()}
+	ctx := context.Background()
 	for _, t := range tables {
 		tset := attribute.NewSet(append(labels, attribute.String("table", t))...)
-		s.tables[t] = tableOptions{add: []metric.AddOption{metric.WithAttributeSet(tset)}, record: []metric.RecordOption{metric.WithAttributeSet(tset)}}
+		opts := tableOptions{add: []metric.AddOption{metric.WithAttributeSet(tset)}, record: []metric.RecordOption{metric.WithAttributeSet(tset)}}
+		s.tables[t] = opts
+		for _, c := range []metric.Int64Counter{in.copyRows, in.copyChunks, in.divergences} {
+			c.Add(ctx, 0, opts.add...)
+		}
 	}
+	for _, c := range []metric.Int64Counter{in.replayTxs, in.replayRows, in.conflicts, in.retries} {
+		c.Add(ctx, 0, s.add...)
+	}
+	in.throttledTime.Add(ctx, 0, s.add...)
 	in.mu.Lock()
 	in.streams[s] = struct{}{}
 	in.mu.Unlock()

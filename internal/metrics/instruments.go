@@ -98,8 +98,8 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 		metric.WithDescription("Rows the applier committed to the target by copy chunks; the sum over a workflow's tables is its status's rows copied. "+
 			"Copy rate is rate() of it."))
 	in.copyChunks, errs[1] = m.Int64Counter("rowlift.copy.chunks", metric.WithUnit("{chunk}"),
-		metric.WithDescription("Copy chunks the applier committed to the target, each in one transaction with its copy state "+
-			"(the streamer counts what it sends in rowlift_streamer_chunks_sent_total)."))
+		metric.WithDescription("Copy chunk items the applier committed to the target, each in one transaction with its copy state "+
+			"(the streamer counts the items it sends in rowlift_streamer_chunks_sent_total)."))
 	in.chunkDuration, errs[2] = m.Float64Histogram("rowlift.copy.chunk.duration", metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(durationBuckets...),
 		metric.WithDescription("Time a copy chunk's target transaction took, from BEGIN to COMMIT, waiting for the previous chunk's commit included."))
@@ -126,7 +126,8 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 	in.sentBytes, errs[11] = m.Int64Counter("rowlift.streamer.sent", metric.WithUnit("By"),
 		metric.WithDescription("Bytes of stream messages the streamer sent to appliers (protobuf size, before gRPC framing)."))
 	in.chunksSent, errs[12] = m.Int64Counter("rowlift.streamer.chunks.sent", metric.WithUnit("{chunk}"),
-		metric.WithDescription("Copy chunks the streamer sent to appliers, a chunk split over several messages counted once per message."))
+		metric.WithDescription("Copy chunk items the streamer sent to appliers: a chunk SELECT larger than a packet goes as several items, "+
+			"each counted here and, once committed, in rowlift_copy_chunks_total."))
 	in.lag, errs[13] = m.Float64ObservableGauge("rowlift.replay.lag", metric.WithUnit("s"),
 		metric.WithDescription("Seconds between the source commit of the last item the target committed and that commit, as status shows it; "+
 			"about 0 at idle, since heartbeats advance the position."))

@@ -84,6 +84,11 @@ func TestApplyStreamRecords(t *testing.T) {
 
 	got := scrape()
 	require.Equal(t, 0.0, value(got, "rowlift_copy_throttled", stream))
+	for _, counter := range []string{"rowlift_copy_rows_total", "rowlift_divergences_total", "rowlift_replay_conflicts_total",
+		"rowlift_stream_retries_total", "rowlift_copy_throttled_time_seconds_total"} {
+		require.Equal(t, 0.0, value(got, counter, stream), "counters show at 0 from the start")
+	}
+	require.Equal(t, 0.0, value(got, "rowlift_copy_chunks_total", t1))
 	_, ok := got.Sum("rowlift_replay_lag_seconds", stream)
 	require.False(t, ok, "no lag before the first position commits")
 
@@ -94,6 +99,9 @@ func TestApplyStreamRecords(t *testing.T) {
 	s.GroupCommitted(1, 1, time.Millisecond)
 	s.Diverged("t1")
 	s.Diverged("not-a-table-of-the-stream")
+	s.Retry()
+	s.Conflict()
+	s.Conflict()
 	s.PositionCommitted(time.Now().Add(-time.Hour).UnixMicro())
 	s.Throttled(true)
 	got = scrape()
@@ -111,6 +119,8 @@ func TestApplyStreamRecords(t *testing.T) {
 		"the group of 1 is in the bucket up to 2, the group of 3 is not")
 	require.Equal(t, 1.0, value(got, "rowlift_divergences_total", t1))
 	require.Equal(t, 2.0, value(got, "rowlift_divergences_total", stream), "a table the stream does not know counts under the stream's labels")
+	require.Equal(t, 1.0, value(got, "rowlift_stream_retries_total", stream))
+	require.Equal(t, 2.0, value(got, "rowlift_replay_conflicts_total", stream))
 	require.GreaterOrEqual(t, value(got, "rowlift_replay_lag_seconds", stream), 3600.0)
 	require.Equal(t, 1.0, value(got, "rowlift_copy_throttled", stream))
 

@@ -17,16 +17,20 @@ type SendStream struct {
 }
 
 // NewSendStream starts recording a stream of workflow carrying tables; its label
-// sets are built here, so recording a message allocates nothing.
+// sets are built here, so recording a message allocates nothing, and its
+// counters show from the start, at 0.
 func NewSendStream(workflow string, tables []string) *SendStream {
 	return std.newSendStream(workflow, tables)
 }
 
 func (in *instruments) newSendStream(workflow string, tables []string) *SendStream {
 	wf := attribute.String("workflow", workflow)
-	s := &SendStream{in: in, add: []metric.AddOption{metric.WithAttributes(wf)}, tables: map[string][]metric.AddOption{}}
+	s := &SendStream{in: in, add: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(wf))}, tables: map[string][]metric.AddOption{}}
+	ctx := context.Background()
+	in.sentBytes.Add(ctx, 0, s.add...)
 	for _, t := range tables {
 		s.tables[t] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(wf, attribute.String("table", t)))}
+		in.chunksSent.Add(ctx, 0, s.tables[t]...)
 	}
 	return s
 }

@@ -98,6 +98,15 @@ func testMetrics(t *testing.T, flavor sandbox.Flavor) {
 	require.Equal(t, 0.0, value(applier, "rowlift_divergences_total", stream))
 	require.Equal(t, 1.0, value(applier, "rowlift_workflows", map[string]string{"target": "main", "state": "running"}))
 
+	// A streamer that dies makes the stream retry.
+	require.Equal(t, 0.0, value(applier, "rowlift_stream_retries_total", stream))
+	e.streamer.kill()
+	e.waitFor("the stream to retry", time.Minute, func() (bool, string) {
+		n, _ := metricstest.Get(t, applierURL).Sum("rowlift_stream_retries_total", stream)
+		return n > 0, fmt.Sprintf("%v retries", n)
+	})
+	e.streamer.restart()
+
 	coordinator := metricstest.Get(t, coordinatorURL)
 	require.Contains(t, coordinator.Names(), "go_goroutines", "the coordinator serves its metrics too")
 	var scraped []string

@@ -131,7 +131,7 @@ func debugFlag(fs *flag.FlagSet, addr *string) {
 }
 
 func metricsFlag(fs *flag.FlagSet, addr *string) {
-	fs.StringVar(addr, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics), e.g. 0.0.0.0:9100; off when empty")
+	fs.StringVar(addr, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics), e.g. 0.0.0.0:9090; off when empty")
 }
 
 // serveDebug serves net/http/pprof, so an operator can see where a slow copy's CPU

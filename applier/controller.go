@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/testhook"
@@ -40,10 +41,18 @@ type controller struct {
 	spec   *rowliftv1.WorkflowSpec
 	source *rowliftv1.SourceShard
 	log    *zap.Logger
+	// stats records the stream's metrics while run runs.
+	stats *metrics.ApplyStream
 }
 
 func (c *controller) run(ctx context.Context) {
 	store := c.engine.store
+	var tables []string
+	for _, t := range c.spec.GetTables() {
+		tables = append(tables, t.GetName())
+	}
+	c.stats = metrics.OpenApplyStream(c.spec.GetName(), c.source.GetName(), c.pair.Target.GetName(), tables)
+	defer c.stats.Close()
 	backoff := minBackoff
 	for attempt := 1; ; attempt++ {
 		progressed, err := c.stream(ctx)
@@ -56,6 +65,9 @@ func (c *controller) run(ctx context.Context) {
 			if errors.As(err, &pe) && pe.state != "" {
 				st = pe.state
 			}
+			if pe != nil && pe.diverged != "" {
+				c.stats.Diverged(pe.diverged)
+			}
 			c.log.Error("workflow stopped", zap.String("state", string(st)), zap.Error(err))
 			if serr := store.SetState(context.WithoutCancel(ctx), c.spec.GetName(), st, err.Error()); serr != nil {
 				c.log.Error("cannot record why the workflow stopped", zap.Error(serr))
@@ -65,6 +77,7 @@ func (c *controller) run(ctx context.Context) {
 		if progressed {
 			attempt, backoff = 1, minBackoff
 		}
+		c.stats.Retry()
 		msg := fmt.Sprintf("retrying (attempt %d, next in %s): %v", attempt, backoff, err)
 		c.log.Warn("stream failed; retrying", zap.Int("attempt", attempt), zap.Duration("backoff", backoff), zap.Error(err))
 		if serr := store.SetStreamMessage(ctx, c.spec.GetName(), c.source.GetName(), msg); serr != nil {
@@ -190,7 +203,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err := store.RecordCopyStart(ctx, name, c.source.GetName(), estimates); err != nil {
 		return false, err
 	}
-	play, err := newPlayer(e.db, name, c.source.GetName(), owner, tables, resume)
+	play, err := newPlayer(e.db, name, c.source.GetName(), owner, tables, resume, c.stats)
 	if err != nil {
 		return false, err
 	}
@@ -231,6 +244,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err := store.SetStreamThrottled(ctx, name, c.source.GetName(), owner, ""); err != nil {
 		return false, err
 	}
+	defer c.stats.Throttled(false)
 	defer func() {
 		if throttled != "" {
 			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -327,6 +341,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			return replay.submit(item.GetTransaction())
 		case item.GetHeartbeat() != nil:
 			hb := item.GetHeartbeat()
+			c.stats.Throttled(hb.GetThrottled() != "")
 			if hb.GetThrottled() != throttled {
 				// Status only: a failed write is tried again at the next heartbeat.
 				if err := store.SetStreamThrottled(ctx, name, c.source.GetName(), owner, hb.GetThrottled()); err != nil {

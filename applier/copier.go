@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"golang.org/x/sync/errgroup"
@@ -26,6 +27,9 @@ import (
 type permanentError struct {
 	err   error
 	state state.State
+	// diverged is the table the target was found diverged in, when that is
+	// the error (see divergence).
+	diverged string
 }
 
 func (e *permanentError) Error() string { return e.err.Error() }
@@ -399,6 +403,7 @@ func (w *copyWriter) work() error {
 }
 
 func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
+	began := time.Now()
 	tx, err := w.db.BeginTx(w.ctx, nil)
 	if err != nil {
 		return fmt.Errorf("copy %s: begin: %w", job.table.name, err)
@@ -437,7 +442,8 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("copy %s: commit: %w", job.table.name, err)
 	}
-	w.play.committed(position)
+	w.play.committed(position, c.GetFenceTimeUs())
+	w.play.stats.ChunkCommitted(job.table.name, c.GetRowCount(), time.Since(began))
 	w.rows.Add(c.GetRowCount())
 	if w.onCommit != nil {
 		w.onCommit(job.table.name, int(c.GetRowCount()), c.GetTableDone())
@@ -478,10 +484,14 @@ func (t *targetTable) writer(buf *scratch, c *rowliftv1.Chunk) (func(context.Con
 
 // writeError classifies a failed copy write. A duplicate key is divergence.
 func writeError(table string, err error) error {
-	return rejected("copy "+table, err, func(msg string) error {
-		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
-			"it was changed by something other than rowlift, or was not empty when the copy started", table, msg)
-	})
+	return rejected("copy "+table, err, func(msg string) error { return copyDiverged(table, msg) })
+}
+
+// copyDiverged is the divergence of a copy chunk that found a key of its
+// range taken on the target; msg is the server's.
+func copyDiverged(table, msg string) error {
+	return &permanentError{diverged: table, err: fmt.Errorf("copy %s: duplicate key (%s): the target table holds a row in a range "+
+		"rowlift had not copied yet; it was changed by something other than rowlift, or was not empty when the copy started", table, msg)}
 }
 
 // rejected classifies a failed write of rows; what says which. Lock waits,

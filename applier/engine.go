@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -58,6 +59,8 @@ type Engine struct {
 
 	mu      sync.Mutex
 	running map[streamKey]*runningStream
+	// workflows reports the workflows the last reconcile read, by state.
+	workflows *metrics.Workflows
 }
 
 type streamKey struct{ workflow, source string }
@@ -87,7 +90,7 @@ func New(cfg Config) (*Engine, error) {
 		log = zap.NewNop()
 	}
 	return &Engine{cfg: cfg, db: db, mcfg: mcfg, log: log.With(zap.String("target", dbconn.Redacted(mcfg))),
-		running: map[streamKey]*runningStream{}}, nil
+		running: map[streamKey]*runningStream{}, workflows: metrics.NewWorkflows()}, nil
 }
 
 // Run reconciles running streams with the sidecar schema every poll interval
@@ -191,6 +194,11 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	states := make([][2]string, len(workflows))
+	for i, w := range workflows {
+		states[i] = [2]string{w.Target, string(w.State)}
+	}
+	e.workflows.Set(states)
 	verifies, err := e.store.VerifyGenerations(ctx)
 	if err != nil {
 		return err

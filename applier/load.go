@@ -104,8 +104,7 @@ func (b *loadBuilder) load(ctx context.Context, tx *sql.Tx, table string, data [
 		return fmt.Errorf("load: count warnings: %w", err)
 	}
 	if code == 1062 {
-		return permanent("copy %s: duplicate key (%s): the target table holds a row in a range rowlift had not copied yet; "+
-			"it was changed by something other than rowlift, or was not empty when the copy started", table, message)
+		return copyDiverged(table, message)
 	}
 	return permanent("copy %s: the target took %d of %d rows with %d warnings (first: %d %s); the copy would not be exact: "+
 		"check that the target table matches the source", table, got, want, warnings, code, message)

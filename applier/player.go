@@ -14,6 +14,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier/writeset"
 	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -32,6 +33,8 @@ type player struct {
 	source   string
 	owner    int64
 	tables   map[string]*targetTable
+	// stats records what the stream commits.
+	stats *metrics.ApplyStream
 	// applied is the GTID set committed on the target; transactions in it are
 	// skipped (a streamer resumed from an older position sends them again). The
 	// replayer and the copy writer move it, under mu: a committed chunk covers
@@ -41,7 +44,7 @@ type player struct {
 	maybeApplied *gtid.Set
 }
 
-func newPlayer(db *sql.DB, workflow, source string, owner int64, tables map[string]*targetTable, resume state.Resume) (*player, error) {
+func newPlayer(db *sql.DB, workflow, source string, owner int64, tables map[string]*targetTable, resume state.Resume, stats *metrics.ApplyStream) (*player, error) {
 	applied, err := gtid.Parse(resume.Position)
 	if err != nil {
 		return nil, fmt.Errorf("committed position %q: %w", resume.Position, err)
@@ -50,14 +53,14 @@ func newPlayer(db *sql.DB, workflow, source string, owner int64, tables map[stri
 	if err != nil {
 		return nil, fmt.Errorf("maybe-applied position %q: %w", resume.MaybeApplied, err)
 	}
-	return &player{db: db, workflow: workflow, source: source, owner: owner, tables: tables,
+	return &player{db: db, workflow: workflow, source: source, owner: owner, tables: tables, stats: stats,
 		applied: applied, maybeApplied: maybe}, nil
 }
 
 // divergence is a permanent error naming the transaction and the row.
 func divergence(trx *rowliftv1.Transaction, table, what string) error {
-	return permanent("divergence applying source transaction %s to %s: %s; the target changed outside rowlift "+
-		"or missed a change: verify the table and restart its copy", trx.GetGtid(), table, what)
+	return &permanentError{diverged: table, err: fmt.Errorf("divergence applying source transaction %s to %s: %s; the target changed "+
+		"outside rowlift or missed a change: verify the table and restart its copy", trx.GetGtid(), table, what)}
 }
 
 // rowWriter builds the statements of a group of transactions and runs them;
@@ -222,7 +225,7 @@ func (p *player) commit(ctx context.Context, tx *sql.Tx, position string, source
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit position %s: %w", position, err)
 	}
-	p.committed(set)
+	p.committed(set, sourceTimeUS)
 	return nil
 }
 
@@ -268,11 +271,13 @@ func (p *player) saveFence(ctx context.Context, tx *sql.Tx, fence string, fenceT
 	return merged, nil
 }
 
-// committed records a position a transaction has committed.
-func (p *player) committed(set *gtid.Set) {
+// committed records a position a transaction has committed, whose last item
+// the source committed at sourceTimeUS.
+func (p *player) committed(set *gtid.Set, sourceTimeUS int64) {
 	p.mu.Lock()
 	p.applied = set
 	p.mu.Unlock()
+	p.stats.PositionCommitted(sourceTimeUS)
 }
 
 // rewrite writes a change idempotently: the after image is upserted (an update

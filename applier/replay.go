@@ -69,8 +69,10 @@ type group struct {
 	keys       []uint64
 	barrier    bool
 	bytes      int
-	position   *gtid.Set
-	sourceUS   int64
+	// rows counts the transactions' row changes.
+	rows     int
+	position *gtid.Set
+	sourceUS int64
 	// running is set while a worker executes it. since is when it last
 	// started running, or was queued to run (added, or rolled back).
 	running bool
@@ -78,6 +80,12 @@ type group struct {
 	// abort asks the worker holding it executed to roll it back: an earlier
 	// group is stuck, perhaps on its locks.
 	abort bool
+}
+
+// groupEnd is the position after a group and its source commit time.
+type groupEnd struct {
+	position *gtid.Set
+	sourceUS int64
 }
 
 // replayer applies binlog transactions with several connections. Each
@@ -100,8 +108,8 @@ type replayer struct {
 	sched *schedule.Scheduler
 	// groups are the added, uncommitted groups by sequence number.
 	groups map[schedule.Seq]*group
-	// positions of committed groups above the watermark (out of order).
-	done map[schedule.Seq]*gtid.Set
+	// done are where committed groups above the watermark end (out of order).
+	done map[schedule.Seq]groupEnd
 	// open is the group being filled; timer closes it after limits.wait.
 	open  *group
 	timer *time.Timer
@@ -127,7 +135,7 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 	ctx, cancel := context.WithCancel(ctx)
 	g, ctx := errgroup.WithContext(ctx)
 	r := &replayer{play: play, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, maxPacket: min(maxPacket, maxQuery), log: log,
-		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]*gtid.Set{},
+		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]groupEnd{},
 		maybeApplied: play.maybeApplied.Clone(), cancel: cancel, g: g}
 	r.cond = sync.NewCond(&r.mu)
 	context.AfterFunc(ctx, func() { r.fail(ctx.Err()) })
@@ -241,6 +249,9 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 	g.keys = append(g.keys, r.scratch...)
 	g.barrier = g.barrier || barrier
 	g.bytes += size
+	for _, ev := range trx.GetEvents() {
+		g.rows += len(ev.GetChanges())
+	}
 	g.position = position
 	g.sourceUS = trx.GetCommitTimeUs()
 	if barrier || len(g.txs) >= r.limits.items || g.bytes >= r.limits.bytes {
@@ -345,6 +356,7 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 // run applies one group. A lock conflict or a stuck earlier group rolls it
 // back and puts it back in the queue; any other error ends the stream.
 func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) error {
+	began := time.Now()
 	w.reset()
 	for i, trx := range g.txs {
 		if err := w.add(trx, g.idempotent[i]); err != nil {
@@ -404,6 +416,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("replay: commit %s: %w", g.txs[len(g.txs)-1].GetGtid(), err)
 	}
+	r.play.stats.GroupCommitted(len(g.txs), g.rows, time.Since(began))
 	r.committed(seq, g)
 	return nil
 }
@@ -434,6 +447,7 @@ func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, seq schedule.Seq
 	if err := rollback(ctx, conn); err != nil {
 		return err
 	}
+	r.play.stats.Conflict()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sched.Requeue(seq)
@@ -449,14 +463,14 @@ func (r *replayer) committed(seq schedule.Seq, g *group) {
 	before := r.sched.LowWatermark()
 	r.sched.Committed(seq)
 	delete(r.groups, seq)
-	r.done[seq] = g.position
-	var watermark *gtid.Set
+	r.done[seq] = groupEnd{g.position, g.sourceUS}
+	var watermark groupEnd
 	for s := before + 1; s <= r.sched.LowWatermark(); s++ {
 		watermark = r.done[s]
 		delete(r.done, s)
 	}
-	if watermark != nil {
-		r.play.committed(watermark)
+	if watermark.position != nil {
+		r.play.committed(watermark.position, watermark.sourceUS)
 	}
 	r.cond.Broadcast()
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/metrics"
+	"github.com/rowlift/rowlift/internal/metrics/metricstest"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -49,7 +51,8 @@ func TestBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T) {
 func testBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T, flavor sandbox.Flavor) {
 	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.startStreamer()
-	e.startApplier()
+	metricsAddr := freeAddr(t)
+	e.startApplier("--metrics-listen", metricsAddr)
 	e.sourceExec("CREATE DATABASE bad",
 		"CREATE TABLE bad.good (id INT PRIMARY KEY, v VARCHAR(10))",
 		"INSERT INTO bad.good VALUES (1, 'a'), (2, 'b')",
@@ -110,6 +113,14 @@ func testBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T, flavor sandbo
 			for _, part := range tc.want {
 				require.Contains(t, w.Message, part)
 			}
+			// Counted before the workflow's state is written.
+			divergences, _ := metricstest.Get(t, "http://"+metricsAddr+metrics.Path).Sum("rowlift_divergences_total",
+				map[string]string{"workflow": tc.name, "table": "dup"})
+			want := 0.0
+			if tc.opts.GetAllowNonemptyTarget() { // the diverged copies
+				want = 1
+			}
+			require.Equal(t, want, divergences, "divergences counted")
 			if tc.opts.GetAllowNonemptyTarget() {
 				require.Equal(t, "dup:1", targetTables(t, e, tc.db), "the diverged copy is rolled back, the target keeps its own row")
 			} else if len(tc.target) == 0 || tc.name == "no-local-infile" {

@@ -35,14 +35,12 @@ type result struct {
 	code           int
 }
 
-// newCLI starts `rowlift coordinator` for the env's target, named main, and
-// waits until it answers.
-func (e *env) newCLI() *cli {
+// newCLI starts `rowlift coordinator` for the env's target, named main, with
+// coordinatorArgs added to its command line, and waits until it answers.
+func (e *env) newCLI(coordinatorArgs ...string) *cli {
 	e.t.Helper()
-	port, err := sandbox.FreePort()
-	require.NoError(e.t, err)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	startProc(e.t, "coordinator", nil, "coordinator", "--listen", addr, "--target", "main="+e.dst.DSN(""))
+	addr := freeAddr(e.t)
+	startProc(e.t, "coordinator", nil, append([]string{"coordinator", "--listen", addr, "--target", "main=" + e.dst.DSN("")}, coordinatorArgs...)...)
 	c := newCLIAt(e.t, addr)
 	e.waitFor("the coordinator to answer", 30*time.Second, func() (bool, string) {
 		r := c.run("workflow", "list")

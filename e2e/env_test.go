@@ -65,10 +65,16 @@ func newEnvOn(t *testing.T, src, dst *sandbox.Server, srcDB, dstDB *sql.DB) *env
 	store, err := state.Open(context.Background(), e.dstDB)
 	require.NoError(t, err)
 	e.store = store
+	e.streamerAddr = freeAddr(t)
+	return e
+}
+
+// freeAddr returns a local address no process listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	port, err := sandbox.FreePort()
 	require.NoError(t, err)
-	e.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	return e
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // startStreamer starts the streamer process for the source server.
@@ -79,8 +85,9 @@ func (e *env) startStreamer(extraArgs ...string) *proc {
 }
 
 // startApplier starts the applier process for the target server.
-func (e *env) startApplier() *proc {
-	e.applier = startProc(e.t, "applier", e.hooks, "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms")
+func (e *env) startApplier(extraArgs ...string) *proc {
+	args := append([]string{"applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms"}, extraArgs...)
+	e.applier = startProc(e.t, "applier", e.hooks, args...)
 	return e.applier
 }
 

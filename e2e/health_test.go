@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,16 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/probe"
-	"github.com/rowlift/rowlift/internal/sandbox"
 )
-
-// freeAddr is a 127.0.0.1 address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	port, err := sandbox.FreePort()
-	require.NoError(t, err)
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-}
 
 // healthOf asks addr for a service's status over plaintext gRPC, as kubelet's
 // gRPC probe does: "SERVING", "NOT_SERVING", or the error's code and message.

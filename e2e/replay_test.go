@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/metrics"
+	"github.com/rowlift/rowlift/internal/metrics/metricstest"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
@@ -100,7 +102,8 @@ func testParallelReplay(t *testing.T, flavor sandbox.Flavor) {
 // test hook stalls groups before they run so the case comes up often.
 func TestStuckReplayGroupRollsBackLaterOnes(t *testing.T) {
 	seed := testSeed(t)
-	e, names := stalledReplay(t, seed, "stall", "0-250ms", 90)
+	metricsAddr := freeAddr(t)
+	e, names := stalledReplay(t, seed, "stall", "0-250ms", 90, "--metrics-listen", metricsAddr)
 	// Enough groups for some to wait behind a stalled one.
 	stop := e.burst(seed, 90, 50)
 	t.Logf("%d source transactions", stop())
@@ -112,6 +115,9 @@ func TestStuckReplayGroupRollsBackLaterOnes(t *testing.T) {
 	}
 	require.Contains(t, e.applier.logText(), "rolling back the later ones waiting to commit",
 		"no group was ever stuck long enough: the test did not reach the case it is for")
+	conflicts, _ := metricstest.Get(t, "http://"+metricsAddr+metrics.Path).Sum("rowlift_replay_conflicts_total",
+		map[string]string{"workflow": "stall", "source": "main", "target": "main"})
+	require.Positive(t, conflicts, "the groups rolled back to run again are counted")
 }
 
 // TestStopLeavesNoTransactionOpen stops a workflow while replay groups are
@@ -156,14 +162,15 @@ func TestStopLeavesNoTransactionOpen(t *testing.T) {
 
 // stalledReplay runs workflow name over the race tables (keys keys) with four
 // replay workers, one transaction per group, and each group stalled before it
-// runs for a time in stall ("0-250ms"), and waits until it runs.
-func stalledReplay(t *testing.T, seed uint64, name, stall string, keys int) (*env, []string) {
+// runs for a time in stall ("0-250ms"), and waits until it runs. The applier
+// starts with applierArgs added.
+func stalledReplay(t *testing.T, seed uint64, name, stall string, keys int, applierArgs ...string) (*env, []string) {
 	t.Helper()
 	e := newEnv(t)
 	e.hooks = []string{testhook.EnvVar + fmt.Sprintf("=replay_exec=%s,seed=%d", stall, seed)}
 	names := createRaceTables(e, keys)
 	e.startStreamer()
-	e.startApplier()
+	e.startApplier(applierArgs...)
 	spec := e.workflow(name, "race", names...)
 	spec.Options.ApplyWorkers, spec.Options.CommitBatchItems = 4, 1
 	e.start(spec)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlift/rowlift/internal/metrics"
+	"github.com/rowlift/rowlift/internal/metrics/metricstest"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -48,7 +50,16 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	spec.Options.Throttle = &rowliftv1.Throttle{Source: lag, Target: lag, CheckIntervalMs: interval.Milliseconds()}
 	e.startStreamer()
-	e.startApplier()
+	metricsURL := freeAddr(t)
+	e.startApplier("--metrics-listen", metricsURL)
+	metricsURL = "http://" + metricsURL + metrics.Path
+	stream := map[string]string{"workflow": "throttle", "source": "main", "target": "main"}
+	scraped := func(name string) float64 {
+		t.Helper()
+		v, ok := metricstest.Get(t, metricsURL).Sum(name, stream)
+		require.True(t, ok, "%s is scraped", name)
+		return v
+	}
 	e.start(spec)
 
 	e.waitFor("big's first chunk to wait for the table lock", 30*time.Second, func() (bool, string) {
@@ -63,6 +74,7 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	require.NoError(t, err)
 
 	e.waitThrottled("throttle", "source lag 100s > 10s")
+	require.Equal(t, 1.0, scraped("rowlift_copy_throttled"), "the applier records the throttle before it stores it")
 	// Replay goes on: a change of the copied table and of a copied row of the
 	// paused one are applied; a row not copied yet comes with its chunk later.
 	e.sourceExec("INSERT INTO d.small VALUES (4, 4)", "UPDATE d.big SET v = -1 WHERE id IN (50, 500)")
@@ -86,6 +98,8 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	e.waitState("throttle", state.Running, 30*time.Second)
 	e.waitCaughtUp("throttle", 30*time.Second)
 	e.waitThrottled("throttle", "")
+	require.Equal(t, 0.0, scraped("rowlift_copy_throttled"))
+	require.Greater(t, scraped("rowlift_copy_throttled_time_seconds_total"), 0.0, "the throttle lasted several heartbeats")
 	for _, table := range []string{"small", "big"} {
 		res, err := verify.Table(ctx, e.srcDB, e.dstDB, "d", "d", table, verify.Options{})
 		require.NoError(t, err)

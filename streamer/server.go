@@ -17,9 +17,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/throttle"
@@ -229,7 +231,12 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	items := make(chan *rowliftv1.StreamItem, sendQueue)
 	inputs := make(chan mergeInput, 64)
 	gate := s.newGate(req.GetWorkflow(), opts, log)
-	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes) })
+	tables := make([]string, len(plans))
+	for i, p := range plans {
+		tables[i] = p.table.Name
+	}
+	sent := metrics.NewSendStream(req.GetWorkflow(), tables)
+	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes, sent) })
 	g.Go(func() error {
 		return s.mergeLoop(ctx, m, inputs, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
 	})
@@ -314,8 +321,10 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 	return g.Wait()
 }
 
-// send packs items into messages of about packetBytes and sends them in order.
-func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], items <-chan *rowliftv1.StreamItem, packetBytes int64) error {
+// send packs items into messages of about packetBytes and sends them in order,
+// recording each message and the copy chunks in it in stats.
+func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse], items <-chan *rowliftv1.StreamItem, packetBytes int64,
+	stats *metrics.SendStream) error {
 	for {
 		var item *rowliftv1.StreamItem
 		select {
@@ -339,8 +348,19 @@ func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.Strea
 		if err := stream.Send(msg); err != nil {
 			return fmt.Errorf("send to applier: %w", err)
 		}
+		// Sending computed the message's size and cached it: reading it back
+		// does not walk the message again.
+		stats.Sent(cachedSize.Size(msg))
+		for _, item := range msg.GetItems() {
+			if c := item.GetChunk(); c != nil && !c.GetVerify() {
+				stats.ChunkSent(c.GetTable())
+			}
+		}
 	}
 }
+
+// cachedSize reads the size a marshal cached in a message.
+var cachedSize = proto.MarshalOptions{UseCachedSize: true}
 
 func itemSize(item *rowliftv1.StreamItem) int64 {
 	return int64(len(item.GetChunk().GetPackedRows())) + 64

@@ -18,12 +18,13 @@ import (
 
 	"github.com/rowlift/rowlift/coordinator"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 func coordinatorCommand() *command {
-	var listen, debug, healthAddr string
+	var listen, debug, healthAddr, metricsAddr string
 	// Parsed in exec: the flag package would print a bad value, password and all.
 	var raw, rawFiles stringList
 	return &command{
@@ -40,6 +41,7 @@ func coordinatorCommand() *command {
 			debugFlag(fs, &debug)
 			healthFlag(fs, &healthAddr, "once the Control service listens (it needs no target to answer, and reports an unreachable one per request); "+
 				"the main port answers the same health, with rowlift.v1.Control following readiness")
+			metricsFlag(fs, &metricsAddr)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			targets := targetFlag{}
@@ -65,6 +67,9 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
+				return err
+			}
 			probes, err := probe.Start(ctx, healthAddr, log, rowliftv1.Control_ServiceDesc.ServiceName)
 			if err != nil {
 				return err

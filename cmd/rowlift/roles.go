@@ -16,13 +16,14 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
 
 func streamerCommand() *command {
-	var listen, sourceDSN, sourceDSNFile, debug, healthAddr string
+	var listen, sourceDSN, sourceDSNFile, debug, healthAddr, metricsAddr string
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -33,6 +34,7 @@ func streamerCommand() *command {
 			fs.StringVar(&sourceDSNFile, "source-dsn-file", "", "file holding the source DSN instead of --source-dsn (a mounted Kubernetes Secret), read at start")
 			debugFlag(fs, &debug)
 			healthFlag(fs, &healthAddr, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
+			metricsFlag(fs, &metricsAddr)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
@@ -47,6 +49,9 @@ func streamerCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
+				return err
+			}
 			probes, err := probe.Start(ctx, healthAddr, log)
 			if err != nil {
 				return err
@@ -64,7 +69,7 @@ func streamerCommand() *command {
 }
 
 func applierCommand() *command {
-	var targetDSN, targetDSNFile, debug, healthAddr string
+	var targetDSN, targetDSNFile, debug, healthAddr, metricsAddr string
 	var poll time.Duration
 	return &command{
 		name:    "applier",
@@ -77,6 +82,7 @@ func applierCommand() *command {
 			debugFlag(fs, &debug)
 			healthFlag(fs, &healthAddr, "while it holds the target's applier lock or stands by behind another applier's, "+
 				"not while it cannot reach or read the target")
+			metricsFlag(fs, &metricsAddr)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
@@ -91,6 +97,9 @@ func applierCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
+				return err
+			}
 			probes, err := probe.Start(ctx, healthAddr, log)
 			if err != nil {
 				return err
@@ -157,6 +166,10 @@ func healthFlag(fs *flag.FlagSet, addr *string, ready string) {
 		"(which cannot present a client certificate), e.g. 0.0.0.0:8086; off when empty. "+
 		"Service \"\" (liveness) is SERVING while the process runs; service \"readiness\" is SERVING "+ready+"; "+
 		"every service turns NOT_SERVING when shutdown begins")
+}
+
+func metricsFlag(fs *flag.FlagSet, addr *string) {
+	fs.StringVar(addr, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics), e.g. 0.0.0.0:9090; off when empty")
 }
 
 // serveDebug serves net/http/pprof, so an operator can see where a slow copy's CPU

@@ -55,6 +55,11 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			stopTracing, err := startTracing(ctx, "coordinator", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			srv, err := coordinator.New(coordinator.Config{Targets: targets, Logger: log})
 			if err != nil {
 				return err

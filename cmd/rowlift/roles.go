@@ -16,6 +16,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/tracing"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
@@ -40,6 +41,11 @@ func streamerCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			stopTracing, err := startTracing(ctx, "streamer", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			srv, err := streamer.New(streamer.Config{SourceDSN: sourceDSN, Logger: log})
 			if err != nil {
 				return err
@@ -72,6 +78,11 @@ func applierCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			stopTracing, err := startTracing(ctx, "applier", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			engine, err := applier.New(applier.Config{TargetDSN: targetDSN, Logger: log, PollInterval: poll})
 			if err != nil {
 				return err
@@ -115,6 +126,23 @@ func newLogger() (*zap.Logger, error) {
 	cfg := zap.NewProductionConfig()
 	cfg.Sampling = nil
 	return cfg.Build()
+}
+
+// startTracing exports the role's spans with OTLP when the standard OTEL_*
+// environment asks for it (internal/tracing), and returns what flushes the
+// spans not yet exported, which the role calls on its way out.
+func startTracing(ctx context.Context, role string, log *zap.Logger) (stop func(), err error) {
+	shutdown, err := tracing.Start(ctx, role, log)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("tracing: spans not flushed at exit", zap.Error(err))
+		}
+	}, nil
 }
 
 func debugFlag(fs *flag.FlagSet, addr *string) {

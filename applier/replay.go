@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -18,6 +19,7 @@ import (
 	"github.com/rowlift/rowlift/applier/writeset"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/testhook"
+	"github.com/rowlift/rowlift/internal/tracing"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -78,6 +80,17 @@ type group struct {
 	// abort asks the worker holding it executed to roll it back: an earlier
 	// group is stuck, perhaps on its locks.
 	abort bool
+}
+
+// rows counts the row changes of the group's transactions.
+func (g *group) rows() int64 {
+	var n int64
+	for _, trx := range g.txs {
+		for _, ev := range trx.GetEvents() {
+			n += int64(len(ev.GetChanges()))
+		}
+	}
+	return n
 }
 
 // replayer applies binlog transactions with several connections. Each
@@ -344,7 +357,14 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 
 // run applies one group. A lock conflict or a stuck earlier group rolls it
 // back and puts it back in the queue; any other error ends the stream.
-func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) error {
+func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) (err error) {
+	span := r.play.startSpan(ctx, "rowlift.applier.replay_group", nil, "")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("rowlift.transactions", len(g.txs)))
+			tracing.End(span, err, g.rows(), int64(g.bytes))
+		}
+	}()
 	w.reset()
 	for i, trx := range g.txs {
 		if err := w.add(trx, g.idempotent[i]); err != nil {
@@ -377,7 +397,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	if r.outOfOrder {
 		watermark = r.play.position() // the low watermark's
 	}
-	err := r.maybeApplied.Advance(g.position)
+	err = r.maybeApplied.Advance(g.position)
 	applied := r.maybeApplied.String()
 	r.mu.Unlock()
 	if err != nil {

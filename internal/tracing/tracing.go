@@ -30,11 +30,15 @@ import (
 // never row or key values.
 const (
 	Workflow = attribute.Key("rowlift.workflow")
-	Source   = attribute.Key("rowlift.source")
-	Target   = attribute.Key("rowlift.target")
-	Table    = attribute.Key("rowlift.table")
-	Rows     = attribute.Key("rowlift.rows")
-	Bytes    = attribute.Key("rowlift.bytes")
+	// Source and Target are the workflow's names of the servers (the applier
+	// knows them); SourceAddress is the source's host:port, which is all the
+	// streamer knows of it.
+	Source        = attribute.Key("rowlift.source")
+	SourceAddress = attribute.Key("rowlift.source_address")
+	Target        = attribute.Key("rowlift.target")
+	Table         = attribute.Key("rowlift.table")
+	Rows          = attribute.Key("rowlift.rows")
+	Bytes         = attribute.Key("rowlift.bytes")
 )
 
 // Protocols an OTLP trace exporter can speak here (OTEL_EXPORTER_OTLP_PROTOCOL).

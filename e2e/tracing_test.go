@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+
+	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// otlpReceiver is an OTLP/gRPC trace collector in the test's process: the
+// rowlift processes export their spans to it as to a real collector.
+type otlpReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	addr  string
+	mu    sync.Mutex
+	spans []span
+}
+
+// span is one received span with the service.name of the process that made it.
+type span struct {
+	service string
+	*tracepb.Span
+}
+
+func startOTLPReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := &otlpReceiver{addr: lis.Addr().String()}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, r)
+	go gs.Serve(lis) //nolint:errcheck // ends with Stop
+	t.Cleanup(gs.Stop)
+	return r
+}
+
+func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		service := attr(rs.GetResource().GetAttributes(), "service.name").GetStringValue()
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				r.spans = append(r.spans, span{service: service, Span: s})
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// named returns the received spans of service with the given name.
+func (r *otlpReceiver) named(service, name string) []span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []span
+	for _, s := range r.spans {
+		if s.service == service && s.GetName() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// env is the OTel environment that points a process at the receiver, with
+// spans exported every 50 ms rather than every 5 s.
+func (r *otlpReceiver) env() []string {
+	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + r.addr, "OTEL_BSP_SCHEDULE_DELAY=50"}
+}
+
+func attr(attrs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
+	for _, kv := range attrs {
+		if kv.GetKey() == key {
+			return kv.GetValue()
+		}
+	}
+	return nil
+}
+
+// spanAttrs are the attributes rowlift's own spans may carry: names and
+// counts, never a row's or a key's value.
+var spanAttrs = []string{"rowlift.workflow", "rowlift.source", "rowlift.source_address", "rowlift.target", "rowlift.table",
+	"rowlift.rows", "rowlift.bytes", "rowlift.verify", "rowlift.transactions"}
+
+func checkAttrs(t *testing.T, s span, want map[string]string) {
+	t.Helper()
+	for _, kv := range s.GetAttributes() {
+		require.Contains(t, spanAttrs, kv.GetKey(), "span %s of %s", s.GetName(), s.service)
+	}
+	for k, v := range want {
+		require.Equal(t, v, attr(s.GetAttributes(), k).GetStringValue(), "%s of span %s of %s", k, s.GetName(), s.service)
+	}
+	for _, k := range []string{"rowlift.rows", "rowlift.bytes"} {
+		require.NotNil(t, attr(s.GetAttributes(), k), "%s of span %s of %s", k, s.GetName(), s.service)
+	}
+}
+
+// rows is the rowlift.rows attribute of a span.
+func rows(s span) int64 { return attr(s.GetAttributes(), "rowlift.rows").GetIntValue() }
+
+// TestTracesJoinAcrossStreamerAndApplier runs the streamer and the applier
+// with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a receiver in the test and
+// checks what they export: each chunk's applier span is the child of the
+// streamer span that read and sent it (its context rides in the chunk),
+// replay makes group spans, and otelgrpc's spans of the Stream RPC join
+// across the hop. A streamer started without the OTel environment sends
+// chunks with no trace context at all.
+func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
+	otlp := startOTLPReceiver(t)
+	e := newEnv(t)
+	e.hooks = otlp.env()
+	e.seqTable("tr", "t", 2000)
+	e.startStreamer()
+	e.startApplier()
+	spec := e.workflow("traced", "tr", "t")
+	spec.Options.ChunkRows = 500
+	e.start(spec)
+	e.waitState("traced", state.Running, 2*time.Minute)
+	e.sourceExec("INSERT INTO tr.t VALUES (5001, 'replayed'), (5002, 'replayed')")
+	e.waitFor("the replayed rows on the target", time.Minute, func() (bool, string) {
+		n := count(t, e.dstDB, "tr.t")
+		return n == 2002, fmt.Sprintf("%d rows", n)
+	})
+
+	var pairs int
+	e.waitFor("applier chunk spans that are children of streamer chunk spans", 30*time.Second, func() (bool, string) {
+		sent := map[string]span{}
+		for _, s := range otlp.named("rowlift-streamer", "rowlift.streamer.chunk") {
+			sent[hex.EncodeToString(s.GetSpanId())] = s
+		}
+		applied := otlp.named("rowlift-applier", "rowlift.applier.chunk")
+		pairs = 0
+		for _, a := range applied {
+			s, ok := sent[hex.EncodeToString(a.GetParentSpanId())]
+			if !ok {
+				continue
+			}
+			require.Equal(t, s.GetTraceId(), a.GetTraceId())
+			checkAttrs(t, s, map[string]string{"rowlift.workflow": "traced", "rowlift.table": "t", "rowlift.source_address": e.src.Addr()})
+			checkAttrs(t, a, map[string]string{"rowlift.workflow": "traced", "rowlift.table": "t",
+				"rowlift.source": "main", "rowlift.target": "main"})
+			if rows(a) > 0 && rows(s) >= rows(a) {
+				pairs++
+			}
+		}
+		return pairs >= 4, fmt.Sprintf("%d streamer chunk spans, %d applier chunk spans, %d joined", len(sent), len(applied), pairs)
+	})
+	e.waitFor("a replay group span", 30*time.Second, func() (bool, string) {
+		groups := otlp.named("rowlift-applier", "rowlift.applier.replay_group")
+		replayed := int64(0)
+		for _, g := range groups {
+			checkAttrs(t, g, map[string]string{"rowlift.workflow": "traced", "rowlift.source": "main", "rowlift.target": "main"})
+			replayed += rows(g)
+		}
+		return replayed >= 2, fmt.Sprintf("%d replay group spans of %d rows", len(groups), replayed)
+	})
+
+	// The Stream RPC's spans end with the stream: the applier flushes its
+	// own as it exits, the streamer once the call is cancelled.
+	e.applier.stop()
+	const rpc = "rowlift.v1.Streamer/Stream"
+	var server span
+	e.waitFor("otelgrpc spans of the Stream RPC on both sides, joined", 30*time.Second, func() (bool, string) {
+		clients, servers := otlp.named("rowlift-applier", rpc), otlp.named("rowlift-streamer", rpc)
+		for _, c := range clients {
+			for _, s := range servers {
+				if slices.Equal(s.GetParentSpanId(), c.GetSpanId()) && slices.Equal(s.GetTraceId(), c.GetTraceId()) {
+					server = s
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%d client spans, %d server spans", len(clients), len(servers))
+	})
+	// Each chunk is a trace of its own, linked to the stream it went out on.
+	linked := 0
+	for _, s := range otlp.named("rowlift-streamer", "rowlift.streamer.chunk") {
+		require.NotEqual(t, server.GetTraceId(), s.GetTraceId(), "a chunk's span is a trace of its own")
+		for _, l := range s.GetLinks() {
+			if slices.Equal(l.GetSpanId(), server.GetSpanId()) {
+				linked++
+			}
+		}
+	}
+	require.Positive(t, linked, "chunk spans link to the Stream RPC's server span")
+
+	// Without the OTel environment a streamer sends no trace context.
+	port, err := sandbox.FreePort()
+	require.NoError(t, err)
+	plainAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	startProc(t, "plain-streamer", nil, "streamer", "--listen", plainAddr, "--source-dsn", e.src.DSN(""))
+	chunks := 0
+	for _, c := range streamChunks(t, plainAddr, "tr", "t") {
+		require.Empty(t, c.GetTraceContext(), "a chunk of a streamer without tracing carries a trace context")
+		chunks++
+	}
+	require.Greater(t, chunks, 1)
+	// And with it, each chunk carries its span's W3C traceparent.
+	for _, c := range streamChunks(t, e.streamerAddr, "tr", "t") {
+		require.True(t, strings.HasPrefix(c.GetTraceContext()["traceparent"], "00-"), "trace context %v", c.GetTraceContext())
+	}
+}
+
+// streamChunks opens a Stream of table db.table on the streamer at addr, as
+// an applier would, and returns the chunks of the table's whole copy.
+func streamChunks(t *testing.T, addr, db, table string) []*rowliftv1.Chunk {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpcopt.DialOptions()...)
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stream grpc.ServerStreamingClient[rowliftv1.StreamResponse]
+	require.Eventually(t, func() bool { // the streamer may still be starting
+		stream, err = rowliftv1.NewStreamerClient(conn).Stream(ctx, &rowliftv1.StreamRequest{Protocol: rowcodec.StreamProtocol,
+			Workflow: "probe", Database: db, Tables: []*rowliftv1.TableRequest{{Name: table}},
+			Options: &rowliftv1.StreamOptions{ChunkRows: 500}})
+		if err != nil {
+			return false
+		}
+		_, err = stream.Header()
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "open a stream on %s: %v", addr, err)
+	var chunks []*rowliftv1.Chunk
+	for {
+		resp, err := stream.Recv()
+		require.NoError(t, err)
+		for _, item := range resp.GetItems() {
+			if c := item.GetChunk(); c != nil {
+				chunks = append(chunks, c)
+				if c.GetTableDone() {
+					return chunks
+				}
+			}
+		}
+	}
+}

@@ -85,6 +85,21 @@ func (r *otlpReceiver) env() []string {
 	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + r.addr, "OTEL_BSP_SCHEDULE_DELAY=50"}
 }
 
+// childrenOf returns the spans of spans whose parent is one of parents, in
+// the same trace.
+func childrenOf(spans, parents []span) []span {
+	var out []span
+	for _, s := range spans {
+		for _, p := range parents {
+			if slices.Equal(s.GetParentSpanId(), p.GetSpanId()) && slices.Equal(s.GetTraceId(), p.GetTraceId()) {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func attr(attrs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
 	for _, kv := range attrs {
 		if kv.GetKey() == key {
@@ -115,13 +130,14 @@ func checkAttrs(t *testing.T, s span, want map[string]string) {
 // rows is the rowlift.rows attribute of a span.
 func rows(s span) int64 { return attr(s.GetAttributes(), "rowlift.rows").GetIntValue() }
 
-// TestTracesJoinAcrossStreamerAndApplier runs the streamer and the applier
-// with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a receiver in the test and
-// checks what they export: each chunk's applier span is the child of the
-// streamer span that read and sent it (its context rides in the chunk),
-// replay makes group spans, and otelgrpc's spans of the Stream RPC join
-// across the hop. A streamer started without the OTel environment sends
-// chunks with no trace context at all.
+// TestTracesJoinAcrossStreamerAndApplier runs the streamer, the applier and
+// the coordinator with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a receiver in
+// the test and checks what they export: the coordinator's CreateWorkflow
+// and the Validate it calls on the streamer are one trace; each chunk's
+// applier span is the child of the streamer span that read and sent it (its
+// context rides in the chunk); replay makes group spans; otelgrpc's spans of
+// the Stream RPC join across the hop. A streamer started without the OTel
+// environment sends chunks with no trace context at all.
 func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	otlp := startOTLPReceiver(t)
 	e := newEnv(t)
@@ -129,10 +145,33 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	e.seqTable("tr", "t", 2000)
 	e.startStreamer()
 	e.startApplier()
+	port, err := sandbox.FreePort()
+	require.NoError(t, err)
+	coordAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	startProc(t, "coordinator", otlp.env(), "coordinator", "--listen", coordAddr, "--target", "main="+e.dst.DSN(""))
+	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions()...)
+	require.NoError(t, err)
+	defer conn.Close()
+	ctl := rowliftv1.NewControlClient(conn)
 	spec := e.workflow("traced", "tr", "t")
 	spec.Options.ChunkRows = 500
-	e.start(spec)
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+	})
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return ctl.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "traced"})
+	})
 	e.waitState("traced", state.Running, 2*time.Minute)
+
+	// A request follows through the roles: the coordinator's CreateWorkflow
+	// validates the workflow on the streamer, in the same trace.
+	e.waitFor("the coordinator's CreateWorkflow and its Validate on the streamer, in one trace", 30*time.Second, func() (bool, string) {
+		creates := otlp.named("rowlift-coordinator", "rowlift.v1.Control/CreateWorkflow")
+		calls := otlp.named("rowlift-coordinator", "rowlift.v1.Streamer/Validate")
+		served := otlp.named("rowlift-streamer", "rowlift.v1.Streamer/Validate")
+		return len(childrenOf(served, childrenOf(calls, creates))) > 0,
+			fmt.Sprintf("%d CreateWorkflow, %d Validate calls, %d Validate served", len(creates), len(calls), len(served))
+	})
 	e.sourceExec("INSERT INTO tr.t VALUES (5001, 'replayed'), (5002, 'replayed')")
 	e.waitFor("the replayed rows on the target", time.Minute, func() (bool, string) {
 		n := count(t, e.dstDB, "tr.t")
@@ -179,15 +218,12 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	var server span
 	e.waitFor("otelgrpc spans of the Stream RPC on both sides, joined", 30*time.Second, func() (bool, string) {
 		clients, servers := otlp.named("rowlift-applier", rpc), otlp.named("rowlift-streamer", rpc)
-		for _, c := range clients {
-			for _, s := range servers {
-				if slices.Equal(s.GetParentSpanId(), c.GetSpanId()) && slices.Equal(s.GetTraceId(), c.GetTraceId()) {
-					server = s
-					return true, ""
-				}
-			}
+		joined := childrenOf(servers, clients)
+		if len(joined) == 0 {
+			return false, fmt.Sprintf("%d client spans, %d server spans", len(clients), len(servers))
 		}
-		return false, fmt.Sprintf("%d client spans, %d server spans", len(clients), len(servers))
+		server = joined[0]
+		return true, ""
 	})
 	// Each chunk is a trace of its own, linked to the stream it went out on.
 	linked := 0
@@ -202,7 +238,7 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	require.Positive(t, linked, "chunk spans link to the Stream RPC's server span")
 
 	// Without the OTel environment a streamer sends no trace context.
-	port, err := sandbox.FreePort()
+	port, err = sandbox.FreePort()
 	require.NoError(t, err)
 	plainAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	startProc(t, "plain-streamer", nil, "streamer", "--listen", plainAddr, "--source-dsn", e.src.DSN(""))

@@ -127,15 +127,16 @@ func checkAttrs(t *testing.T, s span, want map[string]string) {
 	}
 }
 
-// rows is the rowlift.rows attribute of a span.
-func rows(s span) int64 { return attr(s.GetAttributes(), "rowlift.rows").GetIntValue() }
+// spanRows is the rowlift.rows attribute of a span.
+func spanRows(s span) int64 { return attr(s.GetAttributes(), "rowlift.rows").GetIntValue() }
 
 // TestTracesJoinAcrossStreamerAndApplier runs the streamer, the applier and
 // the coordinator with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a receiver in
 // the test and checks what they export: the coordinator's CreateWorkflow
 // and the Validate it calls on the streamer are one trace; each chunk's
 // applier span is the child of the streamer span that read and sent it (its
-// context rides in the chunk); replay makes group spans; otelgrpc's spans of
+// context rides in the chunk), and so for a verify's chunks; replay makes
+// group spans; otelgrpc's spans of
 // the Stream RPC join across the hop. A streamer started without the OTel
 // environment sends chunks with no trace context at all.
 func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
@@ -195,7 +196,7 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 			checkAttrs(t, s, map[string]string{"rowlift.workflow": "traced", "rowlift.table": "t", "rowlift.source_address": e.src.Addr()})
 			checkAttrs(t, a, map[string]string{"rowlift.workflow": "traced", "rowlift.table": "t",
 				"rowlift.source": "main", "rowlift.target": "main"})
-			if rows(a) > 0 && rows(s) >= rows(a) {
+			if spanRows(a) > 0 && spanRows(s) >= spanRows(a) {
 				pairs++
 			}
 		}
@@ -206,9 +207,29 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 		replayed := int64(0)
 		for _, g := range groups {
 			checkAttrs(t, g, map[string]string{"rowlift.workflow": "traced", "rowlift.source": "main", "rowlift.target": "main"})
-			replayed += rows(g)
+			replayed += spanRows(g)
 		}
 		return replayed >= 2, fmt.Sprintf("%d replay group spans of %d rows", len(groups), replayed)
+	})
+
+	// A verify's chunks are traced the same way.
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return ctl.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: &rowliftv1.WorkflowRef{Name: "traced"}})
+	})
+	e.waitFor("applier verify spans that are children of streamer verify chunk spans", time.Minute, func() (bool, string) {
+		var sent []span
+		for _, s := range otlp.named("rowlift-streamer", "rowlift.streamer.chunk") {
+			if attr(s.GetAttributes(), "rowlift.verify").GetBoolValue() {
+				sent = append(sent, s)
+			}
+		}
+		checked := otlp.named("rowlift-applier", "rowlift.applier.verify_chunk")
+		joined := childrenOf(checked, sent)
+		for _, c := range joined {
+			checkAttrs(t, c, map[string]string{"rowlift.workflow": "traced", "rowlift.table": "t"})
+		}
+		return len(joined) > 0 && len(joined) == len(checked),
+			fmt.Sprintf("%d streamer verify chunk spans, %d applier verify spans, %d joined", len(sent), len(checked), len(joined))
 	})
 
 	// The Stream RPC's spans end with the stream: the applier flushes its

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -41,7 +42,9 @@ func ServerOptions() []grpc.ServerOption {
 		// MeterProvider, no-op until a role installs one. Message events stay
 		// off (otelgrpc's default): the copy stream is one RPC of many large
 		// messages, and an event per message would grow its span without bound.
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		// Health checks are left out: a kubelet probe every few seconds would
+		// bury the traces worth reading.
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
 	}
 }
 

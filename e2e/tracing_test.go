@@ -8,88 +8,25 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/tracing/tracingtest"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
-// otlpReceiver is an OTLP/gRPC trace collector in the test's process: the
-// rowlift processes export their spans to it as to a real collector.
-type otlpReceiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	addr  string
-	mu    sync.Mutex
-	spans []span
-}
-
-// span is one received span with the service.name of the process that made it.
-type span struct {
-	service string
-	*tracepb.Span
-}
-
-func startOTLPReceiver(t *testing.T) *otlpReceiver {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	r := &otlpReceiver{addr: lis.Addr().String()}
-	gs := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(gs, r)
-	go gs.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(gs.Stop)
-	return r
-}
-
-func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		service := attr(rs.GetResource().GetAttributes(), "service.name").GetStringValue()
-		for _, ss := range rs.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				r.spans = append(r.spans, span{service: service, Span: s})
-			}
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-// named returns the received spans of service with the given name.
-func (r *otlpReceiver) named(service, name string) []span {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []span
-	for _, s := range r.spans {
-		if s.service == service && s.GetName() == name {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// env is the OTel environment that points a process at the receiver, with
-// spans exported every 50 ms rather than every 5 s.
-func (r *otlpReceiver) env() []string {
-	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + r.addr, "OTEL_BSP_SCHEDULE_DELAY=50"}
-}
-
 // childrenOf returns the spans of spans whose parent is one of parents, in
 // the same trace.
-func childrenOf(spans, parents []span) []span {
-	var out []span
+func childrenOf(spans, parents []tracingtest.Span) []tracingtest.Span {
+	var out []tracingtest.Span
 	for _, s := range spans {
 		for _, p := range parents {
 			if slices.Equal(s.GetParentSpanId(), p.GetSpanId()) && slices.Equal(s.GetTraceId(), p.GetTraceId()) {
@@ -101,35 +38,28 @@ func childrenOf(spans, parents []span) []span {
 	return out
 }
 
-func attr(attrs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
-	for _, kv := range attrs {
-		if kv.GetKey() == key {
-			return kv.GetValue()
-		}
-	}
-	return nil
-}
-
 // spanAttrs are the attributes rowlift's own spans may carry: names and
 // counts, never a row's or a key's value.
 var spanAttrs = []string{"rowlift.workflow", "rowlift.source", "rowlift.source_address", "rowlift.target", "rowlift.table",
 	"rowlift.rows", "rowlift.bytes", "rowlift.verify", "rowlift.transactions"}
 
-func checkAttrs(t *testing.T, s span, want map[string]string) {
+func checkAttrs(t *testing.T, s tracingtest.Span, want map[string]string) {
 	t.Helper()
 	for _, kv := range s.GetAttributes() {
-		require.Contains(t, spanAttrs, kv.GetKey(), "span %s of %s", s.GetName(), s.service)
+		require.Contains(t, spanAttrs, kv.GetKey(), "span %s of %s", s.GetName(), s.Service())
 	}
 	for k, v := range want {
-		require.Equal(t, v, attr(s.GetAttributes(), k).GetStringValue(), "%s of span %s of %s", k, s.GetName(), s.service)
+		require.Equal(t, v, tracingtest.Attr(s.GetAttributes(), k).GetStringValue(), "%s of span %s of %s", k, s.GetName(), s.Service())
 	}
 	for _, k := range []string{"rowlift.rows", "rowlift.bytes"} {
-		require.NotNil(t, attr(s.GetAttributes(), k), "%s of span %s of %s", k, s.GetName(), s.service)
+		require.NotNil(t, tracingtest.Attr(s.GetAttributes(), k), "%s of span %s of %s", k, s.GetName(), s.Service())
 	}
 }
 
 // spanRows is the rowlift.rows attribute of a span.
-func spanRows(s span) int64 { return attr(s.GetAttributes(), "rowlift.rows").GetIntValue() }
+func spanRows(s tracingtest.Span) int64 {
+	return tracingtest.Attr(s.GetAttributes(), "rowlift.rows").GetIntValue()
+}
 
 // TestTracesJoinAcrossStreamerAndApplier runs the streamer, the applier and
 // the coordinator with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a receiver in
@@ -137,20 +67,20 @@ func spanRows(s span) int64 { return attr(s.GetAttributes(), "rowlift.rows").Get
 // and the Validate it calls on the streamer are one trace; each chunk's
 // applier span is the child of the streamer span that read and sent it (its
 // context rides in the chunk), and so for a verify's chunks; replay makes
-// group spans; otelgrpc's spans of
-// the Stream RPC join across the hop. A streamer started without the OTel
-// environment sends chunks with no trace context at all.
+// group spans; otelgrpc's spans of the Stream RPC join across the hop. A
+// streamer started without the OTel environment sends chunks with no trace
+// context at all.
 func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
-	otlp := startOTLPReceiver(t)
+	otlp := tracingtest.Start(t)
 	e := newEnv(t)
-	e.hooks = otlp.env()
+	e.hooks = otlp.Env()
 	e.seqTable("tr", "t", 2000)
 	e.startStreamer()
 	e.startApplier()
 	port, err := sandbox.FreePort()
 	require.NoError(t, err)
 	coordAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	startProc(t, "coordinator", otlp.env(), "coordinator", "--listen", coordAddr, "--target", "main="+e.dst.DSN(""))
+	startProc(t, "coordinator", otlp.Env(), "coordinator", "--listen", coordAddr, "--target", "main="+e.dst.DSN(""))
 	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions()...)
 	require.NoError(t, err)
 	defer conn.Close()
@@ -173,13 +103,13 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	// A request follows through the roles: the coordinator's CreateWorkflow
 	// validates the workflow on the streamer, in the same trace.
 	e.waitFor("the coordinator's CreateWorkflow and its Validate on the streamer, in one trace", 30*time.Second, func() (bool, string) {
-		creates := otlp.named("rowlift-coordinator", "rowlift.v1.Control/CreateWorkflow")
-		calls := otlp.named("rowlift-coordinator", "rowlift.v1.Streamer/Validate")
-		served := otlp.named("rowlift-streamer", "rowlift.v1.Streamer/Validate")
+		creates := otlp.Named("rowlift-coordinator", "rowlift.v1.Control/CreateWorkflow")
+		calls := otlp.Named("rowlift-coordinator", "rowlift.v1.Streamer/Validate")
+		served := otlp.Named("rowlift-streamer", "rowlift.v1.Streamer/Validate")
 		return len(childrenOf(served, childrenOf(calls, creates))) > 0,
 			fmt.Sprintf("%d CreateWorkflow, %d Validate calls, %d Validate served", len(creates), len(calls), len(served))
 	})
-	require.Empty(t, otlp.named("rowlift-coordinator", "grpc.health.v1.Health/Check"), "health checks are not traced")
+	require.Empty(t, otlp.Named("rowlift-coordinator", "grpc.health.v1.Health/Check"), "health checks are not traced")
 	e.sourceExec("INSERT INTO tr.t VALUES (5001, 'replayed'), (5002, 'replayed')")
 	e.waitFor("the replayed rows on the target", time.Minute, func() (bool, string) {
 		n := count(t, e.dstDB, "tr.t")
@@ -188,11 +118,11 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 
 	var pairs int
 	e.waitFor("applier chunk spans that are children of streamer chunk spans", 30*time.Second, func() (bool, string) {
-		sent := map[string]span{}
-		for _, s := range otlp.named("rowlift-streamer", "rowlift.streamer.chunk") {
+		sent := map[string]tracingtest.Span{}
+		for _, s := range otlp.Named("rowlift-streamer", "rowlift.streamer.chunk") {
 			sent[hex.EncodeToString(s.GetSpanId())] = s
 		}
-		applied := otlp.named("rowlift-applier", "rowlift.applier.chunk")
+		applied := otlp.Named("rowlift-applier", "rowlift.applier.chunk")
 		pairs = 0
 		for _, a := range applied {
 			s, ok := sent[hex.EncodeToString(a.GetParentSpanId())]
@@ -210,7 +140,7 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 		return pairs >= 4, fmt.Sprintf("%d streamer chunk spans, %d applier chunk spans, %d joined", len(sent), len(applied), pairs)
 	})
 	e.waitFor("a replay group span", 30*time.Second, func() (bool, string) {
-		groups := otlp.named("rowlift-applier", "rowlift.applier.replay_group")
+		groups := otlp.Named("rowlift-applier", "rowlift.applier.replay_group")
 		replayed := int64(0)
 		for _, g := range groups {
 			checkAttrs(t, g, map[string]string{"rowlift.workflow": "traced", "rowlift.source": "main", "rowlift.target": "main"})
@@ -224,13 +154,13 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 		return ctl.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: &rowliftv1.WorkflowRef{Name: "traced"}})
 	})
 	e.waitFor("applier verify spans that are children of streamer verify chunk spans", time.Minute, func() (bool, string) {
-		var sent []span
-		for _, s := range otlp.named("rowlift-streamer", "rowlift.streamer.chunk") {
-			if attr(s.GetAttributes(), "rowlift.verify").GetBoolValue() {
+		var sent []tracingtest.Span
+		for _, s := range otlp.Named("rowlift-streamer", "rowlift.streamer.chunk") {
+			if tracingtest.Attr(s.GetAttributes(), "rowlift.verify").GetBoolValue() {
 				sent = append(sent, s)
 			}
 		}
-		checked := otlp.named("rowlift-applier", "rowlift.applier.verify_chunk")
+		checked := otlp.Named("rowlift-applier", "rowlift.applier.verify_chunk")
 		joined := childrenOf(checked, sent)
 		for _, c := range joined {
 			checkAttrs(t, c, map[string]string{"rowlift.workflow": "traced", "rowlift.table": "t"})
@@ -243,9 +173,9 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	// own as it exits, the streamer once the call is cancelled.
 	e.applier.stop()
 	const rpc = "rowlift.v1.Streamer/Stream"
-	var server span
+	var server tracingtest.Span
 	e.waitFor("otelgrpc spans of the Stream RPC on both sides, joined", 30*time.Second, func() (bool, string) {
-		clients, servers := otlp.named("rowlift-applier", rpc), otlp.named("rowlift-streamer", rpc)
+		clients, servers := otlp.Named("rowlift-applier", rpc), otlp.Named("rowlift-streamer", rpc)
 		joined := childrenOf(servers, clients)
 		if len(joined) == 0 {
 			return false, fmt.Sprintf("%d client spans, %d server spans", len(clients), len(servers))
@@ -255,8 +185,8 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	})
 	// Each chunk is a trace of its own, linked to the stream it went out on.
 	linked := 0
-	for _, s := range otlp.named("rowlift-streamer", "rowlift.streamer.chunk") {
-		require.NotEqual(t, server.GetTraceId(), s.GetTraceId(), "a chunk's span is a trace of its own")
+	for _, s := range otlp.Named("rowlift-streamer", "rowlift.streamer.chunk") {
+		require.NotEqual(t, server.GetTraceId(), s.GetTraceId(), "a chunk's tracingtest.Span is a trace of its own")
 		for _, l := range s.GetLinks() {
 			if slices.Equal(l.GetSpanId(), server.GetSpanId()) {
 				linked++

@@ -10,6 +10,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
+
+	"github.com/rowlift/rowlift/internal/tracing/tracingtest"
 )
 
 func TestExportProtocol(t *testing.T) {
@@ -110,4 +112,55 @@ func TestInjectExtract(t *testing.T) {
 	defer unsampled.End()
 	require.Nil(t, Inject(ctx))
 	require.Equal(t, context.Background(), Extract(context.Background(), nil))
+}
+
+// TestStartExports: with an endpoint, Start exports the role's spans over the
+// chosen OTLP protocol, named by OTEL_SERVICE_NAME or rowlift-<role>, with
+// OTEL_RESOURCE_ATTRIBUTES, sampled by OTEL_TRACES_SAMPLER, and flushes them
+// at shutdown; a sampled span's context is carried (W3C propagator).
+func TestStartExports(t *testing.T) {
+	otlp := tracingtest.Start(t)
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		service string
+		sampled bool
+	}{
+		{name: "grpc, default service name", service: "rowlift-applier", sampled: true,
+			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + otlp.GRPCAddr}},
+		{name: "http/protobuf, named service, resource attributes", service: "mover", sampled: true,
+			env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + otlp.HTTPAddr, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+				"OTEL_SERVICE_NAME": "mover", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=staging"}},
+		{name: "sampler off", service: "rowlift-applier",
+			env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://" + otlp.GRPCAddr, "OTEL_TRACES_SAMPLER": "always_off"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			provider, prop := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+			t.Cleanup(func() {
+				otel.SetTracerProvider(provider)
+				otel.SetTextMapPropagator(prop)
+			})
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			shutdown, err := Start(context.Background(), "applier", zap.NewNop())
+			require.NoError(t, err)
+			ctx, span := otel.Tracer("test").Start(context.Background(), tc.name)
+			carried := Inject(ctx)
+			span.End()
+			require.NoError(t, shutdown(context.Background()))
+
+			got := otlp.Named(tc.service, tc.name)
+			if !tc.sampled {
+				require.Empty(t, got)
+				require.Nil(t, carried)
+				return
+			}
+			require.Len(t, got, 1)
+			require.Contains(t, carried, "traceparent")
+			if env := tc.env["OTEL_RESOURCE_ATTRIBUTES"]; env != "" {
+				require.Equal(t, "staging", tracingtest.Attr(got[0].Resource, "deployment.environment").GetStringValue())
+			}
+		})
+	}
 }

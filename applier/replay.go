@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -361,7 +360,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	span := r.play.startSpan(ctx, "rowlift.applier.replay_group", nil, "")
 	defer func() {
 		if span.IsRecording() {
-			span.SetAttributes(attribute.Int("rowlift.transactions", len(g.txs)))
+			span.SetAttributes(tracing.Transactions.Int(len(g.txs)))
 			tracing.End(span, err, g.rows(), int64(g.bytes))
 		}
 	}()

@@ -34,7 +34,7 @@ func startChunkSpan(ctx context.Context, attrs []attribute.KeyValue, table strin
 	s := chunkSpan{span: span}
 	if span.IsRecording() {
 		span.SetAttributes(attrs...)
-		span.SetAttributes(tracing.Table.String(table), attribute.Bool("rowlift.verify", verify))
+		span.SetAttributes(tracing.Table.String(table), tracing.Verify.Bool(verify))
 		s.carried = tracing.Inject(ctx)
 	}
 	return ctx, s

@@ -39,6 +39,9 @@ const (
 	Table         = attribute.Key("rowlift.table")
 	Rows          = attribute.Key("rowlift.rows")
 	Bytes         = attribute.Key("rowlift.bytes")
+	// Verify marks a verify's chunk; Transactions counts a replay group's.
+	Verify       = attribute.Key("rowlift.verify")
+	Transactions = attribute.Key("rowlift.transactions")
 )
 
 // Protocols an OTLP trace exporter can speak here (OTEL_EXPORTER_OTLP_PROTOCOL).

@@ -203,7 +203,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err := store.RecordCopyStart(ctx, name, c.source.GetName(), estimates); err != nil {
 		return false, err
 	}
-	play, err := newPlayer(e.db, name, c.source.GetName(), owner, tables, resume, c.stats)
+	play, err := newPlayer(e.db, name, c.source.GetName(), c.pair.Target.GetName(), owner, tables, resume, c.stats)
 	if err != nil {
 		return false, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/testhook"
+	"github.com/rowlift/rowlift/internal/tracing"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -402,14 +403,16 @@ func (w *copyWriter) work() error {
 	return nil
 }
 
-func (w *copyWriter) apply(job *copyJob, buf *scratch) error {
+func (w *copyWriter) apply(job *copyJob, buf *scratch) (err error) {
 	began := time.Now()
+	c := job.chunk
+	span := w.play.startSpan(w.ctx, "rowlift.applier.chunk", c.GetTraceContext(), job.table.name)
+	defer func() { tracing.End(span, err, c.GetRowCount(), int64(len(c.GetPackedRows()))) }()
 	tx, err := w.db.BeginTx(w.ctx, nil)
 	if err != nil {
 		return fmt.Errorf("copy %s: begin: %w", job.table.name, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	c := job.chunk
 	write, err := job.table.writer(buf, c)
 	if err != nil {
 		return permanent("copy %s: %v", job.table.name, err)

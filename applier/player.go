@@ -11,11 +11,13 @@ import (
 	"sync"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/rowlift/rowlift/applier/writeset"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/tracing"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -35,6 +37,8 @@ type player struct {
 	tables   map[string]*targetTable
 	// stats records what the stream commits.
 	stats *metrics.ApplyStream
+	// spanAttrs name the stream (workflow, source, target) on its spans.
+	spanAttrs []attribute.KeyValue
 	// applied is the GTID set committed on the target; transactions in it are
 	// skipped (a streamer resumed from an older position sends them again). The
 	// replayer and the copy writer move it, under mu: a committed chunk covers
@@ -44,7 +48,8 @@ type player struct {
 	maybeApplied *gtid.Set
 }
 
-func newPlayer(db *sql.DB, workflow, source string, owner int64, tables map[string]*targetTable, resume state.Resume, stats *metrics.ApplyStream) (*player, error) {
+func newPlayer(db *sql.DB, workflow, source, target string, owner int64, tables map[string]*targetTable, resume state.Resume,
+	stats *metrics.ApplyStream) (*player, error) {
 	applied, err := gtid.Parse(resume.Position)
 	if err != nil {
 		return nil, fmt.Errorf("committed position %q: %w", resume.Position, err)
@@ -54,7 +59,8 @@ func newPlayer(db *sql.DB, workflow, source string, owner int64, tables map[stri
 		return nil, fmt.Errorf("maybe-applied position %q: %w", resume.MaybeApplied, err)
 	}
 	return &player{db: db, workflow: workflow, source: source, owner: owner, tables: tables, stats: stats,
-		applied: applied, maybeApplied: maybe}, nil
+		spanAttrs: []attribute.KeyValue{tracing.Workflow.String(workflow), tracing.Source.String(source), tracing.Target.String(target)},
+		applied:   applied, maybeApplied: maybe}, nil
 }
 
 // divergence is a permanent error naming the transaction and the row.

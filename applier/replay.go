@@ -18,6 +18,7 @@ import (
 	"github.com/rowlift/rowlift/applier/writeset"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/testhook"
+	"github.com/rowlift/rowlift/internal/tracing"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -355,8 +356,15 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 
 // run applies one group. A lock conflict or a stuck earlier group rolls it
 // back and puts it back in the queue; any other error ends the stream.
-func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) error {
+func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) (err error) {
 	began := time.Now()
+	span := r.play.startSpan(ctx, "rowlift.applier.replay_group", nil, "")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(tracing.Transactions.Int(len(g.txs)))
+			tracing.End(span, err, int64(g.rows), int64(g.bytes))
+		}
+	}()
 	w.reset()
 	for i, trx := range g.txs {
 		if err := w.add(trx, g.idempotent[i]); err != nil {
@@ -389,7 +397,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	if r.outOfOrder {
 		watermark = r.play.position() // the low watermark's
 	}
-	err := r.maybeApplied.Advance(g.position)
+	err = r.maybeApplied.Advance(g.position)
 	applied := r.maybeApplied.String()
 	r.mu.Unlock()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
+	"github.com/rowlift/rowlift/internal/tracing"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/internal/vindex"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -139,7 +140,9 @@ func (v *verifier) query(c *rowliftv1.Chunk) (string, error) {
 
 // check compares one verify chunk with the target, repairs if asked, and
 // commits what it found with the table's verify progress.
-func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) error {
+func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) (err error) {
+	span := w.p.startSpan(ctx, "rowlift.applier.verify_chunk", c.GetTraceContext(), v.t.name)
+	defer func() { tracing.End(span, err, c.GetRowCount(), int64(len(c.GetPackedRows()))) }()
 	q, err := v.query(c)
 	if err != nil {
 		return err

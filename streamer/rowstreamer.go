@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -38,6 +40,9 @@ type rowStreamer struct {
 	// shared is the stream's chunk group when the plan has a key range (nil:
 	// the chunks are read and streamed by this stream alone).
 	shared *chunkMember
+	// attrs name the stream on its chunks' spans; span is the current chunk's.
+	attrs []attribute.KeyValue
+	span  chunkSpan
 }
 
 // chunkSink receives a table's chunks: request before the snapshot starts (it
@@ -88,6 +93,8 @@ func (r *rowStreamer) run(ctx context.Context) error {
 // chunk shared with the workflow's other streams, see chunkCache), and each
 // stream filters it to its own range.
 func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
+	ctx, r.span = startChunkSpan(ctx, r.attrs, r.plan.table.Name, r.verify)
+	defer func() { r.span.end(err) }()
 	if r.partBytes == 0 {
 		r.partBytes = min(firstPartBytes, r.packetBytes)
 	}
@@ -349,12 +356,13 @@ const (
 
 func (r *rowStreamer) newPart(fence *rowliftv1.Position, fenceTimeUS int64) *rowliftv1.Chunk {
 	return &rowliftv1.Chunk{Table: r.plan.table.Name, Fence: fence, FenceTimeUs: fenceTimeUS, Verify: r.verify,
-		PackedRows: make([]byte, 0, min(partStartBytes, r.partBytes+r.partBytes/8))}
+		TraceContext: r.span.carried, PackedRows: make([]byte, 0, min(partStartBytes, r.partBytes+r.partBytes/8))}
 }
 
 // sendPart hands a part to the sink and lets the next part grow.
 func (r *rowStreamer) sendPart(ctx context.Context, part *rowliftv1.Chunk, last bool) error {
 	r.partBytes = min(2*r.partBytes, r.packetBytes)
+	r.span.sent(part.RowCount, len(part.PackedRows))
 	return r.sink.part(ctx, part, last)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -25,6 +26,7 @@ import (
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/throttle"
+	"github.com/rowlift/rowlift/internal/tracing"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -276,6 +278,7 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 	sink chunkSink, start position, gate *copyGate, fencers func() fencer) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(opts.ParallelTables))
+	spanAttrs := []attribute.KeyValue{tracing.Workflow.String(req.GetWorkflow()), tracing.SourceAddress.String(s.cfg.Addr)}
 	for i, t := range req.GetTables() {
 		progress := t.GetCopy().GetLastPk()
 		verifying := t.GetCopy().GetDone() && t.GetVerify() != nil && !t.GetVerify().GetDone()
@@ -303,7 +306,7 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			fence := fencers()
 			defer fence.close()
 			r := &rowStreamer{plan: plan, conn: conn, fence: fence, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
-				start: start, lastPK: lastPK, gate: gate, verify: verifying}
+				start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs}
 			if plan.filter != nil && !verifying {
 				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts.ChunkRows))
 				defer r.shared.leave()

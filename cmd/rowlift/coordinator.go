@@ -67,6 +67,11 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			stopTracing, err := startTracing(ctx, "coordinator", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/probe"
+	"github.com/rowlift/rowlift/internal/tracing"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
@@ -49,6 +50,11 @@ func streamerCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			stopTracing, err := startTracing(ctx, "streamer", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
 				return err
 			}
@@ -97,6 +103,11 @@ func applierCommand() *command {
 				return err
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			stopTracing, err := startTracing(ctx, "applier", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
 				return err
 			}
@@ -155,6 +166,23 @@ func newLogger() (*zap.Logger, error) {
 // dsnTLSHelp is the DSN flags' note on TLS to the server.
 const dsnTLSHelp = "TLS: tls=true verifies the server against the system's CAs; add tls-ca=FILE for a private CA, " +
 	"tls-cert=FILE and tls-key=FILE for a client certificate, e.g. ?tls-ca=/etc/rowlift/db-ca.pem"
+
+// startTracing exports the role's spans with OTLP when the standard OTEL_*
+// environment asks for it (internal/tracing), and returns what flushes the
+// spans not yet exported, which the role calls on its way out.
+func startTracing(ctx context.Context, role string, log *zap.Logger) (stop func(), err error) {
+	shutdown, err := tracing.Start(ctx, role, log)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("tracing: spans not flushed at exit", zap.Error(err))
+		}
+	}, nil
+}
 
 func debugFlag(fs *flag.FlagSet, addr *string) {
 	fs.StringVar(addr, "debug-listen", "", "address to serve Go profiles on (/debug/pprof/), e.g. 127.0.0.1:6060; off when empty")

@@ -1,12 +1,15 @@
 // Package grpcopt holds the gRPC settings both ends of a rowlift connection must
 // agree on: message size limits large enough for the biggest row MySQL can hold,
-// and keepalive pings the server permits (a server rejects clients that ping more
-// often than its enforcement policy allows, with "too_many_pings").
+// keepalive pings the server permits (a server rejects clients that ping more
+// often than its enforcement policy allows, with "too_many_pings"), and the
+// OpenTelemetry instrumentation of every RPC.
 package grpcopt
 
 import (
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -35,6 +38,13 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.InitialConnWindowSize(window),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: pingEvery / 2, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: pingEvery, Timeout: 10 * time.Second}),
+		// A span and gRPC metrics per RPC through the global TracerProvider and
+		// MeterProvider, no-op until a role installs one. Message events stay
+		// off (otelgrpc's default): the copy stream is one RPC of many large
+		// messages, and an event per message would grow its span without bound.
+		// Health checks are left out: a kubelet probe every few seconds would
+		// bury the traces worth reading.
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
 	}
 }
 
@@ -46,5 +56,6 @@ func DialOptions() []grpc.DialOption {
 		grpc.WithInitialWindowSize(window),
 		grpc.WithInitialConnWindowSize(window),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: pingEvery, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()), // as ServerOptions' handler
 	}
 }

@@ -1454,7 +1454,12 @@ type Chunk struct {
 	// the row hash of internal/verify, then (VerifyProgress.repair) every
 	// streamed column. The applier compares them with the target at exactly the
 	// fence. last_pk and table_done are the verify's, not the copy's.
-	Verify        bool `protobuf:"varint,7,opt,name=verify,proto3" json:"verify,omitempty"`
+	Verify bool `protobuf:"varint,7,opt,name=verify,proto3" json:"verify,omitempty"`
+	// The W3C trace context (traceparent, tracestate) of the streamer's span of
+	// the chunk, set only when that span is sampled: the stream is one long RPC,
+	// so the applier parents its span of the chunk with this, not the RPC's.
+	// Empty when tracing is off.
+	TraceContext  map[string]string `protobuf:"bytes,10,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1543,6 +1548,13 @@ func (x *Chunk) GetVerify() bool {
 		return x.Verify
 	}
 	return false
+}
+
+func (x *Chunk) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // RowChange is one row of a binlog row event. Inserts have only after, deletes only
@@ -1988,7 +2000,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
 	"\fcreate_table\x18\x04 \x01(\fR\vcreateTable\x12#\n" +
-	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\x98\x02\n" +
+	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xa3\x03\n" +
 	"\x05Chunk\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x1f\n" +
 	"\vpacked_rows\x18\b \x01(\fR\n" +
@@ -1999,7 +2011,12 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"table_done\x18\x05 \x01(\bR\ttableDone\x12\"\n" +
 	"\rfence_time_us\x18\x06 \x01(\x03R\vfenceTimeUs\x12\x16\n" +
-	"\x06verify\x18\a \x01(\bR\x06verifyJ\x04\b\x02\x10\x03R\x04rows\"[\n" +
+	"\x06verify\x18\a \x01(\bR\x06verify\x12H\n" +
+	"\rtrace_context\x18\n" +
+	" \x03(\v2#.rowlift.v1.Chunk.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x02\x10\x03R\x04rows\"[\n" +
 	"\tRowChange\x12'\n" +
 	"\x06before\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06before\x12%\n" +
 	"\x05after\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x05after\"Q\n" +
@@ -2049,7 +2066,7 @@ func file_rowlift_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_rowlift_v1_stream_proto_goTypes = []any{
 	(FreezeMode)(0),          // 0: rowlift.v1.FreezeMode
 	(*FreezeRequest)(nil),    // 1: rowlift.v1.FreezeRequest
@@ -2076,6 +2093,7 @@ var file_rowlift_v1_stream_proto_goTypes = []any{
 	(*Transaction)(nil),      // 22: rowlift.v1.Transaction
 	(*Heartbeat)(nil),        // 23: rowlift.v1.Heartbeat
 	(*DDL)(nil),              // 24: rowlift.v1.DDL
+	nil,                      // 25: rowlift.v1.Chunk.TraceContextEntry
 }
 var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: rowlift.v1.FreezeRequest.mode:type_name -> rowlift.v1.FreezeMode
@@ -2099,28 +2117,29 @@ var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	17, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
 	11, // 19: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
 	16, // 20: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	16, // 21: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	16, // 22: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	20, // 23: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	11, // 24: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	21, // 25: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	11, // 26: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	11, // 27: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
-	5,  // 28: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
-	5,  // 29: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
-	3,  // 30: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
-	1,  // 31: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
-	1,  // 32: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
-	14, // 33: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	13, // 34: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
-	4,  // 35: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
-	2,  // 36: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
-	2,  // 37: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	25, // 21: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
+	16, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	16, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	20, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	11, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	21, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	11, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	11, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	5,  // 29: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
+	5,  // 30: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
+	3,  // 31: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
+	1,  // 32: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
+	1,  // 33: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
+	14, // 34: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	13, // 35: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	4,  // 36: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
+	2,  // 37: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
+	2,  // 38: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
+	34, // [34:39] is the sub-list for method output_type
+	29, // [29:34] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_stream_proto_init() }
@@ -2141,7 +2160,7 @@ func file_rowlift_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_stream_proto_rawDesc), len(file_rowlift_v1_stream_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rowlift/rowlift/coordinator"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -26,6 +27,7 @@ func coordinatorCommand() *command {
 	var listen, debug, healthAddr string
 	// Parsed in exec: the flag package would print a bad value, password and all.
 	var raw, rawFiles stringList
+	var logOpts logging.Options
 	return &command{
 		name:    "coordinator",
 		summary: "serve the Control API: create, start, stop, resume, delete and watch workflows on the targets",
@@ -40,6 +42,7 @@ func coordinatorCommand() *command {
 			debugFlag(fs, &debug)
 			healthFlag(fs, &healthAddr, "once the Control service listens (it needs no target to answer, and reports an unreachable one per request); "+
 				"the main port answers the same health, with rowlift.v1.Control following readiness")
+			logFlags(fs, &logOpts)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			targets := targetFlag{}
@@ -60,7 +63,7 @@ func coordinatorCommand() *command {
 			if len(targets) == 0 {
 				return errors.New("--target NAME=DSN or --target-file NAME=FILE (or $ROWLIFT_TARGET, $ROWLIFT_TARGET_FILE) is required, once per target server")
 			}
-			log, err := newLogger()
+			log, err := newLogger(logOpts)
 			if err != nil {
 				return err
 			}

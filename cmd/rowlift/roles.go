@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // registers /debug/pprof on the default mux
+	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
@@ -23,6 +26,7 @@ import (
 
 func streamerCommand() *command {
 	var listen, sourceDSN, sourceDSNFile, debug, healthAddr string
+	var logOpts logging.Options
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -33,6 +37,7 @@ func streamerCommand() *command {
 			fs.StringVar(&sourceDSNFile, "source-dsn-file", "", "file holding the source DSN instead of --source-dsn (a mounted Kubernetes Secret), read at start")
 			debugFlag(fs, &debug)
 			healthFlag(fs, &healthAddr, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
+			logFlags(fs, &logOpts)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
@@ -42,7 +47,7 @@ func streamerCommand() *command {
 			if dsn == "" {
 				return errors.New("--source-dsn or --source-dsn-file (or $ROWLIFT_SOURCE_DSN, $ROWLIFT_SOURCE_DSN_FILE) is required")
 			}
-			log, err := newLogger()
+			log, err := newLogger(logOpts)
 			if err != nil {
 				return err
 			}
@@ -66,6 +71,7 @@ func streamerCommand() *command {
 func applierCommand() *command {
 	var targetDSN, targetDSNFile, debug, healthAddr string
 	var poll time.Duration
+	var logOpts logging.Options
 	return &command{
 		name:    "applier",
 		summary: "run the target side: apply every workflow recorded in the target's _rowlift schema",
@@ -77,6 +83,7 @@ func applierCommand() *command {
 			debugFlag(fs, &debug)
 			healthFlag(fs, &healthAddr, "while it holds the target's applier lock or stands by behind another applier's, "+
 				"not while it cannot reach or read the target")
+			logFlags(fs, &logOpts)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
@@ -86,7 +93,7 @@ func applierCommand() *command {
 			if dsn == "" {
 				return errors.New("--target-dsn or --target-dsn-file (or $ROWLIFT_TARGET_DSN, $ROWLIFT_TARGET_DSN_FILE) is required")
 			}
-			log, err := newLogger()
+			log, err := newLogger(logOpts)
 			if err != nil {
 				return err
 			}
@@ -137,10 +144,22 @@ func serveUntilDone(ctx context.Context, gs *grpc.Server, lis net.Listener) erro
 	}
 }
 
-func newLogger() (*zap.Logger, error) {
-	cfg := zap.NewProductionConfig()
-	cfg.Sampling = nil
-	return cfg.Build()
+// logFlags defines --log-level and --log-format, which every role takes.
+func logFlags(fs *flag.FlagSet, opts *logging.Options) {
+	fs.StringVar(&opts.Level, "log-level", "info", "least severe log lines written: "+strings.Join(logging.Levels, ", "))
+	fs.StringVar(&opts.Format, "log-format", "", "log line format: "+strings.Join(logging.Formats, " or ")+
+		"; by default console when stderr is a terminal, else json (one object a line)")
+}
+
+// newLogger is a role's logger on stderr, which also carries the MySQL
+// driver's own messages; a bad --log-level or --log-format is a usage error.
+func newLogger(opts logging.Options) (*zap.Logger, error) {
+	log, err := logging.New(opts, os.Stderr, isTerminal(os.Stderr))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	logging.RouteDriver(log)
+	return log, nil
 }
 
 // dsnTLSHelp is the DSN flags' note on TLS to the server.

@@ -90,9 +90,9 @@ func New(cfg Config) (*Server, error) {
 		s.validateTimeout = DefaultValidateTimeout
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Targets)) {
-		if name == "" || strings.ContainsAny(name, "=, ") {
+		if err := state.CheckTargetName(name); err != nil {
 			s.Close()
-			return nil, fmt.Errorf("target name %q: use a non-empty name without '=', ',' or spaces", name)
+			return nil, err
 		}
 		db, mcfg, err := dbconn.Open(cfg.Targets[name], dbconn.Target)
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"regexp"
 	"strings"
 	"time"
 
@@ -245,17 +244,6 @@ func (st Stream) Lag() time.Duration {
 		return 0
 	}
 	return time.Duration(st.AppliedAtUS-st.SourceTimeUS) * time.Microsecond
-}
-
-var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// CheckName refuses workflow names the sidecar schema cannot hold, so callers
-// can refuse a request before doing anything else.
-func CheckName(name string) error {
-	if !validName.MatchString(name) {
-		return fmt.Errorf("workflow name %q: use 1 to 64 letters, digits, '_' or '-'", name)
-	}
-	return nil
 }
 
 // CreateWorkflow stores a new workflow in state init on the server that is

@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
 )
 
 func coordinatorCommand() *command {
@@ -92,15 +92,19 @@ func coordinatorCommand() *command {
 // NAME=FILE flags, by name.
 type targetFlag map[string]string
 
-// startsTarget matches the start of a NAME=DSN item, which tells a comma that
-// separates items from one inside a DSN (a password, a parameter list).
-var startsTarget = regexp.MustCompile(`^[A-Za-z0-9_-]+=`)
+// startsTarget reports whether part starts a NAME=DSN item, which tells a
+// comma that separates items from one inside a DSN (a password, a parameter
+// list).
+func startsTarget(part string) bool {
+	name, _, ok := strings.Cut(part, "=")
+	return ok && state.CheckTargetName(name) == nil
+}
 
 // add takes one NAME=DSN, or several separated by commas (as $ROWLIFT_TARGET has them).
 func (f targetFlag) add(v string) error {
 	var items []string
 	for _, part := range strings.Split(v, ",") {
-		if len(items) > 0 && !startsTarget.MatchString(part) {
+		if len(items) > 0 && !startsTarget(part) {
 			items[len(items)-1] += "," + part
 			continue
 		}
@@ -139,6 +143,9 @@ func (f targetFlag) addFiles(v string) error {
 
 // set records one target's DSN once it parses; errors never quote the DSN.
 func (f targetFlag) set(name, dsn string) error {
+	if err := state.CheckTargetName(name); err != nil {
+		return err
+	}
 	if _, dup := f[name]; dup {
 		return fmt.Errorf("target %q is given twice", name)
 	}

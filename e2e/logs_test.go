@@ -2,15 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/rowlift/rowlift/internal/sandbox"
 )
 
 // TestLogsHideThePassword plants a distinctive password in the source and
@@ -31,11 +27,6 @@ func TestLogsHideThePassword(t *testing.T) {
 		require.NoError(t, err)
 	}
 	dsn := func(addr string) string { return "mover:" + password + "@tcp(" + addr + ")/" }
-	freeAddr := func() string {
-		port, err := sandbox.FreePort()
-		require.NoError(t, err)
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	}
 	debug := []string{"--log-level", "debug", "--log-format", "json"}
 	withDebug := func(args ...string) []string { return append(args, debug...) }
 
@@ -44,10 +35,10 @@ func TestLogsHideThePassword(t *testing.T) {
 		startProc(t, "applier", nil, withDebug("applier", "--target-dsn", dsn(e.dst.Addr()), "--poll-interval", "50ms")...),
 	}
 	// A streamer whose source server is down: a stream through it fails.
-	downAddr := freeAddr()
+	downAddr := freeAddr(t)
 	procs = append(procs, startProc(t, "streamer-down", nil,
-		withDebug("streamer", "--listen", downAddr, "--source-dsn", dsn(freeAddr()))...))
-	coordAddr := freeAddr()
+		withDebug("streamer", "--listen", downAddr, "--source-dsn", dsn(freeAddr(t)))...))
+	coordAddr := freeAddr(t)
 	procs = append(procs, startProc(t, "coordinator", nil,
 		withDebug("coordinator", "--listen", coordAddr, "--target", "main="+dsn(e.dst.Addr()))...))
 
@@ -72,9 +63,9 @@ func TestLogsHideThePassword(t *testing.T) {
 	require.Zero(t, run("workflow", "list").code)
 
 	require.Equal(t, 1, run("workflow", "show", "nosuch").code)
-	require.Equal(t, 1, create("nobody", freeAddr()).code, "no streamer listens there")
+	require.Equal(t, 1, create("nobody", freeAddr(t)).code, "no streamer listens there")
 	require.Equal(t, 1, create("down", downAddr).code, "the streamer's source server is down")
-	r := run("coordinator", "--listen", freeAddr(), "--target", "main=mover:"+password+"@tcp(127.0.0.1:1")
+	r := run("coordinator", "--listen", freeAddr(t), "--target", "main=mover:"+password+"@tcp(127.0.0.1:1")
 	require.Equal(t, 2, r.code, "a DSN with no closing parenthesis")
 	r = run("applier", "--target-dsn", "mover:"+password+"@tcp(127.0.0.1:1)/?nosuchparam=1&timeout=x")
 	require.NotZero(t, r.code, "a DSN with a bad parameter")

@@ -13,8 +13,9 @@ import (
 // target users' DSNs, runs the streamer, applier and coordinator at debug with
 // them, drives a workflow through the CLI, makes requests fail (an unknown
 // workflow, a source nobody listens for, a source server that is down, bad
-// DSNs), and then finds the password in no process's output. Every line the
-// roles log is zap's JSON: the MySQL libraries' own lines go through zap too.
+// DSNs, an address in use), and then finds the password in no process's
+// output. Every line the roles write is zap's JSON: the MySQL libraries' own
+// lines and the error a role stops with go through zap too.
 func TestLogsHideThePassword(t *testing.T) {
 	const password = "Pl4nted-pw-7Qx"
 	e := newEnv(t)
@@ -38,6 +39,12 @@ func TestLogsHideThePassword(t *testing.T) {
 	downAddr := freeAddr(t)
 	procs = append(procs, startProc(t, "streamer-down", nil,
 		withDebug("streamer", "--listen", downAddr, "--source-dsn", dsn(freeAddr(t)))...))
+	// A streamer that cannot listen (the first one has the address) stops
+	// with a last log line, in JSON like the others.
+	busy := startProc(t, "streamer-busy", nil, withDebug("streamer", "--listen", e.streamerAddr, "--source-dsn", dsn(e.src.Addr()))...)
+	<-busy.done
+	require.Regexp(t, `"level":"error".*"msg":"stopped","error":"listen on `+e.streamerAddr, busy.logText())
+	procs = append(procs, busy)
 	coordAddr := freeAddr(t)
 	procs = append(procs, startProc(t, "coordinator", nil,
 		withDebug("coordinator", "--listen", coordAddr, "--target", "main="+dsn(e.dst.Addr()))...))

@@ -44,7 +44,7 @@ func coordinatorCommand() *command {
 				"the main port answers the same health, with rowlift.v1.Control following readiness")
 			logFlags(fs, &logOpts)
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			targets := targetFlag{}
 			for _, flagged := range []struct {
 				name   string
@@ -67,7 +67,7 @@ func coordinatorCommand() *command {
 			if err != nil {
 				return err
 			}
-			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			defer func() { err = logExit(log, err) }()
 			probes, err := probe.Start(ctx, healthAddr, log, rowliftv1.Control_ServiceDesc.ServiceName)
 			if err != nil {
 				return err

@@ -39,7 +39,7 @@ func streamerCommand() *command {
 			healthFlag(fs, &healthAddr, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
 			logFlags(fs, &logOpts)
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
 			if err != nil {
 				return err
@@ -51,7 +51,7 @@ func streamerCommand() *command {
 			if err != nil {
 				return err
 			}
-			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			defer func() { err = logExit(log, err) }()
 			probes, err := probe.Start(ctx, healthAddr, log)
 			if err != nil {
 				return err
@@ -85,7 +85,7 @@ func applierCommand() *command {
 				"not while it cannot reach or read the target")
 			logFlags(fs, &logOpts)
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
 			if err != nil {
 				return err
@@ -97,7 +97,7 @@ func applierCommand() *command {
 			if err != nil {
 				return err
 			}
-			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			defer func() { err = logExit(log, err) }()
 			probes, err := probe.Start(ctx, healthAddr, log)
 			if err != nil {
 				return err
@@ -142,6 +142,25 @@ func serveUntilDone(ctx context.Context, gs *grpc.Server, lis net.Listener) erro
 		gs.Stop()
 		return nil
 	}
+}
+
+// loggedError is a role's failure, already logged through its logger: main
+// exits 1 without printing it again in another format.
+type loggedError struct{ err error }
+
+func (e loggedError) Error() string { return e.err.Error() }
+func (e loggedError) Unwrap() error { return e.err }
+
+// logExit ends a role's logging: the error it stops with, if any, becomes
+// its last log line (JSON in production, where a plain stderr line would be
+// out of place), and the log is flushed.
+func logExit(log *zap.Logger, err error) error {
+	if err != nil {
+		log.Error("stopped", zap.Error(err))
+		err = loggedError{err}
+	}
+	_ = log.Sync() // nothing to do about a failed flush at exit
+	return err
 }
 
 // logFlags defines --log-level and --log-format, which every role takes.

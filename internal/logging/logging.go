@@ -85,7 +85,9 @@ func New(opts Options, w io.Writer, terminal bool) (*zap.Logger, error) {
 	}
 	ws := zapcore.Lock(zapcore.AddSync(w))
 	core := zapcore.NewCore(encoder, ws, level)
-	return zap.New(core, zap.AddCaller(), zap.ErrorOutput(ws), zap.AddStacktrace(zapcore.ErrorLevel)), nil
+	// No stack traces on errors: rowlift's errors say what failed and where;
+	// the stack of the log call would only bury that.
+	return zap.New(core, zap.AddCaller(), zap.ErrorOutput(ws), zap.AddStacktrace(zapcore.DPanicLevel)), nil
 }
 
 // RouteDriver sends go-sql-driver/mysql's own messages (a connection that

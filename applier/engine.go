@@ -257,7 +257,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		}
 		st := streams[key]
 		c := &controller{engine: e, pair: st, spec: st.Spec, source: st.Source,
-			log: e.log.With(zap.String("workflow", key.workflow), zap.String("source", key.source))}
+			log: e.log.With(zap.String("workflow", key.workflow), zap.String("stream", st.Name()))}
 		sctx, cancel := context.WithCancel(ctx)
 		rs := &runningStream{cancel: cancel, done: make(chan struct{}), spec: w.Spec, verify: verifies[[2]string{key.workflow, key.source}]}
 		e.running[key] = rs

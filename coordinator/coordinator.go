@@ -90,9 +90,9 @@ func New(cfg Config) (*Server, error) {
 		s.validateTimeout = DefaultValidateTimeout
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Targets)) {
-		if name == "" || strings.ContainsAny(name, "=, ") {
+		if err := state.CheckTargetName(name); err != nil {
 			s.Close()
-			return nil, fmt.Errorf("target name %q: use a non-empty name without '=', ',' or spaces", name)
+			return nil, err
 		}
 		db, mcfg, err := dbconn.Open(cfg.Targets[name], dbconn.Target)
 		if err != nil {
@@ -269,6 +269,19 @@ func (s *Server) workflow(ctx context.Context, spec *rowliftv1.WorkflowSpec, tar
 	if err != nil {
 		return nil, err
 	}
+	var journal *state.Journal
+	if st, err := targets[0].open(ctx); err == nil {
+		if j, err := st.Journal(ctx, spec.GetName()); err == nil {
+			journal = j
+		}
+	}
+	return s.build(spec, views, journal)
+}
+
+// build makes a workflow's definition and status from its targets' records
+// and the journal of its last cutover (nil when none); NotFound when no
+// target has it any more.
+func (s *Server) build(spec *rowliftv1.WorkflowSpec, views []view, journal *state.Journal) (*rowliftv1.Workflow, error) {
 	found := false
 	for _, v := range views {
 		found = found || v.wf != nil
@@ -279,10 +292,8 @@ func (s *Server) workflow(ctx context.Context, spec *rowliftv1.WorkflowSpec, tar
 	now := time.Now()
 	samples := s.hist.record(spec.GetName(), views, now)
 	w := &rowliftv1.Workflow{Spec: spec, Status: buildStatus(spec, views, samples, now)}
-	if st, err := targets[0].open(ctx); err == nil {
-		if j, err := st.Journal(ctx, spec.GetName()); err == nil {
-			w.Status.Cutover = cutoverStatus(j)
-		}
+	if journal != nil {
+		w.Status.Cutover = cutoverStatus(journal)
 	}
 	return w, nil
 }
@@ -399,46 +410,6 @@ func (s *Server) GetWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef) (*
 		return nil, err
 	}
 	return s.workflow(ctx, spec, targets)
-}
-
-// ListWorkflows returns every workflow on the requested targets, by name.
-func (s *Server) ListWorkflows(ctx context.Context, req *rowliftv1.ListWorkflowsRequest) (*rowliftv1.ListWorkflowsResponse, error) {
-	candidates, err := s.pick(req.GetTargets())
-	if err != nil {
-		return nil, err
-	}
-	specs := map[string]*rowliftv1.WorkflowSpec{}
-	for _, t := range candidates {
-		st, err := t.open(ctx)
-		if err != nil {
-			return nil, err
-		}
-		ws, err := st.Workflows(ctx)
-		if err != nil {
-			return nil, t.fail(err)
-		}
-		for _, w := range ws {
-			if specs[w.Spec.GetName()] == nil {
-				specs[w.Spec.GetName()] = w.Spec
-			}
-		}
-	}
-	resp := &rowliftv1.ListWorkflowsResponse{}
-	for _, name := range slices.Sorted(maps.Keys(specs)) {
-		targets, err := s.specTargets(specs[name])
-		if err != nil {
-			return nil, err
-		}
-		w, err := s.workflow(ctx, specs[name], targets)
-		if status.Code(err) == codes.NotFound {
-			continue // deleted since it was listed
-		}
-		if err != nil {
-			return nil, err
-		}
-		resp.Workflows = append(resp.Workflows, w)
-	}
-	return resp, nil
 }
 
 // WatchWorkflow sends the workflow's status now and at every interval until

@@ -309,6 +309,18 @@ func checkSpec(spec *rowliftv1.WorkflowSpec) error {
 	if err := unique("target", spec.GetTargets(), func(t *rowliftv1.TargetShard) string { return t.GetName() }); err != nil {
 		return err
 	}
+	for _, t := range spec.GetTargets() {
+		if err := state.CheckTargetName(t.GetName()); err != nil {
+			return err
+		}
+	}
+	for _, src := range spec.GetSources() {
+		if r := src.GetReverseTarget(); r != "" {
+			if err := state.CheckTargetName(r); err != nil {
+				return fmt.Errorf("source %s's reverse target: %w", src.GetName(), err)
+			}
+		}
+	}
 	if len(spec.GetTables()) == 0 {
 		return fmt.Errorf("workflow %q has no table", spec.GetName())
 	}

@@ -141,6 +141,11 @@ func TestCreateRefusesBadWorkflows(t *testing.T) {
 			{name: "unknown-target", tables: []string{"orders"}, code: codes.InvalidArgument,
 				edit: func(s *rowliftv1.WorkflowSpec) { s.Targets[0].Name = "elsewhere" },
 				want: []string{`"elsewhere"`, "not configured on this coordinator", "dead, main, twin"}},
+			{name: "bad-target-name", tables: []string{"orders"}, code: codes.InvalidArgument,
+				edit: func(s *rowliftv1.WorkflowSpec) { s.Targets[0].Name = "main.1" }, want: []string{`target name "main.1": use 1 to 64 letters`}},
+			{name: "bad-reverse-target", tables: []string{"orders"}, code: codes.InvalidArgument,
+				edit: func(s *rowliftv1.WorkflowSpec) { s.Sources[0].ReverseTarget = "old source" },
+				want: []string{`source main's reverse target: target name "old source": use 1 to 64 letters`}},
 			{name: "bad-key-range", tables: []string{"orders"}, code: codes.InvalidArgument,
 				edit: func(s *rowliftv1.WorkflowSpec) { s.Targets[0].KeyRange = "80-4x" }, want: []string{`key range "80-4x"`, "hexadecimal"}},
 			{name: "reversed-key-range", tables: []string{"orders"}, code: codes.InvalidArgument,
@@ -274,4 +279,9 @@ func TestCreateDuplicateAndRollback(t *testing.T) {
 		require.Contains(t, err.Error(), "target twin")
 		f.nothingWritten(t, "both")
 	})
+}
+
+func TestNewRefusesBadTargetName(t *testing.T) {
+	_, err := New(Config{Targets: map[string]string{"main": "root@tcp(127.0.0.1:1)/", "shard 2": "root@tcp(127.0.0.1:1)/"}})
+	require.EqualError(t, err, `target name "shard 2": use 1 to 64 letters, digits, '_' or '-', e.g. main or shard-80`)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rowlift/rowlift/internal/crossflavor"
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/reshard"
+	"github.com/rowlift/rowlift/internal/schema"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -91,24 +92,16 @@ func collations(ctx context.Context, t *target) (map[string]bool, error) {
 // columnTypes are the data types of an existing target table's columns, or
 // nil when the table does not exist (the workflow will create it).
 func columnTypes(ctx context.Context, t *target, db, table string) (map[string]string, error) {
-	rows, err := t.db.QueryContext(ctx, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", db, table)
+	cols, err := schema.ReadColumns(ctx, t.db, db, table)
 	if err != nil {
-		return nil, t.fail(fmt.Errorf("read the columns of target table %s.%s: %w", db, table, err))
+		return nil, t.fail(fmt.Errorf("target table: %w", err))
 	}
-	defer rows.Close()
 	var out map[string]string
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			return nil, t.fail(fmt.Errorf("read the columns of target table %s.%s: %w", db, table, err))
-		}
+	for _, c := range cols {
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[name] = strings.ToLower(typ)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, t.fail(fmt.Errorf("read the columns of target table %s.%s: %w", db, table, err))
+		out[c.Name] = c.DataType
 	}
 	return out, nil
 }

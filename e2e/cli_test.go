@@ -207,3 +207,43 @@ func TestCLIUnreachableCoordinator(t *testing.T) {
 		require.Regexp(t, `^rowlift: \w+ workflows? ?w?: cannot reach the coordinator at `+addr+`: .*connection refused \(Unavailable\)\n$`, stderr)
 	}
 }
+
+// TestCLIListWithTargetsDown: `workflow list` prints the workflows of the
+// targets that answered and a line per target that did not, exiting 0; when
+// no target answers it exits 3, and with --output json the entries are in the
+// JSON too.
+func TestCLIListWithTargetsDown(t *testing.T) {
+	e := newEnv(t)
+	e.start(e.workflow("up", "db", "t"))
+	down := freeAddr(t)
+	coordAddr := freeAddr(t)
+	startProc(t, "coordinator", nil, "coordinator", "--listen", coordAddr,
+		"--target", "main="+e.dst.DSN(""), "--target", "down=root:hidden-pw@tcp("+down+")/")
+	c := newCLIAt(t, coordAddr)
+	var r result
+	e.waitFor("the coordinator to answer", 30*time.Second, func() (bool, string) {
+		r = c.run("workflow", "list")
+		return r.code == 0, r.stderr
+	})
+	require.Regexp(t, `^NAME +PHASE +COPIED +LAG +ETA +MESSAGE\nup +`, r.stdout)
+	require.Regexp(t, `^rowlift: target down: .*cannot reach target server `+down+`.*\n$`, r.stderr)
+	require.NotContains(t, r.stderr, "hidden-pw")
+
+	r = c.run("workflow", "list", "--target", "down", "--target", "nosuch")
+	require.Equal(t, 3, r.code, "no target answered")
+	require.Empty(t, r.stdout)
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	require.Len(t, lines, 3, r.stderr)
+	require.Regexp(t, `^rowlift: target down: .*cannot reach target server `+down, lines[0])
+	require.Equal(t, `rowlift: target nosuch: target "nosuch" is not configured on this coordinator (it has down, main): `+
+		"add --target nosuch=DSN to the coordinator", lines[1])
+	require.Equal(t, "rowlift: list workflows: none of the 2 targets could be read (see above)", lines[2])
+
+	r = c.run("workflow", "list", "--output", "json")
+	require.Zero(t, r.code)
+	var resp rowliftv1.ListWorkflowsResponse
+	require.NoError(t, protojson.Unmarshal([]byte(r.stdout), &resp))
+	require.Equal(t, []string{"main"}, resp.GetTargetsRead())
+	require.Len(t, resp.GetTargetErrors(), 1)
+	require.Equal(t, "down", resp.GetTargetErrors()[0].GetTarget())
+}

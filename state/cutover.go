@@ -62,19 +62,37 @@ func (c *Journal) WritePauseMS() int64 {
 
 // Journal returns a workflow pair's last cutover journal, or ErrNotFound.
 func (s *Store) Journal(ctx context.Context, workflow string) (*Journal, error) {
-	var js []byte
-	err := s.db.QueryRowContext(ctx, "SELECT journal FROM "+Schema+".cutover WHERE workflow = ?", workflow).Scan(&js)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: no cutover of %q", ErrNotFound, workflow)
-	}
+	m, err := s.journals(ctx, "WHERE workflow = ?", workflow)
 	if err != nil {
 		return nil, fmt.Errorf("read cutover of %q: %w", workflow, err)
 	}
-	c := &Journal{}
-	if err := json.Unmarshal(js, c); err != nil {
-		return nil, fmt.Errorf("decode cutover of %q: %w", workflow, err)
+	if m[workflow] == nil {
+		return nil, fmt.Errorf("%w: no cutover of %q", ErrNotFound, workflow)
 	}
-	return c, nil
+	return m[workflow], nil
+}
+
+// journals returns the cutover journals where says, by workflow.
+func (s *Store) journals(ctx context.Context, where string, args ...any) (map[string]*Journal, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, journal FROM "+Schema+".cutover "+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*Journal{}
+	for rows.Next() {
+		var workflow string
+		var js []byte
+		if err := rows.Scan(&workflow, &js); err != nil {
+			return nil, err
+		}
+		c := &Journal{}
+		if err := json.Unmarshal(js, c); err != nil {
+			return nil, fmt.Errorf("decode cutover of %q: %w", workflow, err)
+		}
+		out[workflow] = c
+	}
+	return out, rows.Err()
 }
 
 // SaveJournal records a journal, replacing the pair's previous one.

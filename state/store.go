@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"regexp"
 	"strings"
 	"time"
 
@@ -247,17 +246,6 @@ func (st Stream) Lag() time.Duration {
 	return time.Duration(st.AppliedAtUS-st.SourceTimeUS) * time.Microsecond
 }
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// CheckName refuses workflow names the sidecar schema cannot hold, so callers
-// can refuse a request before doing anything else.
-func CheckName(name string) error {
-	if !validName.MatchString(name) {
-		return fmt.Errorf("workflow name %q: use 1 to 64 letters, digits, '_' or '-'", name)
-	}
-	return nil
-}
-
 // CreateWorkflow stores a new workflow in state init on the server that is
 // its target named target, with the stream and copy_state rows of the streams
 // that target runs, all in one transaction.
@@ -431,19 +419,29 @@ func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
 // CopyState returns the copy progress of a workflow's tables from one source, or
 // from every source when source is empty.
 func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]TableCopy, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT source, table_name, last_pk, rows_copied, done, rows_estimate, run_started_at_us, run_start_rows, updated_at_us FROM "+Schema+
-		".copy_state WHERE workflow = ? AND (? = '' OR source = ?) ORDER BY source, table_name", workflow, source, source)
+	m, err := s.copyStates(ctx, "WHERE workflow = ? AND (? = '' OR source = ?)", workflow, source, source)
 	if err != nil {
 		return nil, fmt.Errorf("read copy state of %q: %w", workflow, err)
 	}
+	return m[workflow], nil
+}
+
+// copyStates returns the copy_state rows where says, by workflow.
+func (s *Store) copyStates(ctx context.Context, where string, args ...any) (map[string][]TableCopy, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, table_name, last_pk, rows_copied, done, rows_estimate, run_started_at_us, run_start_rows, "+
+		"updated_at_us FROM "+Schema+".copy_state "+where+" ORDER BY workflow, source, table_name", args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	var out []TableCopy
+	out := map[string][]TableCopy{}
 	for rows.Next() {
+		var workflow string
 		var tc TableCopy
 		var lastPK []byte
-		if err := rows.Scan(&tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.Done, &tc.RowsEstimate, &tc.RunStartedAtUS,
+		if err := rows.Scan(&workflow, &tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.Done, &tc.RowsEstimate, &tc.RunStartedAtUS,
 			&tc.RunStartRows, &tc.UpdatedAtUS); err != nil {
-			return nil, fmt.Errorf("read copy state of %q: %w", workflow, err)
+			return nil, err
 		}
 		if lastPK != nil {
 			tc.LastPK = &rowliftv1.Row{}
@@ -451,7 +449,7 @@ func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]Table
 				return nil, fmt.Errorf("decode last_pk of %s.%s: %w", workflow, tc.Table, err)
 			}
 		}
-		out = append(out, tc)
+		out[workflow] = append(out[workflow], tc)
 	}
 	return out, rows.Err()
 }
@@ -485,43 +483,54 @@ func (s *Store) CopyDone(ctx context.Context, workflow string) (bool, error) {
 
 // Streams returns the streams of a workflow.
 func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT source, position, source_time_us, applied_at_us, message, message_at_us, IFNULL(throttled, '') FROM "+Schema+
-		".stream WHERE workflow = ? ORDER BY source", workflow)
+	m, err := s.streams(ctx, "WHERE workflow = ?", workflow)
 	if err != nil {
 		return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
 	}
+	return m[workflow], nil
+}
+
+// streams returns the streams where says (a condition on workflow), by
+// workflow, with their replay workers' rows folded in.
+func (s *Store) streams(ctx context.Context, where string, args ...any) (map[string][]Stream, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, position, source_time_us, applied_at_us, message, message_at_us, IFNULL(throttled, '') FROM "+Schema+
+		".stream "+where+" ORDER BY workflow, source", args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	var out []Stream
+	out := map[string][]Stream{}
 	for rows.Next() {
+		var workflow string
 		var st Stream
-		if err := rows.Scan(&st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message, &st.MessageAtUS, &st.Throttled); err != nil {
-			return nil, fmt.Errorf("read streams of %q: %w", workflow, err)
+		if err := rows.Scan(&workflow, &st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message, &st.MessageAtUS, &st.Throttled); err != nil {
+			return nil, err
 		}
-		out = append(out, st)
+		out[workflow] = append(out[workflow], st)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	return out, s.addSlots(ctx, workflow, out)
+	return out, s.addSlots(ctx, out, where, args...)
 }
 
-// addSlots folds the replay workers' rows into the streams: the position is
-// the latest watermark, the times those of the latest commit.
-func (s *Store) addSlots(ctx context.Context, workflow string, streams []Stream) error {
-	rows, err := s.db.QueryContext(ctx, "SELECT source, watermark, source_time_us, applied_at_us FROM "+Schema+
-		".replay_slot WHERE workflow = ?", workflow)
+// addSlots folds the replay workers' rows (where says) into the streams: the
+// position is the latest watermark, the times those of the latest commit.
+func (s *Store) addSlots(ctx context.Context, streams map[string][]Stream, where string, args ...any) error {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, watermark, source_time_us, applied_at_us FROM "+Schema+
+		".replay_slot "+where, args...)
 	if err != nil {
-		return fmt.Errorf("read replay slots of %q: %w", workflow, err)
+		return fmt.Errorf("read replay slots: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var source, watermark string
+		var workflow, source, watermark string
 		var sourceTime, appliedAt int64
-		if err := rows.Scan(&source, &watermark, &sourceTime, &appliedAt); err != nil {
-			return fmt.Errorf("read replay slots of %q: %w", workflow, err)
+		if err := rows.Scan(&workflow, &source, &watermark, &sourceTime, &appliedAt); err != nil {
+			return fmt.Errorf("read replay slots: %w", err)
 		}
-		for i := range streams {
-			st := &streams[i]
+		for i := range streams[workflow] {
+			st := &streams[workflow][i]
 			if st.Source != source {
 				continue
 			}

@@ -106,20 +106,29 @@ func (s *Store) StartVerify(ctx context.Context, workflow string, repair, restar
 // Verify returns the verify of a workflow's tables from one source, or from
 // every source when source is empty; none when no verify was ever started.
 func (s *Store) Verify(ctx context.Context, workflow, source string) ([]TableVerify, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT source, table_name, started_at_us, repair, last_pk, done, rows_compared, missing, extra, different, "+
-		"repaired, examples, finished_at_us, updated_at_us FROM "+Schema+".verify WHERE workflow = ? AND (? = '' OR source = ?) ORDER BY source, table_name",
-		workflow, source, source)
+	m, err := s.verifies(ctx, "WHERE workflow = ? AND (? = '' OR source = ?)", workflow, source, source)
 	if err != nil {
 		return nil, fmt.Errorf("read verify of %q: %w", workflow, err)
 	}
+	return m[workflow], nil
+}
+
+// verifies returns the verify rows where says, by workflow.
+func (s *Store) verifies(ctx context.Context, where string, args ...any) (map[string][]TableVerify, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, table_name, started_at_us, repair, last_pk, done, rows_compared, missing, extra, different, "+
+		"repaired, examples, finished_at_us, updated_at_us FROM "+Schema+".verify "+where+" ORDER BY workflow, source, table_name", args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	var out []TableVerify
+	out := map[string][]TableVerify{}
 	for rows.Next() {
+		var workflow string
 		var v TableVerify
 		var lastPK, examples []byte
-		if err := rows.Scan(&v.Source, &v.Table, &v.StartedAtUS, &v.Repair, &lastPK, &v.Done, &v.RowsCompared, &v.Missing, &v.Extra,
+		if err := rows.Scan(&workflow, &v.Source, &v.Table, &v.StartedAtUS, &v.Repair, &lastPK, &v.Done, &v.RowsCompared, &v.Missing, &v.Extra,
 			&v.Different, &v.Repaired, &examples, &v.FinishedAtUS, &v.UpdatedAtUS); err != nil {
-			return nil, fmt.Errorf("read verify of %q: %w", workflow, err)
+			return nil, err
 		}
 		if lastPK != nil {
 			v.LastPK = &rowliftv1.Row{}
@@ -130,7 +139,7 @@ func (s *Store) Verify(ctx context.Context, workflow, source string) ([]TableVer
 		if err := json.Unmarshal(examples, &v.Examples); err != nil {
 			return nil, fmt.Errorf("decode verify examples of %s.%s: %w", workflow, v.Table, err)
 		}
-		out = append(out, v)
+		out[workflow] = append(out[workflow], v)
 	}
 	return out, rows.Err()
 }

@@ -292,26 +292,28 @@ func numericCond(column string, r keyrange.Range, unsigned bool) string {
 // sharding column: the target shards enforce it per shard only, so two rows
 // of different shards may then share a value the source refused.
 func perShardKeys(ctx context.Context, db *sql.DB, p *tablePlan) ([]string, error) {
-	rows, err := db.QueryContext(ctx, "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ', '), "+
-		"SUM(COLUMN_NAME = ?) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 "+
-		"GROUP BY INDEX_NAME ORDER BY INDEX_NAME", p.filter.column, p.table.Database, p.table.Name)
+	keys, err := schema.ReadUniqueKeys(ctx, db, p.table.Database, p.table.Name)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var out []string
-	for rows.Next() {
-		var name, cols string
-		var has int
-		if err := rows.Scan(&name, &cols, &has); err != nil {
-			return nil, err
+	for _, k := range keys {
+		var parts []string
+		has := false
+		for _, part := range k.Parts {
+			if part.Column == "" {
+				parts = append(parts, part.Expression)
+				continue
+			}
+			parts = append(parts, part.Column)
+			has = has || strings.EqualFold(part.Column, p.filter.column)
 		}
-		if has == 0 {
+		if !has {
 			out = append(out, fmt.Sprintf("table %s: unique key %s (%s) does not contain the sharding column %s, so after the reshard "+
-				"each target shard enforces it for its own rows only", p.table.Name, name, cols, p.filter.column))
+				"each target shard enforces it for its own rows only", p.table.Name, k.Name, strings.Join(parts, ", "), p.filter.column))
 		}
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // keep reports whether a row (values in streamed column order) is in range.

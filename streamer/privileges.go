@@ -122,7 +122,7 @@ func (s *Server) checkBinlogGrant(ctx context.Context, flavor dbconn.Flavor) err
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "source position %q: %v", pos, err)
 	}
-	syncer, events, err := s.startBinlog(ctx, start, flavor)
+	syncer, events, err := s.startBinlog(ctx, start, flavor, s.log)
 	if err != nil {
 		return err
 	}

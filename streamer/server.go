@@ -93,6 +93,10 @@ func (s *Server) Close() error {
 func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamingServer[rowliftv1.StreamResponse]) error {
 	ctx := stream.Context()
 	log := s.log.With(zap.String("workflow", req.GetWorkflow()))
+	if kr, sharded, err := keyRange(req.GetKeyRange()); err == nil && sharded {
+		// It tells apart the streams of one workflow to several target shards.
+		log = log.With(zap.Stringer("key_range", kr))
+	}
 	err := s.stream(ctx, req, stream, log)
 	if err != nil && ctx.Err() == nil {
 		log.Warn("stream ended", zap.Error(err))
@@ -207,10 +211,10 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 		return err
 	}
 	m := newMerger(gtidPos{start.Clone()})
-	if err := s.mergeTables(ctx, m, req, plans); err != nil {
+	if err := s.mergeTables(ctx, m, req, plans, log); err != nil {
 		return err
 	}
-	syncer, events, err := s.startBinlog(ctx, start, flavor)
+	syncer, events, err := s.startBinlog(ctx, start, flavor, log)
 	if err != nil {
 		return err
 	}

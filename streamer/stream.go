@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/keyorder"
+	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -126,7 +126,7 @@ func (s *Server) visible(ctx context.Context, flavor dbconn.Flavor) (string, err
 // startBinlog opens the binlog dump from start, with the source DSN's TLS
 // settings. go-mysql's own reconnect is off: a broken dump ends the stream and
 // the applier reopens it from its committed position, the one truth for resuming.
-func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn.Flavor) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
+func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn.Flavor, log *zap.Logger) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
 	host, portText, err := net.SplitHostPort(s.cfg.Addr)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "source address %q: %v", s.cfg.Addr, err)
@@ -152,9 +152,9 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 		HeartbeatPeriod:         time.Second,
 		ReadTimeout:             10 * time.Second, // above the heartbeat, or every idle gap reconnects
 		DisableRetrySync:        true,
-		// go-mysql logs its whole config, password included, at INFO; its errors
-		// reach us through GetEvent and are reported with context there.
-		Logger: slog.New(slog.DiscardHandler),
+		// go-mysql logs its whole config, password included, at info: this
+		// logger keeps its warnings and errors only.
+		Logger: logging.GoMySQL(log),
 	}
 	if err := binlogrow.CheckConfig(cfg); err != nil {
 		return nil, nil, status.Error(codes.Internal, err.Error())
@@ -325,7 +325,7 @@ func put(ctx context.Context, items chan<- *rowliftv1.StreamItem, item *rowliftv
 
 // mergeTables describes each streamed table to the merger: how to find its key
 // in a row, how keys order on the source, and how far its copy has got.
-func (s *Server) mergeTables(ctx context.Context, m *merger, req *rowliftv1.StreamRequest, plans []*tablePlan) error {
+func (s *Server) mergeTables(ctx context.Context, m *merger, req *rowliftv1.StreamRequest, plans []*tablePlan, log *zap.Logger) error {
 	for i, p := range plans {
 		keyCols := p.keyIdx
 		keyColumns := make([]schema.Column, len(keyCols))
@@ -337,7 +337,7 @@ func (s *Server) mergeTables(ctx context.Context, m *merger, req *rowliftv1.Stre
 			return status.Errorf(codes.Unavailable, "key order of %s: %v", p.table.Name, err)
 		}
 		if !order.Exact() {
-			s.log.Info("key comparison uses the source server", zap.String("table", p.table.Name), zap.String("why", order.Fallback()))
+			log.Info("key comparison uses the source server", zap.String("table", p.table.Name), zap.String("why", order.Fallback()))
 		}
 		t := &mergeTable{
 			keyOf: func(r *rowliftv1.Row) [][]byte {

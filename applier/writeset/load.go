@@ -16,31 +16,18 @@ import (
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// column is what Load reads of one target column.
-type column struct {
-	name, dataType, charset, collation string
-	nullable                           bool
-}
-
-// index is what Load reads of one unique key of the target.
+// index is a unique key of the target as the applier hashes it.
 type index struct {
-	name  string
-	parts []indexPart
+	schema.Key
 	// withoutOverlaps marks a MariaDB key "(..., period WITHOUT OVERLAPS)":
 	// its last two parts are the period's end and start, and two rows collide
 	// when their periods overlap, not only when they are equal.
 	withoutOverlaps bool
 }
 
-// indexPart is one part of a unique key.
-type indexPart struct {
-	column string // empty for an expression (MySQL functional key part)
-	prefix int    // SUB_PART: length of a prefix part, 0 for the whole value
-}
-
 // metadata is everything Load reads of the target table.
 type metadata struct {
-	columns []column
+	columns []schema.Column
 	indexes []index // PRIMARY first, parts in key order
 	// links are the table's foreign keys, the foreign keys that reference it
 	// and its triggers, as barrier reasons.
@@ -71,40 +58,19 @@ var withoutOverlapsKey = regexp.MustCompile("(?m)^\\s*(PRIMARY KEY|UNIQUE KEY `(
 func readMetadata(ctx context.Context, q schema.Queryer, database, table string) (*metadata, error) {
 	name := database + "." + table
 	m := &metadata{}
-	err := each(ctx, q, func(r *sql.Rows) error {
-		var c column
-		if err := r.Scan(&c.name, &c.dataType, &c.charset, &c.collation, &c.nullable); err != nil {
-			return err
-		}
-		m.columns = append(m.columns, c)
-		return nil
-	}, `SELECT COLUMN_NAME, LOWER(DATA_TYPE), IFNULL(CHARACTER_SET_NAME, ''), IFNULL(COLLATION_NAME, ''), IS_NULLABLE = 'YES'
-		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, database, table)
-	if err != nil {
-		return nil, fmt.Errorf("read columns of target table %s: %w", name, err)
+	var err error
+	if m.columns, err = schema.ReadColumns(ctx, q, database, table); err != nil {
+		return nil, fmt.Errorf("target table: %w", err)
 	}
 	if len(m.columns) == 0 {
 		return nil, fmt.Errorf("%w: target table %s", schema.ErrNoTable, name)
 	}
-
-	err = each(ctx, q, func(r *sql.Rows) error {
-		var indexName string
-		var col sql.NullString
-		var prefix sql.NullInt64
-		if err := r.Scan(&indexName, &col, &prefix); err != nil {
-			return err
-		}
-		if n := len(m.indexes); n == 0 || m.indexes[n-1].name != indexName {
-			m.indexes = append(m.indexes, index{name: indexName})
-		}
-		ix := &m.indexes[len(m.indexes)-1]
-		ix.parts = append(ix.parts, indexPart{column: col.String, prefix: int(prefix.Int64)})
-		return nil
-	}, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0
-		ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX`, database, table)
+	keys, err := schema.ReadUniqueKeys(ctx, q, database, table)
 	if err != nil {
-		return nil, fmt.Errorf("read unique keys of target table %s: %w", name, err)
+		return nil, fmt.Errorf("target table: %w", err)
+	}
+	for _, k := range keys {
+		m.indexes = append(m.indexes, index{Key: k})
 	}
 
 	var shownName, createTable string
@@ -117,7 +83,7 @@ func readMetadata(ctx context.Context, q schema.Queryer, database, table string)
 			keyName = strings.ReplaceAll(match[2], "``", "`")
 		}
 		for i := range m.indexes {
-			if m.indexes[i].name == keyName {
+			if m.indexes[i].Name == keyName {
 				m.indexes[i].withoutOverlaps = true
 			}
 		}
@@ -207,37 +173,37 @@ func build(fields *rowliftv1.TableFields, m *metadata) *Table {
 // buildKey prepares the hashing of one unique key. notNull reports that its
 // columns are all NOT NULL; coarse describes the parts left out of its hash;
 // problem says why the key cannot be hashed at all.
-func buildKey(table string, fields *rowliftv1.TableFields, columns []column, ix index) (k key, notNull bool, coarse, problem string) {
-	k = key{name: ix.name, id: keyID(table, ix.name)}
+func buildKey(table string, fields *rowliftv1.TableFields, columns []schema.Column, ix index) (k key, notNull bool, coarse, problem string) {
+	k = key{name: ix.Name, id: keyID(table, ix.Name)}
 	notNull = true
 	var omitted []string
-	for i, ip := range ix.parts {
-		if ip.column == "" {
-			return key{}, false, "", fmt.Sprintf("unique key %s has an expression part, which the applier cannot hash", ix.name)
-		}
-		pos := fieldPos(fields, ip.column)
+	if expr := ix.Expression(); expr != "" {
+		return key{}, false, "", fmt.Sprintf("unique key %s has the expression part %s, which the applier cannot hash", ix.Name, expr)
+	}
+	for i, ip := range ix.Parts {
+		pos := fieldPos(fields, ip.Column)
 		if pos < 0 {
-			return key{}, false, "", fmt.Sprintf("unique key %s has column %s, which is not streamed", ix.name, ip.column)
+			return key{}, false, "", fmt.Sprintf("unique key %s has column %s, which is not streamed", ix.Name, ip.Column)
 		}
-		c := findColumn(columns, ip.column)
+		c := findColumn(columns, ip.Column)
 		if c == nil {
-			return key{}, false, "", fmt.Sprintf("unique key %s has column %s, which the target table does not list", ix.name, ip.column)
+			return key{}, false, "", fmt.Sprintf("unique key %s has column %s, which the target table does not list", ix.Name, ip.Column)
 		}
-		notNull = notNull && !c.nullable
+		notNull = notNull && !c.Nullable
 		f, utf8, why := formOf(c)
-		p := part{pos: pos, form: f, prefix: ip.prefix, utf8: utf8}
-		if ix.withoutOverlaps && i >= len(ix.parts)-2 {
+		p := part{pos: pos, form: f, prefix: ip.Prefix, utf8: utf8}
+		if ix.withoutOverlaps && i >= len(ix.Parts)-2 {
 			p.form, why = leftOut, "period compared by overlap"
 		}
 		if p.form == leftOut {
-			omitted = append(omitted, fmt.Sprintf("%s: %s", c.name, why))
+			omitted = append(omitted, fmt.Sprintf("%s: %s", c.Name, why))
 		}
 		k.parts = append(k.parts, p)
 	}
 	if len(omitted) > 0 {
-		coarse = fmt.Sprintf("%s (%s)", ix.name, strings.Join(omitted, "; "))
+		coarse = fmt.Sprintf("%s (%s)", ix.Name, strings.Join(omitted, "; "))
 		if len(omitted) == len(k.parts) {
-			coarse = fmt.Sprintf("%s (%s; every change collides)", ix.name, strings.Join(omitted, "; "))
+			coarse = fmt.Sprintf("%s (%s; every change collides)", ix.Name, strings.Join(omitted, "; "))
 		}
 	}
 	return k, notNull, coarse, ""
@@ -245,8 +211,8 @@ func buildKey(table string, fields *rowliftv1.TableFields, columns []column, ix 
 
 // formOf says how values of a column are hashed, whether a prefix length of
 // it counts UTF-8 characters, and why a left-out column is left out.
-func formOf(c *column) (f form, utf8 bool, why string) {
-	switch c.dataType {
+func formOf(c *schema.Column) (f form, utf8 bool, why string) {
+	switch c.DataType {
 	case "tinyint", "smallint", "mediumint", "int", "bigint", "year",
 		"date", "datetime", "timestamp", "time",
 		"varbinary", "tinyblob", "blob", "mediumblob", "longblob", "enum", "set":
@@ -258,17 +224,17 @@ func formOf(c *column) (f form, utf8 bool, why string) {
 	case "binary":
 		return zeroPadded, false, ""
 	case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
-		bytewise, padSpace := keyorder.Bytewise(c.dataType, c.charset, c.collation)
-		utf8 = strings.HasPrefix(c.charset, "utf8")
+		bytewise, padSpace := keyorder.Bytewise(c.DataType, c.Charset, c.Collation)
+		utf8 = strings.HasPrefix(c.Charset, "utf8")
 		switch {
 		case bytewise && padSpace:
 			return spacePadded, utf8, ""
 		case bytewise:
 			return asIs, utf8, ""
 		}
-		return leftOut, utf8, "collation " + c.collation
+		return leftOut, utf8, "collation " + c.Collation
 	}
-	return leftOut, false, "type " + c.dataType
+	return leftOut, false, "type " + c.DataType
 }
 
 // keyID hashes a table's and a key's names.
@@ -293,9 +259,9 @@ func fieldPos(fields *rowliftv1.TableFields, name string) int {
 	return -1
 }
 
-func findColumn(columns []column, name string) *column {
+func findColumn(columns []schema.Column, name string) *schema.Column {
 	for i := range columns {
-		if strings.EqualFold(columns[i].name, name) {
+		if strings.EqualFold(columns[i].Name, name) {
 			return &columns[i]
 		}
 	}

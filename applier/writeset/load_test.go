@@ -130,7 +130,7 @@ func TestLoadBarriers(t *testing.T) {
 			cases = append(cases, struct {
 				fields *rowliftv1.TableFields
 				want   string
-			}{streamed("fn", "id", "name"), "unique key fx has an expression part, which the applier cannot hash"})
+			}{streamed("fn", "id", "name"), "unique key fx has the expression part lower(`name`), which the applier cannot hash"})
 		}
 		for _, c := range cases {
 			tbl, err := Load(ctx, db, "d", c.fields.GetTable(), c.fields)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -21,27 +22,27 @@ import (
 // unique keys.
 type def struct {
 	name    string
-	columns []column
+	columns []schema.Column
 	indexes []index
 	links   []string
 }
 
 // col is a NOT NULL column; a trailing "?" in name makes it nullable. A string
 // column's character set is its collation's first word.
-func col(name, dataType, collation string) column {
-	c := column{name: name, dataType: dataType, collation: collation}
+func col(name, dataType, collation string) schema.Column {
+	c := schema.Column{Name: name, DataType: dataType, Collation: collation}
 	if name[len(name)-1] == '?' {
-		c.name, c.nullable = name[:len(name)-1], true
+		c.Name, c.Nullable = name[:len(name)-1], true
 	}
-	c.charset, _, _ = strings.Cut(collation, "_")
+	c.Charset, _, _ = strings.Cut(collation, "_")
 	return c
 }
 
 // ix is a unique key on whole columns.
 func ix(name string, columns ...string) index {
-	k := index{name: name}
+	k := index{Key: schema.Key{Name: name}}
 	for _, c := range columns {
-		k.parts = append(k.parts, indexPart{column: c})
+		k.Parts = append(k.Parts, schema.KeyPart{Column: c})
 	}
 	return k
 }
@@ -49,8 +50,8 @@ func ix(name string, columns ...string) index {
 func (d def) fields() *rowliftv1.TableFields {
 	tf := &rowliftv1.TableFields{Table: d.name}
 	for _, c := range d.columns {
-		tf.Fields = append(tf.Fields, &rowliftv1.Field{Name: c.name, DataType: c.dataType, Charset: c.charset,
-			Collation: c.collation, Nullable: c.nullable})
+		tf.Fields = append(tf.Fields, &rowliftv1.Field{Name: c.Name, DataType: c.DataType, Charset: c.Charset,
+			Collation: c.Collation, Nullable: c.Nullable})
 	}
 	return tf
 }
@@ -74,7 +75,7 @@ func vals(vs ...string) [][]byte {
 // a binary collation, and a nullable unique pair.
 var users = def{
 	name: "users",
-	columns: []column{col("id", "bigint", ""), col("email", "varchar", "utf8mb4_bin"),
+	columns: []schema.Column{col("id", "bigint", ""), col("email", "varchar", "utf8mb4_bin"),
 		col("org?", "int", ""), col("handle?", "varbinary", ""), col("note?", "text", "utf8mb4_general_ci")},
 	indexes: []index{ix("PRIMARY", "id"), ix("email", "email"), ix("org_handle", "org", "handle")},
 }
@@ -99,7 +100,7 @@ func TestNullPartsContributeNoHash(t *testing.T) {
 }
 
 func TestIntegerKeysHashApart(t *testing.T) {
-	tbl := def{name: "t", columns: []column{col("id", "bigint", "")}, indexes: []index{ix("PRIMARY", "id")}}.build()
+	tbl := def{name: "t", columns: []schema.Column{col("id", "bigint", "")}, indexes: []index{ix("PRIMARY", "id")}}.build()
 	r := rand.New(rand.NewPCG(1, 2))
 	seen := map[uint64]string{}
 	add := func(v string) {
@@ -123,7 +124,7 @@ func TestIntegerKeysHashApart(t *testing.T) {
 }
 
 func TestPartsAreLengthPrefixedAndKeysNamed(t *testing.T) {
-	pair := def{name: "t", columns: []column{col("id", "int", ""), col("a", "varbinary", ""), col("b", "varbinary", "")},
+	pair := def{name: "t", columns: []schema.Column{col("id", "int", ""), col("a", "varbinary", ""), col("b", "varbinary", "")},
 		indexes: []index{ix("PRIMARY", "id"), ix("ab", "a", "b")}}
 	tbl := pair.build()
 	hash := func(a, b string) uint64 { return tbl.Append(nil, vals("1", a, b))[1] }
@@ -146,7 +147,7 @@ func TestPartsAreLengthPrefixedAndKeysNamed(t *testing.T) {
 
 func TestCanonicalForms(t *testing.T) {
 	cases := []struct {
-		column column
+		column schema.Column
 		prefix int
 		equal  [][2]string
 		differ [][2]string
@@ -173,9 +174,9 @@ func TestCanonicalForms(t *testing.T) {
 		{col("v", "json", ""), 0, [][2]string{{"1", "2"}}, nil},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s %s %d", c.column.dataType, c.column.collation, c.prefix), func(t *testing.T) {
-			k := index{name: "k", parts: []indexPart{{column: "v", prefix: c.prefix}}}
-			tbl := def{name: "t", columns: []column{c.column}, indexes: []index{k}}.build()
+		t.Run(fmt.Sprintf("%s %s %d", c.column.DataType, c.column.Collation, c.prefix), func(t *testing.T) {
+			k := index{Key: schema.Key{Name: "k", Parts: []schema.KeyPart{{Column: "v", Prefix: c.prefix}}}}
+			tbl := def{name: "t", columns: []schema.Column{c.column}, indexes: []index{k}}.build()
 			hash := func(v string) uint64 { return tbl.Append(nil, vals(v))[0] }
 			for _, p := range c.equal {
 				require.Equal(t, hash(p[0]), hash(p[1]), "%q and %q", p[0], p[1])
@@ -190,7 +191,7 @@ func TestCanonicalForms(t *testing.T) {
 func TestCoarseKeys(t *testing.T) {
 	tbl := def{
 		name: "t",
-		columns: []column{col("name", "varchar", "utf8mb4_general_ci"), col("org", "int", ""),
+		columns: []schema.Column{col("name", "varchar", "utf8mb4_general_ci"), col("org", "int", ""),
 			col("title", "varchar", "latin1_swedish_ci"), col("code", "varchar", "ascii_bin"), col("geo", "point", "")},
 		indexes: []index{ix("PRIMARY", "name"), ix("org_title", "org", "title"), ix("code", "code"), ix("geo", "geo")},
 	}.build()
@@ -213,7 +214,7 @@ func TestCoarseKeys(t *testing.T) {
 func TestWithoutOverlapsLeavesOutThePeriod(t *testing.T) {
 	k := ix("u", "id", "e", "s")
 	k.withoutOverlaps = true
-	tbl := def{name: "t", columns: []column{col("id", "int", ""), col("s", "date", ""), col("e", "date", "")},
+	tbl := def{name: "t", columns: []schema.Column{col("id", "int", ""), col("s", "date", ""), col("e", "date", "")},
 		indexes: []index{k}}.build()
 	require.Equal(t, []string{"u (e: period compared by overlap; s: period compared by overlap)"}, tbl.Coarse())
 	require.Equal(t, tbl.Append(nil, vals("1", "2020-01-01", "2020-03-01")), tbl.Append(nil, vals("1", "2020-02-01", "2020-04-01")))
@@ -226,15 +227,16 @@ func TestBarriers(t *testing.T) {
 		want string
 	}{
 		{users, ""},
-		{def{name: "t", columns: []column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")},
+		{def{name: "t", columns: []schema.Column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")},
 			links: []string{"it has trigger trg"}}, "it has trigger trg"},
-		{def{name: "t", columns: []column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id"), ix("u", "id", "gone")}},
+		{def{name: "t", columns: []schema.Column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id"), ix("u", "id", "gone")}},
 			"unique key u has column gone, which is not streamed"},
-		{def{name: "t", columns: []column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id"),
-			{name: "f", parts: []indexPart{{column: ""}}}}}, "unique key f has an expression part, which the applier cannot hash"},
-		{def{name: "t", columns: []column{col("id?", "int", "")}, indexes: []index{ix("u", "id")}},
+		{def{name: "t", columns: []schema.Column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id"),
+			{Key: schema.Key{Name: "f", Parts: []schema.KeyPart{{Column: "id"}, {Expression: "lower(`id`)"}}}}}},
+			"unique key f has the expression part lower(`id`), which the applier cannot hash"},
+		{def{name: "t", columns: []schema.Column{col("id?", "int", "")}, indexes: []index{ix("u", "id")}},
 			"it has no primary key and no unique key on NOT NULL columns to tell its rows apart"},
-		{def{name: "t", columns: []column{col("id", "int", "")}, indexes: []index{ix("u", "id"), ix("v", "x")},
+		{def{name: "t", columns: []schema.Column{col("id", "int", "")}, indexes: []index{ix("u", "id"), ix("v", "x")},
 			links: []string{"it has foreign key fk to d.p"}},
 			"it has foreign key fk to d.p; unique key v has column x, which is not streamed"},
 	}
@@ -269,8 +271,8 @@ func event(table string, changes ...*rowliftv1.RowChange) *rowliftv1.RowEvent {
 
 func TestTransaction(t *testing.T) {
 	u := users.build()
-	items := def{name: "items", columns: []column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")}}.build()
-	linked := def{name: "linked", columns: []column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")},
+	items := def{name: "items", columns: []schema.Column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")}}.build()
+	linked := def{name: "linked", columns: []schema.Column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")},
 		links: []string{"foreign key fk of d.x references it"}}.build()
 	tables := map[string]*Table{"users": u, "items": items, "linked": linked}
 	row := func(id, email string) [][]byte { return vals(id, email, "NULL", "NULL", "NULL") }
@@ -314,7 +316,7 @@ func TestTransaction(t *testing.T) {
 }
 
 func TestTransactionSizeLimit(t *testing.T) {
-	items := def{name: "items", columns: []column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")}}.build()
+	items := def{name: "items", columns: []schema.Column{col("id", "int", "")}, indexes: []index{ix("PRIMARY", "id")}}.build()
 	tables := map[string]*Table{"items": items}
 	inserts := func(n int) *rowliftv1.Transaction {
 		ev := event("items")
@@ -350,7 +352,7 @@ func TestTransactionSizeLimit(t *testing.T) {
 func BenchmarkAppend(b *testing.B) {
 	tbl := def{
 		name: "users",
-		columns: []column{col("id", "bigint", ""), col("email", "varchar", "utf8mb4_bin"), col("name", "varchar", "utf8mb4_general_ci"),
+		columns: []schema.Column{col("id", "bigint", ""), col("email", "varchar", "utf8mb4_bin"), col("name", "varchar", "utf8mb4_general_ci"),
 			col("created", "datetime", ""), col("balance", "decimal", ""), col("bio?", "text", "utf8mb4_general_ci")},
 		indexes: []index{ix("PRIMARY", "id"), ix("email", "email")},
 	}.build()
@@ -370,7 +372,7 @@ func BenchmarkAppend(b *testing.B) {
 func BenchmarkTransaction(b *testing.B) {
 	tbl := def{
 		name:    "users",
-		columns: []column{col("id", "bigint", ""), col("email", "varchar", "utf8mb4_bin"), col("name", "varchar", "utf8mb4_general_ci")},
+		columns: []schema.Column{col("id", "bigint", ""), col("email", "varchar", "utf8mb4_bin"), col("name", "varchar", "utf8mb4_general_ci")},
 		indexes: []index{ix("PRIMARY", "id"), ix("email", "email")},
 	}.build()
 	tables := map[string]*Table{"users": tbl}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -18,15 +17,18 @@ import (
 
 	"github.com/rowlift/rowlift/coordinator"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
 )
 
 func coordinatorCommand() *command {
 	var listen, debug, healthAddr, metricsAddr string
 	// Parsed in exec: the flag package would print a bad value, password and all.
 	var raw, rawFiles stringList
+	var logOpts logging.Options
 	return &command{
 		name:    "coordinator",
 		summary: "serve the Control API: create, start, stop, resume, delete and watch workflows on the targets",
@@ -42,8 +44,9 @@ func coordinatorCommand() *command {
 			healthFlag(fs, &healthAddr, "once the Control service listens (it needs no target to answer, and reports an unreachable one per request); "+
 				"the main port answers the same health, with rowlift.v1.Control following readiness")
 			metricsFlag(fs, &metricsAddr)
+			logFlags(fs, &logOpts)
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			targets := targetFlag{}
 			for _, flagged := range []struct {
 				name   string
@@ -62,11 +65,11 @@ func coordinatorCommand() *command {
 			if len(targets) == 0 {
 				return errors.New("--target NAME=DSN or --target-file NAME=FILE (or $ROWLIFT_TARGET, $ROWLIFT_TARGET_FILE) is required, once per target server")
 			}
-			log, err := newLogger()
+			log, err := newLogger(logOpts)
 			if err != nil {
 				return err
 			}
-			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			defer func() { err = logExit(log, err) }()
 			stopTracing, err := startTracing(ctx, "coordinator", log)
 			if err != nil {
 				return err
@@ -99,15 +102,19 @@ func coordinatorCommand() *command {
 // NAME=FILE flags, by name.
 type targetFlag map[string]string
 
-// startsTarget matches the start of a NAME=DSN item, which tells a comma that
-// separates items from one inside a DSN (a password, a parameter list).
-var startsTarget = regexp.MustCompile(`^[A-Za-z0-9_-]+=`)
+// startsTarget reports whether part starts a NAME=DSN item, which tells a
+// comma that separates items from one inside a DSN (a password, a parameter
+// list).
+func startsTarget(part string) bool {
+	name, _, ok := strings.Cut(part, "=")
+	return ok && state.CheckTargetName(name) == nil
+}
 
 // add takes one NAME=DSN, or several separated by commas (as $ROWLIFT_TARGET has them).
 func (f targetFlag) add(v string) error {
 	var items []string
 	for _, part := range strings.Split(v, ",") {
-		if len(items) > 0 && !startsTarget.MatchString(part) {
+		if len(items) > 0 && !startsTarget(part) {
 			items[len(items)-1] += "," + part
 			continue
 		}
@@ -146,6 +153,9 @@ func (f targetFlag) addFiles(v string) error {
 
 // set records one target's DSN once it parses; errors never quote the DSN.
 func (f targetFlag) set(name, dsn string) error {
+	if err := state.CheckTargetName(name); err != nil {
+		return err
+	}
 	if _, dup := f[name]; dup {
 		return fmt.Errorf("target %q is given twice", name)
 	}

@@ -20,6 +20,12 @@ func TestTargetFlag(t *testing.T) {
 	require.ErrorContains(t, err, "want NAME=DSN")
 	require.NotContains(t, err.Error(), "s3cret", "a malformed item's password is not echoed")
 	require.ErrorContains(t, targetFlag{}.add("a=user@h1"), "target a: parse DSN")
+	require.EqualError(t, targetFlag{}.add("shard.1=root@tcp(h1:3306)/"),
+		`target name "shard.1": use 1 to 64 letters, digits, '_' or '-', e.g. main or shard-80`)
+	// A part whose text before '=' is no valid name continues the DSN before it.
+	g := targetFlag{}
+	require.NoError(t, g.add("a=u:p,x y=z@tcp(h1:3306)/"))
+	require.Equal(t, targetFlag{"a": "u:p,x y=z@tcp(h1:3306)/"}, g)
 }
 
 func TestCoordinatorNeedsTargets(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/keyrange"
+	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/internal/vindex"
@@ -65,6 +66,7 @@ func demoCommand() *command {
 	var rows, shards int
 	var keep, cutover bool
 	var flavor string
+	var logOpts logging.Options
 	return &command{
 		name:    "demo",
 		summary: "move a table set between two throwaway MariaDB or MySQL servers (or split it over N) under live writes, and compare",
@@ -77,6 +79,7 @@ func demoCommand() *command {
 				"switch again and complete, with the write pause of each, then compare again, e.g. --cutover")
 			fs.IntVar(&shards, "reshard", 0, "split the tables from the source over N target servers instead (N a power of two, at least 2; the\n"+
 				"ranges of --shards N, every table by hash of its id), then compare each shard with the source rows of its range, e.g. --reshard 4")
+			logFlags(fs, &logOpts)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, stdout io.Writer) error {
 			if rows < 1 {
@@ -85,7 +88,10 @@ func demoCommand() *command {
 			if flavor != string(sandbox.MariaDB) && flavor != string(sandbox.MySQL) {
 				return usagef("--flavor %s: want mariadb or mysql", flavor)
 			}
-			d := &demo{out: stdout, rows: rows, cutover: cutover, flavor: sandbox.Flavor(flavor)}
+			if err := logOpts.Check(); err != nil {
+				return usageError{err}
+			}
+			d := &demo{out: stdout, rows: rows, cutover: cutover, flavor: sandbox.Flavor(flavor), logOpts: logOpts}
 			if shards != 0 {
 				if cutover {
 					return usagef("--reshard %d and --cutover: the demo's cutover is of a move; give one or the other", shards)
@@ -119,6 +125,8 @@ func demoCommand() *command {
 type demo struct {
 	out  io.Writer
 	rows int
+	// logOpts are --log-level and --log-format, for the roles' log files.
+	logOpts logging.Options
 	// flavor is the kind of server the demo starts, all of one kind.
 	flavor sandbox.Flavor
 	// cutover runs the roles the other way round too, and the cutover steps.
@@ -359,7 +367,11 @@ const demoOrigin = "origin"
 // to the source, for the reverse workflow, and the coordinator knows the
 // source server as demoOrigin.
 func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) {
-	var err error
+	driverLog, err := d.logger("mysql-driver")
+	if err != nil {
+		return nil, err
+	}
+	logging.RouteDriver(driverLog)
 	if d.streamerAddr, err = d.startStreamer(d.src, "streamer"); err != nil {
 		return nil, err
 	}
@@ -412,10 +424,12 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 
 // logger logs to <name>.log in the demo's directory.
 func (d *demo) logger(name string) (*zap.Logger, error) {
-	cfg := zap.NewProductionConfig()
-	cfg.OutputPaths = []string{filepath.Join(d.dir, name+".log")}
-	cfg.ErrorOutputPaths = cfg.OutputPaths
-	return cfg.Build()
+	f, err := os.Create(filepath.Join(d.dir, name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("log file: %w", err)
+	}
+	d.closers = append(d.closers, func() { f.Close() })
+	return logging.New(d.logOpts, f, false)
 }
 
 // startStreamer serves a streamer of the server, logging as name, and returns

@@ -22,7 +22,9 @@ func main() {
 		return
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "rowlift: %v\n", err)
+		if !errors.As(err, new(loggedError)) {
+			fmt.Fprintf(os.Stderr, "rowlift: %v\n", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }

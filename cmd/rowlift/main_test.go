@@ -74,3 +74,26 @@ func TestCommandLineWinsOverEnvironment(t *testing.T) {
 	require.Equal(t, stringList{"a=root@tcp(h1:3306)/"}, targets)
 	require.Equal(t, "127.0.0.1:1", listen)
 }
+
+// TestBadLogFlagsAreUsageErrors: every role and the demo refuse a bad
+// --log-level or --log-format (or $ROWLIFT_LOG_LEVEL) before starting
+// anything, with exit status 2.
+func TestBadLogFlagsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"streamer", "--source-dsn", "u@tcp(h:3306)/"},
+		{"applier", "--target-dsn", "u@tcp(h:3306)/"},
+		{"coordinator", "--target", "main=u@tcp(h:3306)/"},
+		{"demo"},
+	} {
+		_, err := runCLI(t, append(args, "--log-level", "verbose")...)
+		require.EqualError(t, err, `log level "verbose": want one of debug, info, warn, error`, args[0])
+		require.Equal(t, 2, exitCode(err), args[0])
+		_, err = runCLI(t, append(args, "--log-format", "text")...)
+		require.EqualError(t, err, `log format "text": want one of json, console`, args[0])
+		require.Equal(t, 2, exitCode(err), args[0])
+	}
+	t.Setenv("ROWLIFT_LOG_LEVEL", "loud")
+	_, err := runCLI(t, "applier", "--target-dsn", "u@tcp(h:3306)/")
+	require.EqualError(t, err, `log level "loud": want one of debug, info, warn, error`)
+	require.Equal(t, 2, exitCode(err))
+}

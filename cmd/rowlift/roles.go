@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // registers /debug/pprof on the default mux
+	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/probe"
 	"github.com/rowlift/rowlift/internal/tracing"
@@ -25,6 +28,7 @@ import (
 
 func streamerCommand() *command {
 	var listen, sourceDSN, sourceDSNFile, debug, healthAddr, metricsAddr string
+	var logOpts logging.Options
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -36,8 +40,9 @@ func streamerCommand() *command {
 			debugFlag(fs, &debug)
 			healthFlag(fs, &healthAddr, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
 			metricsFlag(fs, &metricsAddr)
+			logFlags(fs, &logOpts)
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
 			if err != nil {
 				return err
@@ -45,11 +50,11 @@ func streamerCommand() *command {
 			if dsn == "" {
 				return errors.New("--source-dsn or --source-dsn-file (or $ROWLIFT_SOURCE_DSN, $ROWLIFT_SOURCE_DSN_FILE) is required")
 			}
-			log, err := newLogger()
+			log, err := newLogger(logOpts)
 			if err != nil {
 				return err
 			}
-			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			defer func() { err = logExit(log, err) }()
 			stopTracing, err := startTracing(ctx, "streamer", log)
 			if err != nil {
 				return err
@@ -77,6 +82,7 @@ func streamerCommand() *command {
 func applierCommand() *command {
 	var targetDSN, targetDSNFile, debug, healthAddr, metricsAddr string
 	var poll time.Duration
+	var logOpts logging.Options
 	return &command{
 		name:    "applier",
 		summary: "run the target side: apply every workflow recorded in the target's _rowlift schema",
@@ -89,8 +95,9 @@ func applierCommand() *command {
 			healthFlag(fs, &healthAddr, "while it holds the target's applier lock or stands by behind another applier's, "+
 				"not while it cannot reach or read the target")
 			metricsFlag(fs, &metricsAddr)
+			logFlags(fs, &logOpts)
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) error {
+		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
 			if err != nil {
 				return err
@@ -98,11 +105,11 @@ func applierCommand() *command {
 			if dsn == "" {
 				return errors.New("--target-dsn or --target-dsn-file (or $ROWLIFT_TARGET_DSN, $ROWLIFT_TARGET_DSN_FILE) is required")
 			}
-			log, err := newLogger()
+			log, err := newLogger(logOpts)
 			if err != nil {
 				return err
 			}
-			defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+			defer func() { err = logExit(log, err) }()
 			stopTracing, err := startTracing(ctx, "applier", log)
 			if err != nil {
 				return err
@@ -157,10 +164,41 @@ func serveUntilDone(ctx context.Context, gs *grpc.Server, lis net.Listener) erro
 	}
 }
 
-func newLogger() (*zap.Logger, error) {
-	cfg := zap.NewProductionConfig()
-	cfg.Sampling = nil
-	return cfg.Build()
+// loggedError is a role's failure, already logged through its logger: main
+// exits 1 without printing it again in another format.
+type loggedError struct{ err error }
+
+func (e loggedError) Error() string { return e.err.Error() }
+func (e loggedError) Unwrap() error { return e.err }
+
+// logExit ends a role's logging: the error it stops with, if any, becomes
+// its last log line (JSON in production, where a plain stderr line would be
+// out of place), and the log is flushed.
+func logExit(log *zap.Logger, err error) error {
+	if err != nil {
+		log.Error("stopped", zap.Error(err))
+		err = loggedError{err}
+	}
+	_ = log.Sync() // nothing to do about a failed flush at exit
+	return err
+}
+
+// logFlags defines --log-level and --log-format, which every role takes.
+func logFlags(fs *flag.FlagSet, opts *logging.Options) {
+	fs.StringVar(&opts.Level, "log-level", "info", "least severe log lines written: "+strings.Join(logging.Levels, ", "))
+	fs.StringVar(&opts.Format, "log-format", "", "log line format: "+strings.Join(logging.Formats, " or ")+
+		"; by default console when stderr is a terminal, else json (one object a line)")
+}
+
+// newLogger is a role's logger on stderr, which also carries the MySQL
+// driver's own messages; a bad --log-level or --log-format is a usage error.
+func newLogger(opts logging.Options) (*zap.Logger, error) {
+	log, err := logging.New(opts, os.Stderr, isTerminal(os.Stderr))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	logging.RouteDriver(log)
+	return log, nil
 }
 
 // dsnTLSHelp is the DSN flags' note on TLS to the server.

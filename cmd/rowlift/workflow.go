@@ -70,6 +70,8 @@ type session struct {
 	conn   *grpc.ClientConn
 	client rowliftv1.ControlClient
 	stdout io.Writer
+	// stderr takes warnings that do not fail the command.
+	stderr io.Writer
 }
 
 // workflowLeaf builds a `rowlift workflow` subcommand: the shared client flags, the
@@ -113,7 +115,8 @@ func workflowLeaf(name, summary, usage string, nargs int, flags func(*flag.FlagS
 				return usagef("--coordinator %q: %w", cf.coordinator, err)
 			}
 			defer conn.Close()
-			return run(ctx, &session{flags: cf, conn: conn, client: rowliftv1.NewControlClient(conn), stdout: stdout}, args)
+			return run(ctx, &session{flags: cf, conn: conn, client: rowliftv1.NewControlClient(conn), stdout: stdout,
+				stderr: fs.Output()}, args)
 		},
 	}
 }
@@ -188,11 +191,15 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-// exitCode is the process exit status for err: 2 for usage errors, else 1.
+// exitCode is the process exit status for err: 2 for usage errors, 3 for a
+// listing no target answered, else 1.
 func exitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) {
 		return 2
+	}
+	if errors.As(err, new(noTargetAnswered)) {
+		return 3
 	}
 	return 1
 }
@@ -297,7 +304,9 @@ func workflowShowCommand() *command {
 func workflowListCommand() *command {
 	var targets stringList
 	return workflowLeaf("list", "list the workflows on the coordinator's targets with their phase and progress",
-		"[flags]\n\nExample:\n  rowlift workflow list --coordinator 10.0.0.9:7000 --target main", 0,
+		"[flags]\n\nA target that cannot be read gets a line on stderr, with the workflows it hides; the others are listed.\n"+
+			"Exit status: 0 when at least one target answered, 3 when none did, 1 when the coordinator could not be asked.\n\n"+
+			"Example:\n  rowlift workflow list --coordinator 10.0.0.9:7000 --target main", 0,
 		func(fs *flag.FlagSet) {
 			fs.Var(&targets, "target", "`NAME` of a target to list, as configured on the coordinator; repeatable; default every target, e.g. --target main")
 		},
@@ -309,9 +318,28 @@ func workflowListCommand() *command {
 				return err
 			}
 			if s.flags.output == "json" {
-				return printJSON(s.stdout, resp)
+				err = printJSON(s.stdout, resp)
+			} else if len(resp.GetTargetsRead()) > 0 {
+				_, err = io.WriteString(s.stdout, renderList(resp.GetWorkflows()))
 			}
-			_, err = io.WriteString(s.stdout, renderList(resp.GetWorkflows()))
-			return err
+			if err != nil {
+				return err
+			}
+			for _, te := range resp.GetTargetErrors() {
+				fmt.Fprintf(s.stderr, "rowlift: %s\n", renderTargetError(te))
+			}
+			if len(resp.GetTargetsRead()) == 0 && len(resp.GetTargetErrors()) > 0 {
+				return noTargetAnswered{len(resp.GetTargetErrors())}
+			}
+			return nil
 		})
+}
+
+// noTargetAnswered is a listing where no target could be read: main exits 3
+// for it, so a script tells it from a failed call (1) and from a listing with
+// some targets down (0, with a line per target down on stderr).
+type noTargetAnswered struct{ targets int }
+
+func (e noTargetAnswered) Error() string {
+	return fmt.Sprintf("list workflows: none of the %d targets could be read (see above)", e.targets)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/keyrange"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
 )
 
 // createFlags are the flags of `rowlift workflow create`; spec turns them into the
@@ -136,6 +137,9 @@ func (c *createFlags) spec() (*rowliftv1.WorkflowSpec, error) {
 		name, addr, hasAddr := strings.Cut(t, "=")
 		if name == "" || (hasAddr && addr == "") {
 			return nil, usagef("--target %q: want NAME or NAME=APPLIER_ADDR, e.g. main", t)
+		}
+		if err := state.CheckTargetName(name); err != nil {
+			return nil, usagef("--target %q: %v", t, err)
 		}
 		if seen[name] {
 			return nil, usagef("--target %q: target %s is named twice", t, name)
@@ -390,6 +394,9 @@ func (c *createFlags) reverse(spec *rowliftv1.WorkflowSpec) error {
 		}
 		if !ok || target == "" || src == nil {
 			return usagef("--reverse-target %q: want SOURCE=NAME with SOURCE one of the --source names, e.g. main=main-source", item)
+		}
+		if err := state.CheckTargetName(target); err != nil {
+			return usagef("--reverse-target %q: %v", item, err)
 		}
 		src.ReverseTarget = target
 	}

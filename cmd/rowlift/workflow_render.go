@@ -401,6 +401,15 @@ func renderList(ws []*rowliftv1.Workflow) string {
 	}), "\n") + "\n"
 }
 
+// renderTargetError is the line for a target ListWorkflows could not read.
+func renderTargetError(te *rowliftv1.TargetError) string {
+	line := "target " + te.GetTarget() + ": " + te.GetMessage()
+	if len(te.GetWorkflows()) > 0 {
+		line += " (not listed, as their status would be incomplete: " + strings.Join(te.GetWorkflows(), ", ") + ")"
+	}
+	return line
+}
+
 // columns lays out the tab-separated cells fill writes as aligned columns two
 // spaces apart (tabwriter flags), as lines without trailing spaces.
 func columns(flags uint, fill func(w io.Writer)) []string {

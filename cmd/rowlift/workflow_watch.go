@@ -146,10 +146,7 @@ func watchOutput(stdout io.Writer, format string) func(*rowliftv1.Workflow, time
 // followed.
 func terminalWidth(w io.Writer) (func() int, bool) {
 	f, ok := w.(*os.File)
-	if !ok || os.Getenv("TERM") == "dumb" {
-		return nil, false
-	}
-	if _, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err != nil {
+	if !ok || os.Getenv("TERM") == "dumb" || !isTerminal(f) {
 		return nil, false
 	}
 	return func() int {
@@ -159,6 +156,12 @@ func terminalWidth(w io.Writer) (func() int, bool) {
 		}
 		return int(ws.Col)
 	}, true
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	return err == nil
 }
 
 // liveView redraws a block of lines in place with ANSI cursor movement: up to the

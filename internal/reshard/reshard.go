@@ -114,6 +114,15 @@ type Stream struct {
 	Spec *rowliftv1.WorkflowSpec
 }
 
+// Name is "source→target", the stream's name in logs; a move recorded before
+// targets were named has only its source.
+func (s Stream) Name() string {
+	if s.Target.GetName() == "" {
+		return s.Source.GetName()
+	}
+	return s.Source.GetName() + "→" + s.Target.GetName()
+}
+
 // KeyRange is the stream's range for status ("" when it is not filtered).
 func (s Stream) KeyRange() string {
 	if !s.Filtered {

@@ -26,7 +26,7 @@ func spec(sources, targets []string) *rowliftv1.WorkflowSpec {
 	return s
 }
 
-// describe is every stream as "source>target:range[tables]".
+// describe is every stream as "source→target:range[tables]".
 func describe(t *testing.T, s *rowliftv1.WorkflowSpec) []string {
 	t.Helper()
 	streams, err := Streams(s)
@@ -37,7 +37,7 @@ func describe(t *testing.T, s *rowliftv1.WorkflowSpec) []string {
 		for _, tb := range st.Spec.GetTables() {
 			tables = append(tables, tb.GetName())
 		}
-		out = append(out, fmt.Sprintf("%s>%s:%s[%s]", st.Source.GetName(), st.Target.GetName(), st.KeyRange(), strings.Join(tables, ",")))
+		out = append(out, fmt.Sprintf("%s:%s[%s]", st.Name(), st.KeyRange(), strings.Join(tables, ",")))
 	}
 	return out
 }
@@ -48,14 +48,14 @@ func TestStreams(t *testing.T) {
 		sources, targets []string
 		want             []string
 	}{
-		{"1→2", []string{""}, []string{"-80", "80-"}, []string{"s0>t0:-80[t,ref]", "s0>t1:80-[t,ref]"}},
+		{"1→2", []string{""}, []string{"-80", "80-"}, []string{"s0→t0:-80[t,ref]", "s0→t1:80-[t,ref]"}},
 		{"1→4", []string{"-"}, []string{"-40", "40-80", "80-c0", "c0-"},
-			[]string{"s0>t0:-40[t,ref]", "s0>t1:40-80[t,ref]", "s0>t2:80-c0[t,ref]", "s0>t3:c0-[t,ref]"}},
+			[]string{"s0→t0:-40[t,ref]", "s0→t1:40-80[t,ref]", "s0→t2:80-c0[t,ref]", "s0→t3:c0-[t,ref]"}},
 		{"2→3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"},
-			[]string{"s0>t0:-55[t,ref]", "s0>t1:55-80[t,ref]", "s1>t1:80-aa[t]", "s1>t2:aa-[t,ref]"}},
+			[]string{"s0→t0:-55[t,ref]", "s0→t1:55-80[t,ref]", "s1→t1:80-aa[t]", "s1→t2:aa-[t,ref]"}},
 		{"4→2", []string{"-40", "40-80", "80-c0", "c0-"}, []string{"-80", "80-"},
-			[]string{"s0>t0:-40[t,ref]", "s1>t0:40-80[t]", "s2>t1:80-c0[t,ref]", "s3>t1:c0-[t]"}},
-		{"2→1", []string{"80-", "-80"}, []string{"-"}, []string{"s0>t0:80-[t,ref]", "s1>t0:-80[t]"}},
+			[]string{"s0→t0:-40[t,ref]", "s1→t0:40-80[t]", "s2→t1:80-c0[t,ref]", "s3→t1:c0-[t]"}},
+		{"2→1", []string{"80-", "-80"}, []string{"-"}, []string{"s0→t0:80-[t,ref]", "s1→t0:-80[t]"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := spec(c.sources, c.targets)
@@ -70,10 +70,11 @@ func TestMoveRunsEverySourceUnfiltered(t *testing.T) {
 	s.Tables = s.Tables[:1]
 	require.False(t, Resharding(s))
 	require.NoError(t, Check(s))
-	require.Equal(t, []string{"s0>t0:[t]", "s1>t0:[t]", "s0>t1:[t]", "s1>t1:[t]"}, describe(t, s))
+	require.Equal(t, []string{"s0→t0:[t]", "s1→t0:[t]", "s0→t1:[t]", "s1→t1:[t]"}, describe(t, s))
 	streams, err := ForTarget(s, "")
 	require.NoError(t, err, "state written before targets were recorded has no target name")
 	require.Len(t, streams, 2)
+	require.Equal(t, "s0", streams[0].Name(), "a stream with no target name is named by its source")
 	require.Same(t, s, streams[0].Spec, "a move streams the whole spec")
 }
 

@@ -59,29 +59,18 @@ var generatedExtra = regexp.MustCompile(`(?i)\b(VIRTUAL|STORED|PERSISTENT) GENER
 // exist and ErrNoKey when it has no primary key and no NOT NULL unique key.
 func Load(ctx context.Context, q Queryer, database, table string) (*Table, error) {
 	t := &Table{Database: database, Name: table}
-	rows, err := q.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IFNULL(CHARACTER_SET_NAME, ''),
-		IFNULL(COLLATION_NAME, ''), IS_NULLABLE = 'YES', EXTRA
-		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, database, table)
-	if err != nil {
-		return nil, fmt.Errorf("read columns of %s.%s: %w", database, table, err)
-	}
-	for rows.Next() {
-		var c Column
-		var extra string
-		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.Charset, &c.Collation, &c.Nullable, &extra); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read columns of %s.%s: %w", database, table, err)
-		}
-		c.Generated = generatedExtra.MatchString(extra)
-		t.Columns = append(t.Columns, c)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("read columns of %s.%s: %w", database, table, err)
+	var err error
+	if t.Columns, err = ReadColumns(ctx, q, database, table); err != nil {
+		return nil, err
 	}
 	if len(t.Columns) == 0 {
 		return nil, fmt.Errorf("%w: %s.%s", ErrNoTable, database, table)
 	}
-	if err := t.loadKey(ctx, q); err != nil {
+	keys, err := ReadUniqueKeys(ctx, q, database, table)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.chooseKey(keys); err != nil {
 		return nil, err
 	}
 	var name string
@@ -95,40 +84,33 @@ func Load(ctx context.Context, q Queryer, database, table string) (*Table, error
 	return t, nil
 }
 
-func (t *Table) loadKey(ctx context.Context, q Queryer) error {
-	// A MySQL functional key part has no column: its COLUMN_NAME is NULL,
-	// read as "", which no column has, so such a key is never usable.
-	rows, err := q.QueryContext(ctx, `SELECT INDEX_NAME, IFNULL(COLUMN_NAME, '') FROM information_schema.STATISTICS
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0
-		ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX`, t.Database, t.Name)
-	if err != nil {
-		return fmt.Errorf("read keys of %s.%s: %w", t.Database, t.Name, err)
-	}
-	var order []string
-	keys := map[string][]string{}
-	for rows.Next() {
-		var index, column string
-		if err := rows.Scan(&index, &column); err != nil {
-			rows.Close()
-			return fmt.Errorf("read keys of %s.%s: %w", t.Database, t.Name, err)
+// chooseKey picks the key rows are copied and applied by among the unique
+// keys (PRIMARY first): the first on NOT NULL real columns. A key with a
+// functional part is never chosen: rowlift cannot compute an expression
+// from a row to order a copy or find a row.
+func (t *Table) chooseKey(keys []Key) error {
+	var functional []string
+	for _, k := range keys {
+		if expr := k.Expression(); expr != "" {
+			functional = append(functional, fmt.Sprintf("%s on the expression %s", k.Name, expr))
+			continue
 		}
-		if _, seen := keys[index]; !seen {
-			order = append(order, index)
+		var cols []string
+		for _, p := range k.Parts {
+			cols = append(cols, p.Column)
 		}
-		keys[index] = append(keys[index], column)
-	}
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("read keys of %s.%s: %w", t.Database, t.Name, err)
-	}
-	for _, index := range order {
-		if t.usableKey(keys[index]) {
-			t.KeyName, t.Key = index, keys[index]
+		if t.usableKey(cols) {
+			t.KeyName, t.Key = k.Name, cols
 			break
 		}
 	}
 	if t.Key == nil {
-		return fmt.Errorf("%w: %s.%s has no PRIMARY KEY and no UNIQUE key on NOT NULL columns; "+
-			"add a primary key (rowlift copies in key order and applies changes by key)", ErrNoKey, t.Database, t.Name)
+		why := ""
+		if len(functional) > 0 {
+			why = fmt.Sprintf(" (unique key %s is functional: its value is no column of the row)", strings.Join(functional, ", "))
+		}
+		return fmt.Errorf("%w: %s.%s has no PRIMARY KEY and no UNIQUE key on NOT NULL columns%s; "+
+			"add a primary key (rowlift copies in key order and applies changes by key)", ErrNoKey, t.Database, t.Name, why)
 	}
 	for _, name := range t.Key {
 		c := t.Column(name)

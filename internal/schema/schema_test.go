@@ -86,6 +86,39 @@ func TestLoadSkipsFunctionalKeys(t *testing.T) {
 	require.Equal(t, []string{"id"}, tbl.Key)
 	_, err = schema.Load(ctx, db, "d", "only")
 	require.ErrorIs(t, err, schema.ErrNoKey)
+	require.EqualError(t, err, "table has no usable key: d.only has no PRIMARY KEY and no UNIQUE key on NOT NULL columns "+
+		"(unique key a_fn on the expression (`a` + 1) is functional: its value is no column of the row); "+
+		"add a primary key (rowlift copies in key order and applies changes by key)")
+}
+
+// TestReadUniqueKeys reads unique keys, PRIMARY first, with prefix parts on
+// both flavors and, on MySQL, functional parts with their expression.
+func TestReadUniqueKeys(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := server(t, flavor, "CREATE TABLE d.k (id INT NOT NULL, name VARCHAR(20) NOT NULL, b INT, "+
+			"UNIQUE KEY u_name (name(4), b), KEY plain (b), PRIMARY KEY (id))")
+		ctx := context.Background()
+		keys, err := schema.ReadUniqueKeys(ctx, db, "d", "k")
+		require.NoError(t, err)
+		require.Equal(t, []schema.Key{
+			{Name: "PRIMARY", Parts: []schema.KeyPart{{Column: "id"}}},
+			{Name: "u_name", Parts: []schema.KeyPart{{Column: "name", Prefix: 4}, {Column: "b"}}},
+		}, keys, "no expression on MariaDB, whose STATISTICS has no EXPRESSION column")
+		require.Empty(t, keys[1].Expression())
+		if flavor != sandbox.MySQL {
+			return
+		}
+		sandboxtest.Exec(t, db, "CREATE TABLE d.f (id INT PRIMARY KEY, email VARCHAR(40), UNIQUE KEY u_email ((LOWER(email))), "+
+			"UNIQUE KEY u_mixed (id, (email + 0)))")
+		keys, err = schema.ReadUniqueKeys(ctx, db, "d", "f")
+		require.NoError(t, err)
+		require.Equal(t, []schema.Key{
+			{Name: "PRIMARY", Parts: []schema.KeyPart{{Column: "id"}}},
+			{Name: "u_email", Parts: []schema.KeyPart{{Expression: "lower(`email`)"}}},
+			{Name: "u_mixed", Parts: []schema.KeyPart{{Column: "id"}, {Expression: "(`email` + 0)"}}},
+		}, keys)
+		require.Equal(t, "(`email` + 0)", keys[2].Expression())
+	})
 }
 
 func TestCheckShapeListsEveryDifference(t *testing.T) {

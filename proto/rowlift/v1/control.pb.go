@@ -2355,9 +2355,21 @@ func (x *ListWorkflowsRequest) GetTargets() []string {
 	return nil
 }
 
+// ListWorkflowsResponse lists what the targets that answered hold, and says
+// per target what could not be read, instead of failing the whole call when
+// one target is down: a dashboard still shows the healthy workflows.
 type ListWorkflowsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workflows     []*Workflow            `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflows whose every target answered, by name.
+	Workflows []*Workflow `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	// One entry per target that could not be read: unreachable or failing, or
+	// not configured on this coordinator (a name in the request, or a target a
+	// listed workflow names). Empty when every target answered.
+	TargetErrors []*TargetError `protobuf:"bytes,2,rep,name=target_errors,json=targetErrors,proto3" json:"target_errors,omitempty"`
+	// The targets that answered, by name. With target_errors, every target the
+	// call involved: a client tells "some targets are down" (both non-empty)
+	// from "nothing answered" (this one empty).
+	TargetsRead   []string `protobuf:"bytes,3,rep,name=targets_read,json=targetsRead,proto3" json:"targets_read,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2399,6 +2411,86 @@ func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
 	return nil
 }
 
+func (x *ListWorkflowsResponse) GetTargetErrors() []*TargetError {
+	if x != nil {
+		return x.TargetErrors
+	}
+	return nil
+}
+
+func (x *ListWorkflowsResponse) GetTargetsRead() []string {
+	if x != nil {
+		return x.TargetsRead
+	}
+	return nil
+}
+
+// TargetError is a target ListWorkflows could not read, and what that hides.
+type TargetError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The target's name, as configured on the coordinator or named by a workflow.
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// Why it could not be read, with what to do about it.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Workflows found on other targets that also run on this one: they are
+	// left out of workflows, since their status would be incomplete. Workflows
+	// only on this target cannot be known at all.
+	Workflows     []string `protobuf:"bytes,3,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetError) Reset() {
+	*x = TargetError{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetError) ProtoMessage() {}
+
+func (x *TargetError) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetError.ProtoReflect.Descriptor instead.
+func (*TargetError) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *TargetError) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *TargetError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *TargetError) GetWorkflows() []string {
+	if x != nil {
+		return x.Workflows
+	}
+	return nil
+}
+
 type WatchWorkflowRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Workflow *WorkflowRef           `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
@@ -2410,7 +2502,7 @@ type WatchWorkflowRequest struct {
 
 func (x *WatchWorkflowRequest) Reset() {
 	*x = WatchWorkflowRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	mi := &file_rowlift_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2514,7 @@ func (x *WatchWorkflowRequest) String() string {
 func (*WatchWorkflowRequest) ProtoMessage() {}
 
 func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	mi := &file_rowlift_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2527,7 @@ func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchWorkflowRequest) GetWorkflow() *WorkflowRef {
@@ -2626,9 +2718,15 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\vkept_tables\x18\x01 \x03(\tR\n" +
 	"keptTables\"0\n" +
 	"\x14ListWorkflowsRequest\x12\x18\n" +
-	"\atargets\x18\x01 \x03(\tR\atargets\"K\n" +
+	"\atargets\x18\x01 \x03(\tR\atargets\"\xac\x01\n" +
 	"\x15ListWorkflowsResponse\x122\n" +
-	"\tworkflows\x18\x01 \x03(\v2\x14.rowlift.v1.WorkflowR\tworkflows\"l\n" +
+	"\tworkflows\x18\x01 \x03(\v2\x14.rowlift.v1.WorkflowR\tworkflows\x12<\n" +
+	"\rtarget_errors\x18\x02 \x03(\v2\x17.rowlift.v1.TargetErrorR\ftargetErrors\x12!\n" +
+	"\ftargets_read\x18\x03 \x03(\tR\vtargetsRead\"]\n" +
+	"\vTargetError\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
+	"\tworkflows\x18\x03 \x03(\tR\tworkflows\"l\n" +
 	"\x14WatchWorkflowRequest\x123\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12\x1f\n" +
 	"\vinterval_ms\x18\x02 \x01(\x03R\n" +
@@ -2696,7 +2794,7 @@ func file_rowlift_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_rowlift_v1_control_proto_goTypes = []any{
 	(OnDDL)(0),                     // 0: rowlift.v1.OnDDL
 	(CopyMethod)(0),                // 1: rowlift.v1.CopyMethod
@@ -2728,15 +2826,16 @@ var file_rowlift_v1_control_proto_goTypes = []any{
 	(*DeleteWorkflowResponse)(nil), // 27: rowlift.v1.DeleteWorkflowResponse
 	(*ListWorkflowsRequest)(nil),   // 28: rowlift.v1.ListWorkflowsRequest
 	(*ListWorkflowsResponse)(nil),  // 29: rowlift.v1.ListWorkflowsResponse
-	(*WatchWorkflowRequest)(nil),   // 30: rowlift.v1.WatchWorkflowRequest
-	(FreezeMode)(0),                // 31: rowlift.v1.FreezeMode
-	(*ThrottleLimits)(nil),         // 32: rowlift.v1.ThrottleLimits
-	(*Position)(nil),               // 33: rowlift.v1.Position
+	(*TargetError)(nil),            // 30: rowlift.v1.TargetError
+	(*WatchWorkflowRequest)(nil),   // 31: rowlift.v1.WatchWorkflowRequest
+	(FreezeMode)(0),                // 32: rowlift.v1.FreezeMode
+	(*ThrottleLimits)(nil),         // 33: rowlift.v1.ThrottleLimits
+	(*Position)(nil),               // 34: rowlift.v1.Position
 }
 var file_rowlift_v1_control_proto_depIdxs = []int32{
 	12, // 0: rowlift.v1.VerifyRequest.workflow:type_name -> rowlift.v1.WorkflowRef
 	12, // 1: rowlift.v1.SwitchRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	31, // 2: rowlift.v1.SwitchRequest.freeze:type_name -> rowlift.v1.FreezeMode
+	32, // 2: rowlift.v1.SwitchRequest.freeze:type_name -> rowlift.v1.FreezeMode
 	20, // 3: rowlift.v1.SwitchResponse.workflow:type_name -> rowlift.v1.Workflow
 	12, // 4: rowlift.v1.CompleteRequest.workflow:type_name -> rowlift.v1.WorkflowRef
 	12, // 5: rowlift.v1.CancelRequest.workflow:type_name -> rowlift.v1.WorkflowRef
@@ -2748,8 +2847,8 @@ var file_rowlift_v1_control_proto_depIdxs = []int32{
 	0,  // 11: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
 	1,  // 12: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
 	19, // 13: rowlift.v1.WorkflowOptions.throttle:type_name -> rowlift.v1.Throttle
-	32, // 14: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
-	32, // 15: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
+	33, // 14: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
+	33, // 15: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
 	14, // 16: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
 	21, // 17: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
 	2,  // 18: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
@@ -2760,40 +2859,41 @@ var file_rowlift_v1_control_proto_depIdxs = []int32{
 	24, // 23: rowlift.v1.WorkflowStatus.cutover:type_name -> rowlift.v1.CutoverStatus
 	4,  // 24: rowlift.v1.VerifyStatus.state:type_name -> rowlift.v1.VerifyState
 	23, // 25: rowlift.v1.VerifyStatus.tables:type_name -> rowlift.v1.VerifyTable
-	33, // 26: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
+	34, // 26: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
 	20, // 27: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
-	12, // 28: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	13, // 29: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
-	12, // 30: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 31: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 32: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 33: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 34: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
-	28, // 35: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
-	30, // 36: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
-	5,  // 37: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
-	6,  // 38: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
-	6,  // 39: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
-	8,  // 40: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
-	10, // 41: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
-	20, // 42: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 43: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 44: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 45: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
-	27, // 46: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
-	20, // 47: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
-	29, // 48: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
-	20, // 49: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 50: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
-	7,  // 51: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
-	7,  // 52: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
-	9,  // 53: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
-	11, // 54: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	30, // 28: rowlift.v1.ListWorkflowsResponse.target_errors:type_name -> rowlift.v1.TargetError
+	12, // 29: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	13, // 30: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
+	12, // 31: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 32: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 33: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 34: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
+	12, // 35: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
+	28, // 36: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
+	31, // 37: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
+	5,  // 38: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
+	6,  // 39: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
+	6,  // 40: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
+	8,  // 41: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
+	10, // 42: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
+	20, // 43: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 44: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 45: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 46: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
+	27, // 47: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
+	20, // 48: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
+	29, // 49: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
+	20, // 50: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
+	20, // 51: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
+	7,  // 52: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
+	7,  // 53: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
+	9,  // 54: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
+	11, // 55: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
+	43, // [43:56] is the sub-list for method output_type
+	30, // [30:43] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_control_proto_init() }
@@ -2808,7 +2908,7 @@ func file_rowlift_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_control_proto_rawDesc), len(file_rowlift_v1_control_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -165,7 +165,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		return false, permanent("%v", err)
 	}
 
-	conn, err := grpc.NewClient(c.source.GetStreamerAddress(), append(grpcopt.DialOptions(), e.cfg.DialOptions...)...)
+	conn, err := grpc.NewClient(c.source.GetStreamerAddress(), append(grpcopt.DialOptions(nil), e.cfg.DialOptions...)...)
 	if err != nil {
 		return false, permanent("streamer address %q of source %s: %v", c.source.GetStreamerAddress(), c.source.GetName(), err)
 	}

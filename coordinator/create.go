@@ -233,7 +233,7 @@ func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSp
 
 // validate calls one streamer's Validate and explains its failure.
 func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
-	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(), s.dial...)...)
+	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
 	}

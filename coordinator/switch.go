@@ -611,7 +611,7 @@ func (s *Server) freeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode 
 	g, gctx := errgroup.WithContext(ctx)
 	for i, src := range spec.GetSources() {
 		g.Go(func() error {
-			conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(), s.dial...)...)
+			conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
 			if err != nil {
 				return fmt.Errorf("streamer %s of %s: %w", src.GetStreamerAddress(), src.GetName(), err)
 			}

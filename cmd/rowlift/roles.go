@@ -125,7 +125,7 @@ func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, probe
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	gs := grpc.NewServer(grpcopt.ServerOptions(nil)...)
 	register(gs)
 	log.Info("serving", append(fields, zap.String("listen", lis.Addr().String()))...)
 	probes.SetReady(true)

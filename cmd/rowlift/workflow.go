@@ -108,7 +108,7 @@ func workflowLeaf(name, summary, usage string, nargs int, flags func(*flag.FlagS
 			if cf.timeout <= 0 {
 				return usagef("--timeout %s: must be positive", cf.timeout)
 			}
-			conn, err := grpc.NewClient(cf.coordinator, grpcopt.DialOptions()...)
+			conn, err := grpc.NewClient(cf.coordinator, grpcopt.DialOptions(nil)...)
 			if err != nil {
 				return usagef("--coordinator %q: %w", cf.coordinator, err)
 			}

@@ -45,7 +45,9 @@ type Pair struct {
 func NewCA(t testing.TB) *CA {
 	t.Helper()
 	key := newKey(t)
-	tmpl := template(t, "rowlift test CA")
+	tmpl := template(t, "")
+	// Unique, as CAs in production are: a client tells the CAs a server accepts by name.
+	tmpl.Subject.CommonName = "rowlift test CA " + tmpl.SerialNumber.String()
 	tmpl.IsCA = true
 	tmpl.BasicConstraintsValid = true
 	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature

@@ -8,9 +8,12 @@ package tlsfiles
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -58,23 +61,65 @@ func Server(f Files, log *zap.Logger) (*tls.Config, error) {
 	}, nil
 }
 
-// Client returns a function that gives the TLS configuration of a client as
-// the files are now: it verifies the server with --tls-ca (the system's CAs
-// without it) and presents --tls-cert when one is given. Call it for each
-// handshake, so a rotation applies to the next connection.
-func Client(f Files, log *zap.Logger) (func() *tls.Config, error) {
+// Handshake is the TLS configuration of one client handshake, and what the
+// server's request for a client certificate showed.
+type Handshake struct {
+	Config  *tls.Config
+	refusal error
+}
+
+// Refusal returns, once the handshake is done, why the server refuses this
+// client's certificate when its request showed it: it asked for one and
+// there is none, or it named the CAs it accepts and none issued this one.
+// Under TLS 1.3 the client's handshake ends before the server checks the
+// certificate, and what the client sees next depends on timing (an alert, a
+// broken pipe); this says it the same way every time. The certificate is
+// sent all the same, so the server logs its own reason.
+func (h *Handshake) Refusal() error { return h.refusal }
+
+// Client returns a function that gives the configuration of a client
+// handshake as the files are now: it verifies the server with --tls-ca (the
+// system's CAs without it) and presents --tls-cert when one is given. Call it
+// for each handshake, so a rotation applies to the next connection.
+func Client(f Files, log *zap.Logger) (func() *Handshake, error) {
 	files, err := load(f, log)
 	if err != nil {
 		return nil, err
 	}
-	return func() *tls.Config {
+	return func() *Handshake {
 		m := files.Get()
-		c := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: m.ca}
-		if m.cert != nil {
-			c.Certificates = []tls.Certificate{*m.cert}
-		}
-		return c
+		h := &Handshake{}
+		h.Config = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: m.ca,
+			GetClientCertificate: func(req *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				switch {
+				case m.cert == nil:
+					h.refusal = errors.New("the server requires a client certificate and this client has none: " +
+						"give it --tls-cert and --tls-key, issued by the CA the server's --tls-ca names")
+					return &tls.Certificate{}, nil
+				case req.SupportsCertificate(m.cert) != nil:
+					h.refusal = fmt.Errorf("the server accepts client certificates issued by %s only, and this client's --tls-cert %s is issued by %s: "+
+						"give it a certificate issued by the CA the server's --tls-ca names", issuers(req.AcceptableCAs), f.Cert, m.cert.Leaf.Issuer.String())
+				}
+				return m.cert, nil
+			}}
+		return h
 	}, nil
+}
+
+// issuers names the CAs of a certificate request (DER subjects). No quotes:
+// gRPC quotes the handshake's error again, and would escape them.
+func issuers(subjects [][]byte) string {
+	var names []string
+	for _, der := range subjects {
+		var rdn pkix.RDNSequence
+		if _, err := asn1.Unmarshal(der, &rdn); err != nil {
+			continue // a name that does not parse: the others still help
+		}
+		var n pkix.Name
+		n.FillFromRDNSequence(&rdn)
+		names = append(names, n.String())
+	}
+	return strings.Join(names, " or ")
 }
 
 // load checks that the flags go together and reads the files once.

@@ -59,28 +59,38 @@ func TestMutualTLS(t *testing.T) {
 	s, c, stranger := ca.Issue(t, "server"), ca.Issue(t, "client"), other.Issue(t, "stranger")
 	srv, err := Server(Files{Cert: s.Cert, Key: s.Key, CA: ca.Cert}, zap.NewNop())
 	require.NoError(t, err)
-	client := func(f Files) *tls.Config {
+	client := func(f Files) *Handshake {
 		cfg, err := Client(f, zap.NewNop())
 		require.NoError(t, err)
 		return cfg()
 	}
 
-	got, err := dial(t, srv, client(Files{Cert: c.Cert, Key: c.Key, CA: ca.Cert}))
+	h := client(Files{Cert: c.Cert, Key: c.Key, CA: ca.Cert})
+	got, err := dial(t, srv, h.Config)
 	require.NoError(t, err)
 	require.Equal(t, serial(t, s.Cert), got.SerialNumber.String())
+	require.NoError(t, h.Refusal())
 
-	_, err = dial(t, srv, client(Files{CA: ca.Cert}))
+	h = client(Files{CA: ca.Cert})
+	_, err = dial(t, srv, h.Config)
 	require.ErrorContains(t, err, "certificate required", "no client certificate")
-	_, err = dial(t, srv, client(Files{Cert: stranger.Cert, Key: stranger.Key, CA: ca.Cert}))
+	require.EqualError(t, h.Refusal(), "the server requires a client certificate and this client has none: "+
+		"give it --tls-cert and --tls-key, issued by the CA the server's --tls-ca names")
+	h = client(Files{Cert: stranger.Cert, Key: stranger.Key, CA: ca.Cert})
+	_, err = dial(t, srv, h.Config)
 	require.ErrorContains(t, err, "unknown certificate authority", "a client certificate from another CA")
-	_, err = dial(t, srv, client(Files{Cert: c.Cert, Key: c.Key, CA: other.Cert}))
+	require.ErrorContains(t, h.Refusal(), "the server accepts client certificates issued by CN=rowlift test CA ")
+	h = client(Files{Cert: c.Cert, Key: c.Key, CA: other.Cert})
+	_, err = dial(t, srv, h.Config)
 	require.ErrorContains(t, err, "certificate signed by unknown authority", "a server certificate from another CA")
 
 	// Without --tls-ca the server asks for no client certificate.
 	plain, err := Server(Files{Cert: s.Cert, Key: s.Key}, zap.NewNop())
 	require.NoError(t, err)
-	_, err = dial(t, plain, client(Files{CA: ca.Cert}))
+	h = client(Files{CA: ca.Cert})
+	_, err = dial(t, plain, h.Config)
 	require.NoError(t, err)
+	require.NoError(t, h.Refusal())
 }
 
 // TestRotation rotates the server's files the way Kubernetes does (a new
@@ -117,14 +127,14 @@ func TestRotation(t *testing.T) {
 	cli, err := Client(Files{Cert: c.Cert, Key: c.Key, CA: ca.Cert}, zap.NewNop())
 	require.NoError(t, err)
 
-	got, err := dial(t, srv, cli())
+	got, err := dial(t, srv, cli().Config)
 	require.NoError(t, err)
 	require.Equal(t, firstSerial, got.SerialNumber.String())
 
 	second := ca.Issue(t, "server") // overwrites first's files, read above
 	secondSerial := serial(t, second.Cert)
 	mount(map[string]string{"tls.crt": second.Cert, "tls.key": second.Key, "ca.crt": ca.Cert})
-	got, err = dial(t, srv, cli())
+	got, err = dial(t, srv, cli().Config)
 	require.NoError(t, err)
 	require.Equal(t, secondSerial, got.SerialNumber.String(), "the handshake after the swap presents the new certificate")
 	require.Equal(t, 1, logs.FilterMessage("TLS files reloaded").Len())
@@ -133,7 +143,7 @@ func TestRotation(t *testing.T) {
 	third := ca.Issue(t, "server")
 	mount(map[string]string{"tls.crt": third.Cert, "tls.key": second.Cert, "ca.crt": ca.Cert})
 	for range 2 {
-		got, err = dial(t, srv, cli())
+		got, err = dial(t, srv, cli().Config)
 		require.NoError(t, err)
 		require.Equal(t, secondSerial, got.SerialNumber.String(), "a broken rotation keeps the last good certificate")
 	}
@@ -148,12 +158,12 @@ func TestRotation(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(fixed, name), b, 0o600))
 	}
-	_, err = dial(t, srv, cli())
+	_, err = dial(t, srv, cli().Config)
 	require.ErrorContains(t, err, "unknown certificate authority")
 	nc := next.Issue(t, "client")
 	cli, err = Client(Files{Cert: nc.Cert, Key: nc.Key, CA: ca.Cert}, zap.NewNop())
 	require.NoError(t, err)
-	got, err = dial(t, srv, cli())
+	got, err = dial(t, srv, cli().Config)
 	require.NoError(t, err)
 	require.Equal(t, serial(t, third.Cert), got.SerialNumber.String())
 }
@@ -167,17 +177,17 @@ func TestClientRotation(t *testing.T) {
 	require.NoError(t, err)
 	cli, err := Client(Files{Cert: c.Cert, Key: c.Key, CA: ca.Cert}, zap.NewNop())
 	require.NoError(t, err)
-	_, err = dial(t, srv, cli())
+	_, err = dial(t, srv, cli().Config)
 	require.NoError(t, err)
 
 	copyFile(t, next.Cert, ca.Cert)
-	_, err = dial(t, srv, cli())
+	_, err = dial(t, srv, cli().Config)
 	require.ErrorContains(t, err, "certificate signed by unknown authority", "the client now trusts only the new CA")
 
 	ns := next.Issue(t, "server")
 	srv, err = Server(Files{Cert: ns.Cert, Key: ns.Key}, zap.NewNop())
 	require.NoError(t, err)
-	_, err = dial(t, srv, cli())
+	_, err = dial(t, srv, cli().Config)
 	require.NoError(t, err)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/grpctls"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -258,7 +259,11 @@ func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *
 	case codes.DeadlineExceeded:
 		code, msg = codes.Unavailable, fmt.Sprintf("no answer within %s: %s", s.validateTimeout, msg)
 	case codes.Unavailable:
-		msg += " (is the streamer running at that address?)"
+		if explained := grpctls.Explain(msg); explained != msg {
+			msg = explained
+		} else {
+			msg += " (is the streamer running at that address?)"
+		}
 	}
 	return nil, status.Errorf(code, "source %s (streamer %s): %s", src.GetName(), src.GetStreamerAddress(), msg)
 }

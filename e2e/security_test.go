@@ -106,6 +106,16 @@ func TestMutualTLSAndTokens(t *testing.T) {
 	require.NotContains(t, log, e2eReadToken)
 	require.NotContains(t, log, e2eAdminToken)
 
+	t.Run("plaintext coordinator", func(t *testing.T) {
+		plain := newCLIAt(t, startPlainCoordinator(t, e))
+		stderr := plain.fails(1, "workflow", "create", "--name", "plain", "--source", "main="+e.streamerAddr, "--target", "main",
+			"--source-database", "sec", "--table", "t")
+		require.Contains(t, stderr, "rowlift: create workflow plain: source main (streamer "+e.streamerAddr+"): ")
+		require.Contains(t, stderr, "; the server closed the connection before gRPC began: a server with --tls-cert refuses plaintext clients "+
+			"(give this client --tls-ca)")
+		require.Contains(t, e.streamer.logText(), "tls: first record does not look like a TLS handshake")
+	})
+
 	t.Run("applier from another CA", func(t *testing.T) {
 		e.applier.stop()
 		stranger := testcerts.NewCA(t).Issue(t, "applier")
@@ -134,4 +144,21 @@ func TestMutualTLSAndTokens(t *testing.T) {
 				strings.Contains(log, "tls: failed to verify certificate: x509: certificate signed by unknown authority"), sandbox.Tail(log, 5)
 		})
 	})
+}
+
+// startPlainCoordinator starts a coordinator for e's target with neither TLS
+// nor authorization, as before either existed, and returns its address once
+// it answers.
+func startPlainCoordinator(t *testing.T, e *env) string {
+	port, err := sandbox.FreePort()
+	require.NoError(t, err)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p := startProc(t, "coordinator-plain", nil, "coordinator", "--listen", addr, "--target", "main="+e.dst.DSN(""))
+	c := newCLIAt(t, addr)
+	e.waitFor("the plaintext coordinator to answer", 30*time.Second, func() (bool, string) {
+		r := c.run("workflow", "list")
+		return r.code == 0, r.stderr
+	})
+	require.NotContains(t, p.logText(), "the Control API is open", "no warning on loopback")
+	return addr
 }

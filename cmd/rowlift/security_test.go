@@ -102,3 +102,29 @@ func TestSecurityFlagErrors(t *testing.T) {
 	_, err := runCLI(t, "workflow", "show", "w", "--coordinator", "0.0.0.0"+port, "--token-file", token, "--allow-plaintext-token")
 	require.NoError(t, err, "told to, the CLI sends the token in plaintext")
 }
+
+// TestRoleSecurityFlagErrors: each role refuses to start on TLS and auth
+// flags that cannot work, and says which flag to fix.
+func TestRoleSecurityFlagErrors(t *testing.T) {
+	ca := testcerts.NewCA(t)
+	p := ca.Issue(t, "p")
+	dsn := "root@tcp(127.0.0.1:1)/"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"streamer", "--source-dsn", dsn, "--tls-cert", p.Cert}, "--tls-cert " + p.Cert + " needs --tls-key"},
+		{[]string{"streamer", "--source-dsn", dsn, "--tls-ca", ca.Cert}, "--tls-ca needs --tls-cert and --tls-key: a server must present a certificate"},
+		{[]string{"applier", "--target-dsn", dsn, "--tls-key", p.Key}, "--tls-key " + p.Key + " needs --tls-cert"},
+		{[]string{"applier", "--target-dsn", dsn, "--tls-cert", p.Cert, "--tls-key", ca.Cert}, "--tls-cert " + p.Cert + " with --tls-key " + ca.Cert},
+		{[]string{"coordinator", "--target", "main=" + dsn, "--auth-admin-identity", "ops"},
+			"--auth-admin-identity and --auth-read-identity need --tls-ca: only a client certificate the coordinator verified has a name to map"},
+		{[]string{"coordinator", "--target", "main=" + dsn, "--auth-token-file", writeFile(t, "tokens", "admin short\n")},
+			"line 1: the token is 5 characters, fewer than 16"},
+		{[]string{"coordinator", "--target", "main=" + dsn, "--tls-cert", p.Cert, "--tls-key", p.Key, "--tls-ca", ca.Cert,
+			"--auth-admin-identity", "ops", "--auth-read-identity", "ops"}, "--auth-read-identity ops: the name already has the admin role"},
+	} {
+		_, err := runCLI(t, tc.args...)
+		require.ErrorContains(t, err, tc.want, "%q", tc.args)
+	}
+}

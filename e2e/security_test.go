@@ -116,10 +116,11 @@ func TestMutualTLSAndTokens(t *testing.T) {
 		require.Contains(t, e.streamer.logText(), "tls: first record does not look like a TLS handshake")
 	})
 
+	stranger := testcerts.NewCA(t).Issue(t, "applier")
 	t.Run("applier from another CA", func(t *testing.T) {
 		e.applier.stop()
-		stranger := testcerts.NewCA(t).Issue(t, "applier")
-		e.applier = startProc(t, "applier-stranger", e.hooks, "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms",
+		// Under the test, not this subtest: it runs on into the next one.
+		e.applier = startProc(e.t, "applier-stranger", e.hooks, "applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms",
 			"--tls-cert", stranger.Cert, "--tls-key", stranger.Key, "--tls-ca", ca.Cert)
 		want := "the server accepts client certificates issued by CN=rowlift test CA "
 		var w rowliftv1.Workflow
@@ -143,6 +144,23 @@ func TestMutualTLSAndTokens(t *testing.T) {
 			return strings.Contains(log, `"msg":"refused a TLS handshake","peer":"127.0.0.1:`) &&
 				strings.Contains(log, "tls: failed to verify certificate: x509: certificate signed by unknown authority"), sandbox.Tail(log, 5)
 		})
+	})
+
+	// The files rotate in place under the running applier, as a renewed
+	// Kubernetes Secret does: its next handshake presents the new certificate.
+	t.Run("rotated applier certificate", func(t *testing.T) {
+		renewed := ca.Issue(t, "applier-renewed")
+		for from, to := range map[string]string{renewed.Cert: stranger.Cert, renewed.Key: stranger.Key} {
+			b, err := os.ReadFile(from)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(to, b, 0o600))
+		}
+		e.sourceExec("INSERT INTO sec.t VALUES (2001, 'after the rotation')")
+		e.waitFor("the row written after the rotation", 90*time.Second, func() (bool, string) {
+			n := count(t, e.dstDB, "sec.t")
+			return n == 2001, strconv.Itoa(n) + " rows"
+		})
+		require.Contains(t, e.applier.logText(), `"msg":"TLS files reloaded"`)
 	})
 }
 

@@ -259,8 +259,8 @@ func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *
 	case codes.DeadlineExceeded:
 		code, msg = codes.Unavailable, fmt.Sprintf("no answer within %s: %s", s.validateTimeout, msg)
 	case codes.Unavailable:
-		if explained := grpctls.Explain(msg); explained != msg {
-			msg = explained
+		if grpctls.IsTLS(msg) {
+			msg = grpctls.Explain(msg)
 		} else {
 			msg += " (is the streamer running at that address?)"
 		}

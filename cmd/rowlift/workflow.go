@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -195,9 +194,6 @@ func (s *session) rpcError(what string, err error) error {
 	switch {
 	case st.Code() == codes.Unavailable && s.conn.GetState() != connectivity.Ready:
 		// grpc-go's transport error; the dial error inside it is what matters.
-		if desc, err := strconv.Unquote(strings.TrimPrefix(msg, "connection error: desc = ")); err == nil {
-			msg = desc
-		}
 		msg = fmt.Sprintf("cannot reach the coordinator at %s: %s", s.flags.coordinator, grpctls.Explain(msg))
 	case st.Code() == codes.DeadlineExceeded:
 		msg = fmt.Sprintf("no answer from the coordinator at %s within --timeout %s", s.flags.coordinator, s.flags.timeout)

@@ -1,6 +1,9 @@
 package grpctls
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // hints map what grpc-go and crypto/tls say when a connection is refused to
 // what the operator of the client must change. They match the text of the
@@ -25,14 +28,32 @@ var hints = []struct{ text, hint string }{
 			"and one with --tls-ca refuses clients without a certificate it accepts (its log says why)"},
 }
 
-// Explain adds what to fix to a connection error whose text is msg; msg
-// stays as it is when it is no TLS failure it knows (or when the client's
-// own credentials already explained it).
+// Explain returns a connection error's text msg as an operator should read
+// it: without grpc-go's quoting (connection error: desc = "..."), and with
+// what to fix when it is a TLS failure it knows (not when the client's own
+// credentials already said it).
 func Explain(msg string) string {
-	for _, h := range hints {
-		if strings.Contains(msg, h.text) {
-			return msg + "; " + h.hint
+	if desc, ok := strings.CutPrefix(msg, "connection error: desc = "); ok {
+		if unquoted, err := strconv.Unquote(desc); err == nil {
+			msg = unquoted
 		}
 	}
+	if h := hint(msg); h != "" {
+		return msg + "; " + h
+	}
 	return msg
+}
+
+// IsTLS reports whether msg is a TLS failure Explain says what to fix for,
+// as opposed to, say, nothing listening at the address.
+func IsTLS(msg string) bool { return hint(msg) != "" }
+
+// hint is what to fix for msg, or "".
+func hint(msg string) string {
+	for _, h := range hints {
+		if strings.Contains(msg, h.text) {
+			return h.hint
+		}
+	}
+	return ""
 }

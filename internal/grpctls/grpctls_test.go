@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,11 +156,16 @@ func TestLimiter(t *testing.T) {
 // TestExplain: each hint is given for its text; other errors get none.
 func TestExplain(t *testing.T) {
 	for _, h := range hints {
-		msg := "connection error: desc = \"x: " + h.text + "\""
-		require.Equal(t, msg+"; "+h.hint, Explain(msg), h.text)
+		require.Equal(t, "x: "+h.text+"; "+h.hint, Explain("x: "+h.text), h.text)
+		require.True(t, IsTLS("x: "+h.text), h.text)
 	}
-	msg := "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused\""
+	msg := "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"
 	require.Equal(t, msg, Explain(msg))
+	require.False(t, IsTLS(msg))
+	require.Equal(t, msg, Explain("connection error: desc = "+strconv.Quote(msg)), "grpc-go's quoting goes")
+	require.Equal(t, `transport: authentication handshake failed: the server says "no"`,
+		Explain(`connection error: desc = "transport: authentication handshake failed: the server says \"no\""`))
+	require.Equal(t, `connection error: desc = "cut`, Explain(`connection error: desc = "cut`), "what does not unquote stays")
 }
 
 // TestClone: cloned credentials keep logging and reloading, which the

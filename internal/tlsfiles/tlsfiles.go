@@ -37,7 +37,8 @@ type material struct {
 
 // Server returns the TLS configuration of a server: it presents --tls-cert,
 // and with --tls-ca requires client certificates that CA signed. Certificate
-// and CA are re-read for each handshake whose files changed.
+// and CA are re-read for each handshake whose files changed. Call it only
+// when f.Enabled(): a server without any flag serves plaintext.
 func Server(f Files, log *zap.Logger) (*tls.Config, error) {
 	if f.Cert == "" && f.Key == "" {
 		return nil, errors.New("--tls-ca needs --tls-cert and --tls-key: a server must present a certificate to serve TLS")

@@ -29,8 +29,9 @@ func tlsArgs(ca *testcerts.CA, pair testcerts.Pair) []string {
 
 // TestMutualTLSAndTokens runs every hop over mutual TLS and the Control API
 // behind tokens: the CLI with a certificate and an admin token moves a table;
-// without a certificate, without a token or with a read token it is refused
-// with a message that says what to fix; an applier whose certificate another
+// without a certificate, without a token, with a read token or with a
+// certificate mapped to the read role it is refused with a message that says
+// what to fix; an applier whose certificate another
 // CA issued cannot stream, and the workflow's status and the streamer's log
 // say why.
 func TestMutualTLSAndTokens(t *testing.T) {
@@ -52,7 +53,7 @@ func TestMutualTLSAndTokens(t *testing.T) {
 	require.NoError(t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	coordinator := startProc(t, "coordinator", nil, append([]string{"coordinator", "--listen", addr, "--target", "main=" + e.dst.DSN(""),
-		"--auth-token-file", tokens}, tlsArgs(ca, ca.Issue(t, "coordinator"))...)...)
+		"--auth-token-file", tokens, "--auth-read-identity", "dashboard"}, tlsArgs(ca, ca.Issue(t, "coordinator"))...)...)
 
 	cli := ca.Issue(t, "cli")
 	admin := newCLIAt(t, addr)
@@ -88,7 +89,9 @@ func TestMutualTLSAndTokens(t *testing.T) {
 	reader.env = append(reader.env, "ROWLIFT_TLS_CERT="+cli.Cert, "ROWLIFT_TLS_KEY="+cli.Key, "ROWLIFT_TLS_CA="+ca.Cert)
 	t.Run("certificate without token", func(t *testing.T) {
 		require.Equal(t, "rowlift: list workflows: ListWorkflows needs credentials: send a bearer token from the coordinator's "+
-			"--auth-token-file (rowlift workflow --token-file FILE) (Unauthenticated)\n", reader.fails(3, "workflow", "list"))
+			"--auth-token-file (rowlift workflow --token-file FILE), or a client certificate whose common name or DNS name the coordinator "+
+			"maps with --auth-admin-identity or --auth-read-identity (this one's names, cli, localhost, are not mapped) (Unauthenticated)\n",
+			reader.fails(3, "workflow", "list"))
 	})
 	reader.env = append(reader.env, "ROWLIFT_TOKEN_FILE="+readFile)
 	t.Run("read token", func(t *testing.T) {
@@ -100,6 +103,15 @@ func TestMutualTLSAndTokens(t *testing.T) {
 				"--source-database", "sec", "--table", "t"))
 		require.Equal(t, "rowlift: stop workflow sec: StopWorkflow needs the admin role, and this caller has the read role "+
 			"(its token has the read role): use credentials with the admin role (PermissionDenied)\n", reader.fails(3, "workflow", "stop", "sec"))
+	})
+	t.Run("read identity", func(t *testing.T) {
+		dashboard := ca.Issue(t, "dashboard")
+		c := newCLIAt(t, addr)
+		c.env = append(c.env, "ROWLIFT_TLS_CERT="+dashboard.Cert, "ROWLIFT_TLS_KEY="+dashboard.Key, "ROWLIFT_TLS_CA="+ca.Cert)
+		require.Contains(t, c.ok("workflow", "show", "sec"), "workflow sec   running")
+		require.Equal(t, "rowlift: delete workflow sec: DeleteWorkflow needs the admin role, and this caller has the read role "+
+			"(its client certificate dashboard has the read role): use credentials with the admin role (PermissionDenied)\n",
+			c.fails(3, "workflow", "delete", "sec"))
 	})
 	log := coordinator.logText()
 	require.Contains(t, log, `"msg":"refused a Control API call","method":"/rowlift.v1.Control/CreateWorkflow","code":"PermissionDenied"`)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/grpctls"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/rowcodec"
@@ -165,7 +166,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		return false, permanent("%v", err)
 	}
 
-	conn, err := grpc.NewClient(c.source.GetStreamerAddress(), append(grpcopt.DialOptions(), e.cfg.DialOptions...)...)
+	conn, err := grpc.NewClient(c.source.GetStreamerAddress(), append(grpcopt.DialOptions(nil), e.cfg.DialOptions...)...)
 	if err != nil {
 		return false, permanent("streamer address %q of source %s: %v", c.source.GetStreamerAddress(), c.source.GetName(), err)
 	}
@@ -579,7 +580,7 @@ func (c *controller) streamError(err error) error {
 		return fmt.Errorf("streamer %s ended the stream", c.source.GetStreamerAddress())
 	}
 	st, _ := status.FromError(err)
-	return status.Errorf(st.Code(), "streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), st.Message())
+	return status.Errorf(st.Code(), "streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), grpctls.Explain(st.Message()))
 }
 
 // targetDatabase is the target database of a workflow: the source's name unless

@@ -40,7 +40,9 @@ type Config struct {
 	// PollInterval is how often the engine looks for new, started or stopped
 	// workflows in the sidecar schema.
 	PollInterval time.Duration
-	// DialOptions are added to the gRPC options used to reach streamers.
+	// DialOptions are added to the gRPC options used to reach streamers
+	// (grpcopt's); a grpc.WithTransportCredentials among them replaces
+	// grpcopt's plaintext, which is how the --tls-* flags apply.
 	DialOptions []grpc.DialOption
 	// Ready, when set, is told after every pass over the sidecar schema whether
 	// the engine does its job (see readyAfter), for the readiness probe.

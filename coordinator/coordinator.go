@@ -48,7 +48,9 @@ type Config struct {
 	// the go-sql-driver DSN of that target server.
 	Targets map[string]string
 	Logger  *zap.Logger
-	// DialOptions are added to the gRPC options used to reach streamers.
+	// DialOptions are added to the gRPC options used to reach streamers
+	// (grpcopt's); a grpc.WithTransportCredentials among them replaces
+	// grpcopt's plaintext, which is how the --tls-* flags apply.
 	DialOptions []grpc.DialOption
 	// ValidateTimeout bounds each streamer's Validate call (0: DefaultValidateTimeout).
 	ValidateTimeout time.Duration

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/grpctls"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -233,7 +234,7 @@ func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSp
 
 // validate calls one streamer's Validate and explains its failure.
 func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
-	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(), s.dial...)...)
+	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
 	}
@@ -258,7 +259,11 @@ func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *
 	case codes.DeadlineExceeded:
 		code, msg = codes.Unavailable, fmt.Sprintf("no answer within %s: %s", s.validateTimeout, msg)
 	case codes.Unavailable:
-		msg += " (is the streamer running at that address?)"
+		if grpctls.IsTLS(msg) {
+			msg = grpctls.Explain(msg)
+		} else {
+			msg += " (is the streamer running at that address?)"
+		}
 	}
 	return nil, status.Errorf(code, "source %s (streamer %s): %s", src.GetName(), src.GetStreamerAddress(), msg)
 }

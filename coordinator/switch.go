@@ -23,6 +23,7 @@ import (
 	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/grpctls"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/testhook"
@@ -611,7 +612,7 @@ func (s *Server) freeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode 
 	g, gctx := errgroup.WithContext(ctx)
 	for i, src := range spec.GetSources() {
 		g.Go(func() error {
-			conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(), s.dial...)...)
+			conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
 			if err != nil {
 				return fmt.Errorf("streamer %s of %s: %w", src.GetStreamerAddress(), src.GetName(), err)
 			}
@@ -627,7 +628,7 @@ func (s *Server) freeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode 
 			defer cancel()
 			resp, err := call(cctx, req)
 			if err != nil {
-				return fmt.Errorf("streamer %s of %s: %s", src.GetStreamerAddress(), src.GetName(), status.Convert(err).Message())
+				return fmt.Errorf("streamer %s of %s: %s", src.GetStreamerAddress(), src.GetName(), grpctls.Explain(status.Convert(err).Message()))
 			}
 			out[i] = resp.GetPosition().GetGtidSet()
 			return nil

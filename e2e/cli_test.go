@@ -210,7 +210,7 @@ func TestCLIUnreachableCoordinator(t *testing.T) {
 
 // TestCLIListWithTargetsDown: `workflow list` prints the workflows of the
 // targets that answered and a line per target that did not, exiting 0; when
-// no target answers it exits 3, and with --output json the entries are in the
+// no target answers it exits 4, and with --output json the entries are in the
 // JSON too.
 func TestCLIListWithTargetsDown(t *testing.T) {
 	e := newEnv(t)
@@ -230,7 +230,7 @@ func TestCLIListWithTargetsDown(t *testing.T) {
 	require.NotContains(t, r.stderr, "hidden-pw")
 
 	r = c.run("workflow", "list", "--target", "down", "--target", "nosuch")
-	require.Equal(t, 3, r.code, "no target answered")
+	require.Equal(t, 4, r.code, "no target answered")
 	require.Empty(t, r.stdout)
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 	require.Len(t, lines, 3, r.stderr)

@@ -42,7 +42,7 @@ func (e *env) startCoordinatorWith(targetArgs ...string) (*proc, rowliftv1.Contr
 	require.NoError(e.t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	p := startProc(e.t, "coordinator", nil, append([]string{"coordinator", "--listen", addr}, targetArgs...)...)
-	conn, err := grpc.NewClient(addr, grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(addr, grpcopt.DialOptions(nil)...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { conn.Close() })
 	return p, rowliftv1.NewControlClient(conn), conn

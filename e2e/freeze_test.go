@@ -20,7 +20,7 @@ import (
 // cutover uses it.
 func (e *env) streamerClient() rowliftv1.StreamerClient {
 	e.t.Helper()
-	conn, err := grpc.NewClient(e.streamerAddr, grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(e.streamerAddr, grpcopt.DialOptions(nil)...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { conn.Close() })
 	return rowliftv1.NewStreamerClient(conn)

@@ -108,7 +108,7 @@ func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, 
 	require.NoError(t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	startProc(t, "coordinator", nil, append(coordArgs, "--listen", addr)...)
-	conn, err := grpc.NewClient(addr, grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(addr, grpcopt.DialOptions(nil)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	e.ctl = rowliftv1.NewControlClient(conn)

@@ -81,7 +81,7 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 	require.NoError(t, err)
 	coordAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	startProc(t, "coordinator", otlp.Env(), "coordinator", "--listen", coordAddr, "--target", "main="+e.dst.DSN(""))
-	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions(nil)...)
 	require.NoError(t, err)
 	defer conn.Close()
 	ctl := rowliftv1.NewControlClient(conn)
@@ -216,7 +216,7 @@ func TestTracesJoinAcrossStreamerAndApplier(t *testing.T) {
 // an applier would, and returns the chunks of the table's whole copy.
 func streamChunks(t *testing.T, addr, db, table string) []*rowliftv1.Chunk {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(addr, grpcopt.DialOptions(nil)...)
 	require.NoError(t, err)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -148,11 +148,11 @@ func serveStreamer(t *testing.T, srv *sandbox.Server) (*Server, rowliftv1.Stream
 	t.Cleanup(func() { s.Close() })
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	gs := grpc.NewServer(grpcopt.ServerOptions(nil)...)
 	rowliftv1.RegisterStreamerServer(gs, s)
 	go gs.Serve(lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpcopt.DialOptions(nil)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return s, rowliftv1.NewStreamerClient(conn)

@@ -130,7 +130,7 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 		return err
 	}
 	b.procs.Add("coordinator", co)
-	if b.conn, err = grpc.NewClient(coordAddr, grpcopt.DialOptions()...); err != nil {
+	if b.conn, err = grpc.NewClient(coordAddr, grpcopt.DialOptions(nil)...); err != nil {
 		return fmt.Errorf("coordinator client: %w", err)
 	}
 	b.control = rowliftv1.NewControlClient(b.conn)

@@ -150,7 +150,7 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 		return err
 	}
 	b.procs.Add("coordinator", coord)
-	if b.conn, err = grpc.NewClient(addrs[1], grpcopt.DialOptions()...); err != nil {
+	if b.conn, err = grpc.NewClient(addrs[1], grpcopt.DialOptions(nil)...); err != nil {
 		return fmt.Errorf("coordinator client: %w", err)
 	}
 	b.control = rowliftv1.NewControlClient(b.conn)

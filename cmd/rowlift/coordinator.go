@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/rowlift/rowlift/coordinator"
+	"github.com/rowlift/rowlift/coordinator/authz"
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/metrics"
@@ -25,10 +26,12 @@ import (
 )
 
 func coordinatorCommand() *command {
-	var listen, debug, healthAddr, metricsAddr string
+	var listen, debug, healthAddr, metricsAddr, tokenFile string
 	// Parsed in exec: the flag package would print a bad value, password and all.
 	var raw, rawFiles stringList
 	var logOpts logging.Options
+	var admins, readers stringList
+	var tf tlsFlags
 	return &command{
 		name:    "coordinator",
 		summary: "serve the Control API: create, start, stop, resume, delete and watch workflows on the targets",
@@ -45,6 +48,12 @@ func coordinatorCommand() *command {
 				"the main port answers the same health, with rowlift.v1.Control following readiness")
 			metricsFlag(fs, &metricsAddr)
 			logFlags(fs, &logOpts)
+			tf.register(fs, true, true)
+			fs.StringVar(&tokenFile, "auth-token-file", "", "`FILE` of the bearer tokens the Control API accepts: "+authz.TokenFileHelp+
+				". Read again when it changes. Without it and without --auth-*-identity, the Control API is open to anyone who reaches --listen")
+			fs.Var(&admins, "auth-admin-identity", "client certificate `NAME` (common name or DNS name) that gets the admin role; repeatable; needs --tls-ca")
+			fs.Var(&readers, "auth-read-identity", "client certificate `NAME` (common name or DNS name) that gets the read role "+
+				"(show, list, watch); repeatable; needs --tls-ca")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			targets := targetFlag{}
@@ -75,6 +84,28 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer stopTracing()
+			opts, err := tf.serverOptions(log)
+			if err != nil {
+				return err
+			}
+			dial, err := tf.dialOptions(log)
+			if err != nil {
+				return err
+			}
+			auth := authz.Config{TokenFile: tokenFile, AdminIdentities: admins, ReadIdentities: readers}
+			if len(admins)+len(readers) > 0 && tf.files.CA == "" {
+				return usagef("--auth-admin-identity and --auth-read-identity need --tls-ca: only a client certificate the coordinator verified has a name to map")
+			}
+			if auth.Enabled() {
+				a, err := authz.New(auth, log)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, a.ServerOptions()...)
+			} else if !authz.Loopback(listen) {
+				log.Warn("the Control API is open to anyone who reaches --listen: give --auth-token-file or --auth-admin-identity to require credentials",
+					zap.String("listen", listen))
+			}
 			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
 				return err
 			}
@@ -83,17 +114,18 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer probes.Close()
-			srv, err := coordinator.New(coordinator.Config{Targets: targets, Logger: log})
+			srv, err := coordinator.New(coordinator.Config{Targets: targets, Logger: log, DialOptions: dial})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
 			go srv.Run(ctx) // finishes cutovers a dead coordinator left
-			return serveRole(ctx, log, listen, debug, probes, func(gs *grpc.Server) {
+			return serveRole(ctx, log, listen, debug, opts, probes, func(gs *grpc.Server) {
 				rowliftv1.RegisterControlServer(gs, srv)
 				probes.Register(gs)
 				reflection.Register(gs)
-			}, zap.String("role", "coordinator"), zap.Strings("targets", targets.names()))
+			}, zap.String("role", "coordinator"), zap.Strings("targets", targets.names()), zap.Bool("tls", tf.files.Enabled()),
+				zap.Bool("client_certificates_required", tf.files.CA != ""), zap.Bool("authorization", auth.Enabled()))
 		},
 	}
 }

@@ -414,7 +414,7 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 			return nil, err
 		}
 	}
-	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(coordAddr, grpcopt.DialOptions(nil)...)
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +479,7 @@ func (d *demo) serve(register func(*grpc.Server)) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	gs := grpc.NewServer(grpcopt.ServerOptions(nil)...)
 	register(gs)
 	d.servers = append(d.servers, gs)
 	go func() { _ = gs.Serve(lis) }()

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/rowlift/rowlift/applier"
-	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/probe"
@@ -29,6 +28,7 @@ import (
 func streamerCommand() *command {
 	var listen, sourceDSN, sourceDSNFile, debug, healthAddr, metricsAddr string
 	var logOpts logging.Options
+	var tf tlsFlags
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -41,6 +41,7 @@ func streamerCommand() *command {
 			healthFlag(fs, &healthAddr, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
 			metricsFlag(fs, &metricsAddr)
 			logFlags(fs, &logOpts)
+			tf.register(fs, true, false)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
@@ -60,6 +61,10 @@ func streamerCommand() *command {
 				return err
 			}
 			defer stopTracing()
+			opts, err := tf.serverOptions(log)
+			if err != nil {
+				return err
+			}
 			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
 				return err
 			}
@@ -73,8 +78,8 @@ func streamerCommand() *command {
 				return err
 			}
 			defer srv.Close()
-			return serveRole(ctx, log, listen, debug, probes, func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, srv) },
-				zap.String("role", "streamer"))
+			return serveRole(ctx, log, listen, debug, opts, probes, func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, srv) },
+				zap.String("role", "streamer"), zap.Bool("tls", tf.files.Enabled()), zap.Bool("client_certificates_required", tf.files.CA != ""))
 		},
 	}
 }
@@ -83,6 +88,7 @@ func applierCommand() *command {
 	var targetDSN, targetDSNFile, debug, healthAddr, metricsAddr string
 	var poll time.Duration
 	var logOpts logging.Options
+	var tf tlsFlags
 	return &command{
 		name:    "applier",
 		summary: "run the target side: apply every workflow recorded in the target's _rowlift schema",
@@ -96,6 +102,7 @@ func applierCommand() *command {
 				"not while it cannot reach or read the target")
 			metricsFlag(fs, &metricsAddr)
 			logFlags(fs, &logOpts)
+			tf.register(fs, false, true)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
@@ -115,6 +122,10 @@ func applierCommand() *command {
 				return err
 			}
 			defer stopTracing()
+			dial, err := tf.dialOptions(log)
+			if err != nil {
+				return err
+			}
 			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
 				return err
 			}
@@ -123,7 +134,7 @@ func applierCommand() *command {
 				return err
 			}
 			defer probes.Close()
-			engine, err := applier.New(applier.Config{TargetDSN: dsn, Logger: log, PollInterval: poll, Ready: probes.SetReady})
+			engine, err := applier.New(applier.Config{TargetDSN: dsn, Logger: log, PollInterval: poll, Ready: probes.SetReady, DialOptions: dial})
 			if err != nil {
 				return err
 			}
@@ -134,16 +145,17 @@ func applierCommand() *command {
 	}
 }
 
-// serveRole serves a role's gRPC services on listen until ctx ends, and Go
-// profiles on debug; the role is ready once it listens. fields describe the
-// role in the "serving" log line.
-func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, probes *probe.Server, register func(*grpc.Server), fields ...zap.Field) error {
+// serveRole serves a role's gRPC services with opts on listen until ctx ends,
+// and Go profiles on debug; the role is ready once it listens. fields describe
+// the role in the "serving" log line.
+func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, opts []grpc.ServerOption, probes *probe.Server,
+	register func(*grpc.Server), fields ...zap.Field) error {
 	serveDebug(debug, log)
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	gs := grpc.NewServer(opts...)
 	register(gs)
 	log.Info("serving", append(fields, zap.String("listen", lis.Addr().String()))...)
 	probes.SetReady(true)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -16,7 +17,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rowlift/rowlift/coordinator/authz"
 	"github.com/rowlift/rowlift/internal/grpcopt"
+	"github.com/rowlift/rowlift/internal/grpctls"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -50,6 +53,10 @@ type clientFlags struct {
 	output      string
 	config      string
 	timeout     time.Duration
+	tls         tlsFlags
+	tokenFile   string
+	// plaintextToken allows sending the token without TLS to another host.
+	plaintextToken bool
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
@@ -62,6 +69,35 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 			"wins over the file. Default $XDG_CONFIG_HOME/rowlift/config, else ~/.config/rowlift/config, when present, e.g. --config ./prod.conf")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute,
 		"how long to wait for the coordinator's answer (watch: its first update), e.g. --timeout 5m for a create that checks many tables")
+	c.tls.register(fs, false, true)
+	fs.StringVar(&c.tokenFile, "token-file", "",
+		"`FILE` holding the bearer token (alone) to send with every call, for a coordinator with --auth-token-file, e.g. --token-file ~/.rowlift-token")
+	fs.BoolVar(&c.plaintextToken, "allow-plaintext-token", false,
+		"send --token-file's token to a coordinator on another host without TLS, where anyone on the path can read it, "+
+			"e.g. --allow-plaintext-token on a network you trust")
+}
+
+// dialOptions are the gRPC options that reach the coordinator as the flags say:
+// over TLS when a --tls-* flag is set, with the token of --token-file.
+func (c *clientFlags) dialOptions() ([]grpc.DialOption, error) {
+	creds, err := grpctls.Client(c.tls.files, zap.NewNop())
+	if err != nil {
+		return nil, usageError{err}
+	}
+	opts := grpcopt.DialOptions(creds)
+	if c.tokenFile == "" {
+		return opts, nil
+	}
+	token, err := authz.ReadBearer(c.tokenFile)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if creds == nil {
+		if err := authz.CheckPlaintext(c.coordinator, c.plaintextToken); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	return append(opts, grpc.WithPerRPCCredentials(token)), nil
 }
 
 // session is one command's connection to the coordinator.
@@ -110,7 +146,11 @@ func workflowLeaf(name, summary, usage string, nargs int, flags func(*flag.FlagS
 			if cf.timeout <= 0 {
 				return usagef("--timeout %s: must be positive", cf.timeout)
 			}
-			conn, err := grpc.NewClient(cf.coordinator, grpcopt.DialOptions()...)
+			opts, err := cf.dialOptions()
+			if err != nil {
+				return err
+			}
+			conn, err := grpc.NewClient(cf.coordinator, opts...)
 			if err != nil {
 				return usagef("--coordinator %q: %w", cf.coordinator, err)
 			}
@@ -157,8 +197,7 @@ func (s *session) rpcError(what string, err error) error {
 	switch {
 	case st.Code() == codes.Unavailable && s.conn.GetState() != connectivity.Ready:
 		// grpc-go's transport error; the dial error inside it is what matters.
-		msg = strings.TrimSuffix(strings.TrimPrefix(msg, `connection error: desc = "`), `"`)
-		msg = fmt.Sprintf("cannot reach the coordinator at %s: %s", s.flags.coordinator, msg)
+		msg = fmt.Sprintf("cannot reach the coordinator at %s: %s", s.flags.coordinator, grpctls.Explain(msg))
 	case st.Code() == codes.DeadlineExceeded:
 		msg = fmt.Sprintf("no answer from the coordinator at %s within --timeout %s", s.flags.coordinator, s.flags.timeout)
 	}
@@ -191,15 +230,21 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-// exitCode is the process exit status for err: 2 for usage errors, 3 for a
-// listing no target answered, else 1.
+// exitCode is the process exit status for err: 2 for usage errors, 3 for
+// calls the coordinator refused for their credentials (Unauthenticated,
+// PermissionDenied), so a script can tell a missing token from a failed
+// operation, 4 for a listing no target answered, else 1.
 func exitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) {
 		return 2
 	}
-	if errors.As(err, new(noTargetAnswered)) {
+	var se *statusError
+	if errors.As(err, &se) && (se.st.Code() == codes.Unauthenticated || se.st.Code() == codes.PermissionDenied) {
 		return 3
+	}
+	if errors.As(err, new(noTargetAnswered)) {
+		return 4
 	}
 	return 1
 }
@@ -335,7 +380,7 @@ func workflowListCommand() *command {
 		})
 }
 
-// noTargetAnswered is a listing where no target could be read: main exits 3
+// noTargetAnswered is a listing where no target could be read: main exits 4
 // for it, so a script tells it from a failed call (1) and from a listing with
 // some targets down (0, with a line per target down on stderr).
 type noTargetAnswered struct{ targets int }

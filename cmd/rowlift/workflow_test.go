@@ -85,12 +85,12 @@ func (f *fakeControl) WatchWorkflow(req *rowliftv1.WatchWorkflowRequest, stream 
 	return nil
 }
 
-// startFake serves f on a free local port and returns its address.
-func startFake(t *testing.T, f *fakeControl) string {
+// startFake serves f with opts on a free local port and returns its address.
+func startFake(t *testing.T, f *fakeControl, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	rowliftv1.RegisterControlServer(gs, f)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -101,7 +101,7 @@ func startFake(t *testing.T, f *fakeControl) string {
 func isolate(t *testing.T) {
 	t.Helper()
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	for _, f := range []string{"coordinator", "output", "config", "table", "chunk-rows", "timeout"} {
+	for _, f := range []string{"coordinator", "output", "config", "table", "chunk-rows", "timeout", "tls-cert", "tls-key", "tls-ca", "token-file"} {
 		t.Setenv(envName(f), "")
 		require.NoError(t, os.Unsetenv(envName(f)))
 	}

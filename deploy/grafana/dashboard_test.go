@@ -197,11 +197,11 @@ func liveNames(t *testing.T) []string {
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	gs := grpc.NewServer(grpcopt.ServerOptions(nil)...)
 	rowliftv1.RegisterControlServer(gs, rowliftv1.UnimplementedControlServer{})
 	go gs.Serve(lis) //nolint:errcheck // ends with Stop below
 	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpcopt.DialOptions()...)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpcopt.DialOptions(nil)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	// Health checks are not measured (kubelet probes would drown the rest):

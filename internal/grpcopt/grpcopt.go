@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
@@ -29,9 +30,10 @@ const (
 	pingEvery = 30 * time.Second
 )
 
-// ServerOptions are the options every rowlift gRPC server uses.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+// ServerOptions are the options every rowlift gRPC server uses; creds secure
+// it (internal/grpctls), nil serves plaintext.
+func ServerOptions(creds credentials.TransportCredentials) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessage),
 		grpc.MaxSendMsgSize(MaxMessage),
 		grpc.InitialWindowSize(window),
@@ -46,12 +48,20 @@ func ServerOptions() []grpc.ServerOption {
 		// bury the traces worth reading.
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
 	}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	return opts
 }
 
-// DialOptions are the options every rowlift gRPC client uses.
-func DialOptions() []grpc.DialOption {
+// DialOptions are the options every rowlift gRPC client uses; creds secure
+// the connection (internal/grpctls), nil dials plaintext.
+func DialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessage), grpc.MaxCallSendMsgSize(MaxMessage)),
 		grpc.WithInitialWindowSize(window),
 		grpc.WithInitialConnWindowSize(window),

@@ -23,7 +23,7 @@ func Serve(t testing.TB, src *sandbox.Server) string {
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	gs := grpc.NewServer(grpcopt.ServerOptions()...)
+	gs := grpc.NewServer(grpcopt.ServerOptions(nil)...)
 	rowliftv1.RegisterStreamerServer(gs, srv)
 	go gs.Serve(lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(func() {

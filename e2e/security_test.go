@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/rowlift/rowlift/internal/metrics"
+	"github.com/rowlift/rowlift/internal/metrics/metricstest"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/testcerts"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -28,7 +31,10 @@ func tlsArgs(ca *testcerts.CA, pair testcerts.Pair) []string {
 }
 
 // TestMutualTLSAndTokens runs every hop over mutual TLS and the Control API
-// behind tokens: the CLI with a certificate and an admin token moves a table;
+// behind tokens, with every role serving metrics, as production runs them:
+// the CLI with a certificate and an admin token moves a table, and each
+// role's /metrics shows the workflow (rows copied, lag, bytes sent, the
+// Control calls);
 // without a certificate, without a token, with a read token or with a
 // certificate mapped to the read role it is refused with a message that says
 // what to fix; an applier whose certificate another
@@ -39,9 +45,10 @@ func TestMutualTLSAndTokens(t *testing.T) {
 	e.sourceExec("CREATE DATABASE sec", "CREATE TABLE sec.t (id INT PRIMARY KEY, v VARCHAR(40))",
 		"INSERT INTO sec.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 2000) SELECT i, LEFT(SHA2(i, 256), 40) FROM s")
 	ca := testcerts.NewCA(t)
-	e.startStreamer(tlsArgs(ca, ca.Issue(t, "streamer"))...)
-	e.applier = startProc(t, "applier", e.hooks, append([]string{"applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms"},
-		tlsArgs(ca, ca.Issue(t, "applier"))...)...)
+	streamerMetrics, applierMetrics, coordinatorMetrics := freeAddr(t), freeAddr(t), freeAddr(t)
+	e.startStreamer(append(tlsArgs(ca, ca.Issue(t, "streamer")), "--metrics-listen", streamerMetrics)...)
+	e.applier = startProc(t, "applier", e.hooks, append([]string{"applier", "--target-dsn", e.dst.DSN(""), "--poll-interval", "50ms",
+		"--metrics-listen", applierMetrics}, tlsArgs(ca, ca.Issue(t, "applier"))...)...)
 
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
@@ -53,7 +60,8 @@ func TestMutualTLSAndTokens(t *testing.T) {
 	require.NoError(t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	coordinator := startProc(t, "coordinator", nil, append([]string{"coordinator", "--listen", addr, "--target", "main=" + e.dst.DSN(""),
-		"--auth-token-file", tokens, "--auth-read-identity", "dashboard"}, tlsArgs(ca, ca.Issue(t, "coordinator"))...)...)
+		"--auth-token-file", tokens, "--auth-read-identity", "dashboard", "--metrics-listen", coordinatorMetrics},
+		tlsArgs(ca, ca.Issue(t, "coordinator"))...)...)
 
 	cli := ca.Issue(t, "cli")
 	admin := newCLIAt(t, addr)
@@ -69,6 +77,26 @@ func TestMutualTLSAndTokens(t *testing.T) {
 	out = admin.ok("workflow", "watch", "sec", "--until", "running", "--interval", "200ms")
 	require.Contains(t, out, "rows 2,000/2,000")
 	require.Equal(t, 2000, count(t, e.dstDB, "sec.t"))
+
+	t.Run("metrics", func(t *testing.T) {
+		e.sourceExec("UPDATE sec.t SET v = 'changed' WHERE id <= 10")
+		stream := map[string]string{"workflow": "sec", "source": "main", "target": "main"}
+		scrape := func(addr string) metricstest.Scrape { return metricstest.Get(t, "http://"+addr+metrics.Path) }
+		e.waitFor("the update to be replayed", 30*time.Second, func() (bool, string) {
+			trx, _ := scrape(applierMetrics).Sum("rowlift_replay_transactions_total", stream)
+			return trx >= 1, fmt.Sprintf("replayed transactions: %v", trx)
+		})
+		applier := scrape(applierMetrics)
+		rows, _ := applier.Sum("rowlift_copy_rows_total", stream)
+		require.Equal(t, 2000.0, rows)
+		_, ok := applier.Sum("rowlift_replay_lag_seconds", stream)
+		require.True(t, ok, "the stream's lag is a gauge of its own")
+		sent, _ := scrape(streamerMetrics).Sum("rowlift_streamer_sent_bytes_total", map[string]string{"workflow": "sec"})
+		require.Positive(t, sent)
+		calls, _ := scrape(coordinatorMetrics).Sum("rpc_server_call_duration_seconds_count",
+			map[string]string{"rpc_method": "rowlift.v1.Control/CreateWorkflow", "rpc_response_status_code": "OK"})
+		require.Equal(t, 1.0, calls)
+	})
 
 	t.Run("no client certificate", func(t *testing.T) {
 		c := newCLIAt(t, addr)

@@ -18,20 +18,16 @@ import (
 	"github.com/rowlift/rowlift/coordinator"
 	"github.com/rowlift/rowlift/coordinator/authz"
 	"github.com/rowlift/rowlift/internal/dbconn"
-	"github.com/rowlift/rowlift/internal/logging"
-	"github.com/rowlift/rowlift/internal/metrics"
-	"github.com/rowlift/rowlift/internal/probe"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
 func coordinatorCommand() *command {
-	var listen, debug, healthAddr, metricsAddr, tokenFile string
+	var listen, tokenFile string
 	// Parsed in exec: the flag package would print a bad value, password and all.
 	var raw, rawFiles stringList
-	var logOpts logging.Options
 	var admins, readers stringList
-	var tf tlsFlags
+	rf := &roleFlags{name: "coordinator", serves: true, dials: true}
 	return &command{
 		name:    "coordinator",
 		summary: "serve the Control API: create, start, stop, resume, delete and watch workflows on the targets",
@@ -43,12 +39,8 @@ func coordinatorCommand() *command {
 				"$ROWLIFT_TARGET takes a comma-separated list: a=DSN,b=DSN. "+dsnTLSHelp)
 			fs.Var(&rawFiles, "target-file", "target server as NAME=FILE, where FILE holds the DSN (a mounted Kubernetes Secret), read at start; "+
 				"repeatable, and mixes with --target, e.g. main=/etc/rowlift/main/dsn. $ROWLIFT_TARGET_FILE takes a comma-separated list: a=FILE,b=FILE")
-			debugFlag(fs, &debug)
-			healthFlag(fs, &healthAddr, "once the Control service listens (it needs no target to answer, and reports an unreachable one per request); "+
+			rf.register(fs, "once the Control service listens (it needs no target to answer, and reports an unreachable one per request); "+
 				"the main port answers the same health, with rowlift.v1.Control following readiness")
-			metricsFlag(fs, &metricsAddr)
-			logFlags(fs, &logOpts)
-			tf.register(fs, true, true)
 			fs.StringVar(&tokenFile, "auth-token-file", "", "`FILE` of the bearer tokens the Control API accepts: "+authz.TokenFileHelp+
 				". Read again when it changes. Without it and without --auth-*-identity, the Control API is open to anyone who reaches --listen")
 			fs.Var(&admins, "auth-admin-identity", "client certificate `NAME` (common name or DNS name) that gets the admin role; repeatable; needs --tls-ca")
@@ -74,58 +66,36 @@ func coordinatorCommand() *command {
 			if len(targets) == 0 {
 				return errors.New("--target NAME=DSN or --target-file NAME=FILE (or $ROWLIFT_TARGET, $ROWLIFT_TARGET_FILE) is required, once per target server")
 			}
-			log, err := newLogger(logOpts)
-			if err != nil {
-				return err
-			}
-			defer func() { err = logExit(log, err) }()
-			stopTracing, err := startTracing(ctx, "coordinator", log)
-			if err != nil {
-				return err
-			}
-			defer stopTracing()
-			opts, err := tf.serverOptions(log)
-			if err != nil {
-				return err
-			}
-			dial, err := tf.dialOptions(log)
-			if err != nil {
-				return err
-			}
 			auth := authz.Config{TokenFile: tokenFile, AdminIdentities: admins, ReadIdentities: readers}
-			if len(admins)+len(readers) > 0 && tf.files.CA == "" {
+			if len(admins)+len(readers) > 0 && rf.tls.files.CA == "" {
 				return usagef("--auth-admin-identity and --auth-read-identity need --tls-ca: only a client certificate the coordinator verified has a name to map")
 			}
+			r, err := rf.start(ctx, rowliftv1.Control_ServiceDesc.ServiceName)
+			if err != nil {
+				return err
+			}
+			defer func() { err = r.end(err) }()
 			if auth.Enabled() {
-				a, err := authz.New(auth, log)
+				a, err := authz.New(auth, r.log)
 				if err != nil {
 					return err
 				}
-				opts = append(opts, a.ServerOptions()...)
+				r.server = append(r.server, a.ServerOptions()...)
 			} else if !authz.Loopback(listen) {
-				log.Warn("the Control API is open to anyone who reaches --listen: give --auth-token-file or --auth-admin-identity to require credentials",
+				r.log.Warn("the Control API is open to anyone who reaches --listen: give --auth-token-file or --auth-admin-identity to require credentials",
 					zap.String("listen", listen))
 			}
-			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
-				return err
-			}
-			probes, err := probe.Start(ctx, healthAddr, log, rowliftv1.Control_ServiceDesc.ServiceName)
-			if err != nil {
-				return err
-			}
-			defer probes.Close()
-			srv, err := coordinator.New(coordinator.Config{Targets: targets, Logger: log, DialOptions: dial})
+			srv, err := coordinator.New(coordinator.Config{Targets: targets, Logger: r.log, DialOptions: r.dial})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
 			go srv.Run(ctx) // finishes cutovers a dead coordinator left
-			return serveRole(ctx, log, listen, debug, opts, probes, func(gs *grpc.Server) {
+			return r.serve(ctx, listen, func(gs *grpc.Server) {
 				rowliftv1.RegisterControlServer(gs, srv)
-				probes.Register(gs)
+				r.probes.Register(gs)
 				reflection.Register(gs)
-			}, zap.String("role", "coordinator"), zap.Strings("targets", targets.names()), zap.Bool("tls", tf.files.Enabled()),
-				zap.Bool("client_certificates_required", tf.files.CA != ""), zap.Bool("authorization", auth.Enabled()))
+			}, zap.String("role", "coordinator"), zap.Strings("targets", targets.names()), zap.Bool("authorization", auth.Enabled()))
 		},
 	}
 }

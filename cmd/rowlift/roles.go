@@ -20,15 +20,15 @@ import (
 	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/probe"
+	"github.com/rowlift/rowlift/internal/tlsfiles"
 	"github.com/rowlift/rowlift/internal/tracing"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
 
 func streamerCommand() *command {
-	var listen, sourceDSN, sourceDSNFile, debug, healthAddr, metricsAddr string
-	var logOpts logging.Options
-	var tf tlsFlags
+	var listen, sourceDSN, sourceDSNFile string
+	rf := &roleFlags{name: "streamer", serves: true}
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -37,11 +37,7 @@ func streamerCommand() *command {
 			fs.StringVar(&listen, "listen", "127.0.0.1:7001", "address to serve the Streamer gRPC service on")
 			fs.StringVar(&sourceDSN, "source-dsn", "", "go-sql-driver DSN of the source server, e.g. user:pass@tcp(host:3306)/. "+dsnTLSHelp)
 			fs.StringVar(&sourceDSNFile, "source-dsn-file", "", "file holding the source DSN instead of --source-dsn (a mounted Kubernetes Secret), read at start")
-			debugFlag(fs, &debug)
-			healthFlag(fs, &healthAddr, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
-			metricsFlag(fs, &metricsAddr)
-			logFlags(fs, &logOpts)
-			tf.register(fs, true, false)
+			rf.register(fs, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
@@ -51,44 +47,25 @@ func streamerCommand() *command {
 			if dsn == "" {
 				return errors.New("--source-dsn or --source-dsn-file (or $ROWLIFT_SOURCE_DSN, $ROWLIFT_SOURCE_DSN_FILE) is required")
 			}
-			log, err := newLogger(logOpts)
+			r, err := rf.start(ctx)
 			if err != nil {
 				return err
 			}
-			defer func() { err = logExit(log, err) }()
-			stopTracing, err := startTracing(ctx, "streamer", log)
-			if err != nil {
-				return err
-			}
-			defer stopTracing()
-			opts, err := tf.serverOptions(log)
-			if err != nil {
-				return err
-			}
-			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
-				return err
-			}
-			probes, err := probe.Start(ctx, healthAddr, log)
-			if err != nil {
-				return err
-			}
-			defer probes.Close()
-			srv, err := streamer.New(streamer.Config{SourceDSN: dsn, Logger: log})
+			defer func() { err = r.end(err) }()
+			srv, err := streamer.New(streamer.Config{SourceDSN: dsn, Logger: r.log})
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
-			return serveRole(ctx, log, listen, debug, opts, probes, func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, srv) },
-				zap.String("role", "streamer"), zap.Bool("tls", tf.files.Enabled()), zap.Bool("client_certificates_required", tf.files.CA != ""))
+			return r.serve(ctx, listen, func(gs *grpc.Server) { rowliftv1.RegisterStreamerServer(gs, srv) }, zap.String("role", "streamer"))
 		},
 	}
 }
 
 func applierCommand() *command {
-	var targetDSN, targetDSNFile, debug, healthAddr, metricsAddr string
+	var targetDSN, targetDSNFile string
 	var poll time.Duration
-	var logOpts logging.Options
-	var tf tlsFlags
+	rf := &roleFlags{name: "applier", dials: true}
 	return &command{
 		name:    "applier",
 		summary: "run the target side: apply every workflow recorded in the target's _rowlift schema",
@@ -97,12 +74,7 @@ func applierCommand() *command {
 			fs.StringVar(&targetDSN, "target-dsn", "", "go-sql-driver DSN of the target server, e.g. user:pass@tcp(host:3306)/. "+dsnTLSHelp)
 			fs.StringVar(&targetDSNFile, "target-dsn-file", "", "file holding the target DSN instead of --target-dsn (a mounted Kubernetes Secret), read at start")
 			fs.DurationVar(&poll, "poll-interval", applier.DefaultPollInterval, "how often to look for new, started or stopped workflows")
-			debugFlag(fs, &debug)
-			healthFlag(fs, &healthAddr, "while it holds the target's applier lock or stands by behind another applier's, "+
-				"not while it cannot reach or read the target")
-			metricsFlag(fs, &metricsAddr)
-			logFlags(fs, &logOpts)
-			tf.register(fs, false, true)
+			rf.register(fs, "while it holds the target's applier lock or stands by behind another applier's, not while it cannot reach or read the target")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
@@ -112,53 +84,126 @@ func applierCommand() *command {
 			if dsn == "" {
 				return errors.New("--target-dsn or --target-dsn-file (or $ROWLIFT_TARGET_DSN, $ROWLIFT_TARGET_DSN_FILE) is required")
 			}
-			log, err := newLogger(logOpts)
+			r, err := rf.start(ctx)
 			if err != nil {
 				return err
 			}
-			defer func() { err = logExit(log, err) }()
-			stopTracing, err := startTracing(ctx, "applier", log)
+			defer func() { err = r.end(err) }()
+			engine, err := applier.New(applier.Config{TargetDSN: dsn, Logger: r.log, PollInterval: poll, Ready: r.probes.SetReady, DialOptions: r.dial})
 			if err != nil {
 				return err
 			}
-			defer stopTracing()
-			dial, err := tf.dialOptions(log)
-			if err != nil {
-				return err
-			}
-			if err := metrics.Serve(ctx, metricsAddr, log); err != nil {
-				return err
-			}
-			probes, err := probe.Start(ctx, healthAddr, log)
-			if err != nil {
-				return err
-			}
-			defer probes.Close()
-			engine, err := applier.New(applier.Config{TargetDSN: dsn, Logger: log, PollInterval: poll, Ready: probes.SetReady, DialOptions: dial})
-			if err != nil {
-				return err
-			}
-			serveDebug(debug, log)
-			log.Info("applier running")
+			r.log.Info("applier running")
 			return engine.Run(ctx)
 		},
 	}
 }
 
-// serveRole serves a role's gRPC services with opts on listen until ctx ends,
-// and Go profiles on debug; the role is ready once it listens. fields describe
-// the role in the "serving" log line.
-func serveRole(ctx context.Context, log *zap.Logger, listen, debug string, opts []grpc.ServerOption, probes *probe.Server,
-	register func(*grpc.Server), fields ...zap.Field) error {
-	serveDebug(debug, log)
+// roleFlags are the flags every long-running role (streamer, applier,
+// coordinator) takes beside its own: logs, Go profiles, health probes,
+// metrics, and the TLS of its gRPC hops.
+type roleFlags struct {
+	name                   string
+	debug, health, metrics string
+	log                    logging.Options
+	tls                    tlsFlags
+	// serves and dials say which ends of gRPC hops the role is: the TLS flags'
+	// help and the credentials start builds follow them.
+	serves, dials bool
+}
+
+// register defines the flags; ready says when the role's health reports it ready.
+func (f *roleFlags) register(fs *flag.FlagSet, ready string) {
+	debugFlag(fs, &f.debug)
+	healthFlag(fs, &f.health, ready)
+	metricsFlag(fs, &f.metrics)
+	logFlags(fs, &f.log)
+	f.tls.register(fs, f.serves, f.dials)
+}
+
+// running is a role set up from its flags.
+type running struct {
+	log    *zap.Logger
+	probes *probe.Server
+	// server and dial are the role's gRPC server options and what it adds to
+	// reach streamers, over TLS when the flags ask for it.
+	server []grpc.ServerOption
+	dial   []grpc.DialOption
+	tls    tlsfiles.Files
+	// stops undo what start did, in reverse order.
+	stops []func()
+}
+
+// start sets the role up, each step able to log its failure: the logger,
+// tracing, the TLS credentials (files that cannot work refuse the start
+// before any port is bound), metrics, Go profiles and the probe server, whose
+// health mirrors answers beside liveness and readiness.
+func (f *roleFlags) start(ctx context.Context, mirrors ...string) (*running, error) {
+	log, err := newLogger(f.log)
+	if err != nil {
+		return nil, err
+	}
+	r := &running{log: log, tls: f.tls.files}
+	if err := r.setUp(ctx, f, mirrors); err != nil {
+		return nil, r.end(err)
+	}
+	return r, nil
+}
+
+func (r *running) setUp(ctx context.Context, f *roleFlags, mirrors []string) error {
+	stopTracing, err := startTracing(ctx, f.name, r.log)
+	if err != nil {
+		return err
+	}
+	r.stops = append(r.stops, stopTracing)
+	if f.serves {
+		if r.server, err = f.tls.serverOptions(r.log); err != nil {
+			return err
+		}
+	}
+	if f.dials {
+		if r.dial, err = f.tls.dialOptions(r.log); err != nil {
+			return err
+		}
+	}
+	if err := metrics.Serve(ctx, f.metrics, r.log); err != nil {
+		return err
+	}
+	serveDebug(f.debug, r.log)
+	if r.probes, err = probe.Start(ctx, f.health, r.log, mirrors...); err != nil {
+		return err
+	}
+	r.stops = append(r.stops, r.probes.Close)
+	return nil
+}
+
+// end undoes start; err, the error the role stops with, becomes its last log
+// line (JSON in production, where a plain stderr line would be out of place),
+// and main exits 1 without printing it again.
+func (r *running) end(err error) error {
+	for i := len(r.stops) - 1; i >= 0; i-- {
+		r.stops[i]()
+	}
+	if err != nil {
+		r.log.Error("stopped", zap.Error(err))
+		err = loggedError{err}
+	}
+	_ = r.log.Sync() // nothing to do about a failed flush at exit
+	return err
+}
+
+// serve serves the role's gRPC services on listen until ctx ends; the role is
+// ready once it listens. fields describe the role in the "serving" log line.
+func (r *running) serve(ctx context.Context, listen string, register func(*grpc.Server), fields ...zap.Field) error {
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(r.server...)
 	register(gs)
-	log.Info("serving", append(fields, zap.String("listen", lis.Addr().String()))...)
-	probes.SetReady(true)
+	r.log.Info("serving", append(fields, zap.String("listen", lis.Addr().String()),
+		zap.Bool("tls", r.tls.Enabled()), zap.Bool("client_certificates_required", r.tls.CA != ""))...)
+	r.probes.SetReady(true)
 	return serveUntilDone(ctx, gs, lis)
 }
 
@@ -182,18 +227,6 @@ type loggedError struct{ err error }
 
 func (e loggedError) Error() string { return e.err.Error() }
 func (e loggedError) Unwrap() error { return e.err }
-
-// logExit ends a role's logging: the error it stops with, if any, becomes
-// its last log line (JSON in production, where a plain stderr line would be
-// out of place), and the log is flushed.
-func logExit(log *zap.Logger, err error) error {
-	if err != nil {
-		log.Error("stopped", zap.Error(err))
-		err = loggedError{err}
-	}
-	_ = log.Sync() // nothing to do about a failed flush at exit
-	return err
-}
 
 // logFlags defines --log-level and --log-format, which every role takes.
 func logFlags(fs *flag.FlagSet, opts *logging.Options) {

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,28 +14,14 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/rowlift/rowlift/internal/testbin"
 )
 
 // rowliftBin is the binary built from cmd/rowlift by TestMain.
 var rowliftBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "rowlift-deploy-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	rowliftBin = filepath.Join(dir, "rowlift")
-	build := exec.Command("go", "build", "-o", rowliftBin, "../cmd/rowlift")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build rowlift:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, &rowliftBin, "../cmd/rowlift") }
 
 // The kustomizations under test.
 const (

@@ -88,9 +88,13 @@ func (c *clientFlags) dialOptions() ([]grpc.DialOption, error) {
 	if c.tokenFile == "" {
 		return opts, nil
 	}
-	token, err := authz.ReadBearer(c.tokenFile)
+	secret, err := readSecretFile("token-file", c.tokenFile)
 	if err != nil {
 		return nil, usageError{err}
+	}
+	token, err := authz.NewBearer(secret)
+	if err != nil {
+		return nil, usagef("--token-file %s: %w", c.tokenFile, err)
 	}
 	if creds == nil {
 		if err := authz.CheckPlaintext(c.coordinator, c.plaintextToken); err != nil {

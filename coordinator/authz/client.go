@@ -3,9 +3,7 @@ package authz
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"strings"
 )
 
@@ -13,19 +11,16 @@ import (
 // "authorization: Bearer TOKEN" with every call.
 type Bearer struct{ token string }
 
-// ReadBearer reads a client's token file, which holds the token alone.
-func ReadBearer(path string) (Bearer, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Bearer{}, fmt.Errorf("--token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
+// NewBearer takes a client's token, as its token file holds it: the token
+// alone, on one line (surrounding spaces are dropped).
+func NewBearer(token string) (Bearer, error) {
+	token = strings.TrimSpace(token)
 	switch {
 	case token == "":
-		return Bearer{}, fmt.Errorf("--token-file %s is empty: put the token in it, alone", path)
+		return Bearer{}, errors.New("the token is empty")
 	case strings.ContainsAny(token, " \t\r\n"):
-		return Bearer{}, fmt.Errorf("--token-file %s: the file must hold the token alone, on one line "+
-			"(a coordinator's --auth-token-file, with its \"ROLE TOKEN\" lines, is not one)", path)
+		return Bearer{}, errors.New("the file must hold the token alone, on one line " +
+			"(a coordinator's --auth-token-file, with its \"ROLE TOKEN\" lines, is not one)")
 	}
 	return Bearer{token: token}, nil
 }

@@ -48,6 +48,10 @@ func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkfl
 		if !errors.Is(err, state.ErrNotFound) {
 			return nil, t.fail(err)
 		}
+		if err := checkGrants(ctx, t, spec); err != nil {
+			log.Info("workflow refused", zap.Error(err))
+			return nil, err
+		}
 	}
 	fields, warnings, flavors, err := s.validateSources(ctx, spec, nil)
 	if err != nil {

@@ -168,7 +168,7 @@ type Store struct {
 func Open(ctx context.Context, db *sql.DB) (*Store, error) {
 	for _, q := range schemaDDL {
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("create sidecar schema %s: %w", Schema, err)
+			return nil, fmt.Errorf("create sidecar schema %s: %w", Schema, schemaGrantError(ctx, db, "CREATE", "to create its state tables", err))
 		}
 	}
 	for _, c := range addedColumns {
@@ -179,7 +179,8 @@ func Open(ctx context.Context, db *sql.DB) (*Store, error) {
 		}
 		if n == 0 {
 			if _, err := db.ExecContext(ctx, "ALTER TABLE "+Schema+"."+c.table+" ADD COLUMN "+c.column+" "+c.definition); err != nil {
-				return nil, fmt.Errorf("upgrade sidecar schema %s: add %s.%s: %w", Schema, c.table, c.column, err)
+				return nil, fmt.Errorf("upgrade sidecar schema %s: add %s.%s: %w", Schema, c.table, c.column,
+					schemaGrantError(ctx, db, "ALTER", "to add the columns a newer rowlift keeps there", err))
 			}
 		}
 	}

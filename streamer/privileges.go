@@ -3,8 +3,6 @@ package streamer
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -13,14 +11,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 )
 
 // Server errors the streamer tells apart.
 const (
-	dbAccessDenied       = 1044 // LOCK TABLES without the privilege
-	tableAccessDenied    = 1142 // SELECT without the privilege
 	specificAccessDenied = 1227 // a binlog dump without REPLICATION SLAVE (MySQL)
 	accessDenied         = 1045 // the same on MariaDB
 	unknownDatabase      = 1049
@@ -32,35 +29,18 @@ const (
 // first event, which a dump sends at once.
 const binlogProbeWait = 10 * time.Second
 
-// grant is a privilege the stream needs on the source, what for, and the
-// statement that gives it.
-type grant struct {
-	privilege, on, why string
-}
-
-// missing says that user lacks g and how to fix it.
-func (g grant) missing(user string) error {
-	return fmt.Errorf("source user %s lacks the %s privilege on %s, which rowlift needs %s: run GRANT %s ON %s TO %s",
-		user, g.privilege, g.on, g.why, g.privilege, g.on, user)
-}
-
 // replicationGrant is what reading the binlog needs.
-var replicationGrant = grant{privilege: "REPLICATION SLAVE", on: "*.*", why: "to read the binlog"}
+var replicationGrant = grants.Grant{Privilege: "REPLICATION SLAVE", On: "*.*", Why: "to read the binlog"}
 
-// grantee is the source account the streamer's user maps to, quoted for a
-// GRANT ('mover'@'10.%'); the DSN's user at any host when it cannot be read.
-func (s *Server) grantee(ctx context.Context) string {
-	var account string
-	if err := s.db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&account); err == nil {
-		if at := strings.LastIndexByte(account, '@'); at >= 0 {
-			return quoteAccountPart(account[:at]) + "@" + quoteAccountPart(account[at+1:])
-		}
-	}
-	return quoteAccountPart(s.cfg.User) + "@'%'"
+// selectGrant is what copying and verifying a table needs.
+func selectGrant(database, table string) grants.Grant {
+	return grants.Grant{Privilege: "SELECT", On: rowcodec.QualifiedIdent(database, table), Why: "to copy and verify it"}
 }
 
-func quoteAccountPart(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+// lockGrant is what fencing a chunk on MySQL needs.
+func lockGrant(database string) grants.Grant {
+	return grants.Grant{Privilege: "LOCK TABLES", On: rowcodec.Ident(database) + ".*",
+		Why: "to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position)"}
 }
 
 // checkTableGrants tries, without reading a row, each statement a stream runs
@@ -81,15 +61,15 @@ func (s *Server) checkTableGrants(ctx context.Context, database string, tables [
 	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1"); err != nil {
 		return status.Errorf(codes.Unavailable, "check the source user's grants: %v", err)
 	}
-	var missing []grant
+	var missing []grants.Grant
 	readable := ""
 	for _, t := range tables {
 		_, err := conn.ExecContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(database, t)+" LIMIT 0")
 		switch {
 		case err == nil || isLockWaitTimeout(err):
 			readable = t
-		case isMySQLError(err, tableAccessDenied):
-			missing = append(missing, grant{privilege: "SELECT", on: rowcodec.QualifiedIdent(database, t), why: "to copy and verify it"})
+		case grants.Denied(err):
+			missing = append(missing, selectGrant(database, t))
 		case !isMySQLError(err, noSuchTable) && !isMySQLError(err, unknownDatabase):
 			return status.Errorf(codes.Unavailable, "check the source user's SELECT on %s.%s: %v", database, t, err)
 		}
@@ -100,9 +80,8 @@ func (s *Server) checkTableGrants(ctx context.Context, database string, tables [
 			_, err = conn.ExecContext(ctx, "UNLOCK TABLES")
 		}
 		switch {
-		case isMySQLError(err, dbAccessDenied):
-			missing = append(missing, grant{privilege: "LOCK TABLES", on: rowcodec.Ident(database) + ".*",
-				why: "to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position)"})
+		case grants.Denied(err):
+			missing = append(missing, lockGrant(database))
 		case err != nil && !isLockWaitTimeout(err):
 			return status.Errorf(codes.Unavailable, "check the source user's LOCK TABLES on %s: %v", database, err)
 		}
@@ -141,21 +120,16 @@ func (s *Server) checkBinlogGrant(ctx context.Context, flavor dbconn.Flavor) err
 // replicationDenied is the PermissionDenied status of a binlog dump the source
 // refused, with what it said.
 func (s *Server) replicationDenied(ctx context.Context, err error) error {
-	st := status.Convert(s.missingGrants(ctx, []grant{replicationGrant}))
+	st := status.Convert(s.missingGrants(ctx, []grants.Grant{replicationGrant}))
 	return status.Errorf(codes.PermissionDenied, "%s (the source refused the binlog dump: %v)", st.Message(), err)
 }
 
 // missingGrants is the PermissionDenied status that names every grant, or nil.
-func (s *Server) missingGrants(ctx context.Context, missing []grant) error {
-	if len(missing) == 0 {
-		return nil
+func (s *Server) missingGrants(ctx context.Context, missing []grants.Grant) error {
+	if err := grants.Missing(ctx, s.db, "source", s.cfg.User, missing); err != nil {
+		return status.Error(codes.PermissionDenied, err.Error())
 	}
-	user := s.grantee(ctx)
-	errs := make([]error, len(missing))
-	for i, g := range missing {
-		errs[i] = g.missing(user)
-	}
-	return status.Error(codes.PermissionDenied, errors.Join(errs...).Error())
+	return nil
 }
 
 // isReplicationDenied reports the errors a binlog dump gets without

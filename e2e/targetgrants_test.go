@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/state"
+)
+
+// TestCoordinatorTargetPrivilegesAreChecked: a coordinator whose target user
+// may not create the sidecar schema's tables, write them, or read a target
+// table refuses creation with the GRANT that fixes it, and creates nothing;
+// once every grant is given, the workflow is created.
+func TestCoordinatorTargetPrivilegesAreChecked(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+		const user, password = "'ctl'@'127.0.0.1'", "c0ord-s3cret"
+		e.sourceExec("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY)", "INSERT INTO p.t VALUES (1), (2)")
+		e.targetExec("CREATE USER "+user+" IDENTIFIED BY '"+password+"'", "GRANT SELECT, UPDATE, DELETE ON _rowlift.* TO "+user)
+		e.startStreamer()
+		p, ctl, _ := e.startCoordinatorWith("--target", "main=ctl:"+password+"@tcp("+e.dst.Addr()+")/")
+		spec := e.workflow("p", "p", "t")
+		refused := func(want ...string) {
+			t.Helper()
+			_, err := callErr(func(ctx context.Context) (*rowliftv1.Workflow, error) {
+				return ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+			})
+			require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+			for _, w := range want {
+				require.Contains(t, err.Error(), w)
+			}
+			_, err = e.store.Workflow(context.Background(), "p")
+			require.ErrorIs(t, err, state.ErrNotFound, "a refused workflow is not created")
+		}
+		refused("target user " + user + " lacks the CREATE privilege on `_rowlift`.*, which rowlift needs to create its state tables: " +
+			"run GRANT CREATE ON `_rowlift`.* TO " + user)
+		e.targetExec("GRANT CREATE ON _rowlift.* TO " + user)
+		refused("target user "+user+" lacks the INSERT privilege on `_rowlift`.*, which rowlift needs to keep the workflows' state in it: "+
+			"run GRANT INSERT ON `_rowlift`.* TO "+user,
+			"lacks the SELECT privilege on `p`.`t`, which rowlift needs to check it before creating the workflow: run GRANT SELECT ON `p`.`t` TO "+user)
+		e.targetExec("GRANT INSERT ON _rowlift.* TO " + user)
+		refused("run GRANT SELECT ON `p`.`t` TO " + user)
+		e.targetExec("GRANT SELECT ON p.* TO " + user)
+		call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+			return ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+		})
+		require.NotContains(t, p.logText(), password, "a password leaked")
+	})
+}
+
+// TestApplierTargetPrivilegesAreChecked: an applier whose target user lacks
+// a privilege it needs on the target database (to create, read or write the
+// tables it copies into) retries each workflow with the GRANT that fixes it as
+// the stream's message, writes nothing meanwhile, and copies once the grant is
+// given, with no restart.
+func TestApplierTargetPrivilegesAreChecked(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+		const user, password = "'app'@'127.0.0.1'", "app1y-s3cret"
+		e.targetExec("CREATE USER "+user+" IDENTIFIED BY '"+password+"'", "GRANT ALL ON _rowlift.* TO "+user)
+		privileges := []string{"CREATE", "SELECT", "INSERT", "UPDATE", "DELETE"}
+		want := map[string]string{}
+		for _, priv := range privileges {
+			db := "no_" + strings.ToLower(priv)
+			e.sourceExec("CREATE DATABASE "+db, "CREATE TABLE "+db+".t (id INT PRIMARY KEY, v INT NOT NULL)",
+				"INSERT INTO "+db+".t VALUES (1, 1), (2, 2)")
+			var others []string
+			for _, o := range privileges {
+				if o != priv {
+					others = append(others, o)
+				}
+			}
+			e.targetExec("GRANT " + strings.Join(others, ", ") + " ON " + db + ".* TO " + user)
+			on := "`" + db + "`.*"
+			why := "to copy and apply the source's rows into it"
+			switch priv {
+			case "CREATE":
+				why = "to create the tables it copies into"
+			case "SELECT":
+				// The server hides whether the table exists.
+				on = "`" + db + "`.`t`"
+			}
+			want[db] = "target user " + user + " lacks the " + priv + " privilege on " + on + ", which rowlift needs " + why +
+				": run GRANT " + priv + " ON " + on + " TO " + user
+			e.start(e.workflow(db, db, "t"))
+		}
+		e.startStreamer()
+		e.applier = startProc(t, "applier", nil, "applier", "--target-dsn", "app:"+password+"@tcp("+e.dst.Addr()+")/",
+			"--poll-interval", "50ms")
+		for _, priv := range privileges {
+			db := "no_" + strings.ToLower(priv)
+			e.waitFor("a retry message naming the grant for "+db, 30*time.Second, func() (bool, string) {
+				msg := e.streamMessage(db)
+				return strings.Contains(msg, want[db]), msg
+			})
+			e.nothingWritten(db, db)
+		}
+		for _, priv := range privileges {
+			db := "no_" + strings.ToLower(priv)
+			e.targetExec("GRANT " + priv + " ON " + db + ".* TO " + user)
+			e.waitState(db, state.Running, time.Minute)
+			require.Equal(t, 2, count(t, e.dstDB, db+".t"))
+		}
+		require.NotContains(t, e.applier.logText(), password, "a password leaked")
+	})
+}
+
+// targetExec runs statements on the target server.
+func (e *env) targetExec(stmts ...string) {
+	e.t.Helper()
+	sandboxtest.Exec(e.t, e.dstDB, stmts...)
+}

@@ -276,7 +276,7 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 		return fmt.Errorf("set names for creating tables: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+rowcodec.Ident(targetDB)); err != nil {
-		return fmt.Errorf("create target database %s: %w", targetDB, createGrantError(ctx, conn, targetDB, err))
+		return fmt.Errorf("create target database %s: %w", targetDB, grants.Refused(ctx, conn, "target", err, createGrant(targetDB)))
 	}
 	if _, err := conn.ExecContext(ctx, "USE "+rowcodec.Ident(targetDB)); err != nil {
 		return fmt.Errorf("use target database %s: %w", targetDB, err)
@@ -289,7 +289,7 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 				return fmt.Errorf("create target table %s.%s: %w", targetDB, f.GetTable(), err) // a lost connection: retried
 			case grants.Denied(err):
 				// Retried: the stream goes on once the grant is given.
-				return fmt.Errorf("create target table %s.%s: %w", targetDB, f.GetTable(), createGrantError(ctx, conn, targetDB, err))
+				return fmt.Errorf("create target table %s.%s: %w", targetDB, f.GetTable(), grants.Refused(ctx, conn, "target", err, createGrant(targetDB)))
 			case me.Number == 1050:
 				// Another stream into this target (a reshard's other source) created it
 				// first: the retry checks that table like any existing one.

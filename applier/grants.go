@@ -91,17 +91,8 @@ func isMySQLError(err error, number uint16) bool {
 	return errors.As(err, &me) && me.Number == number
 }
 
-// createGrantError is the *grants.Error of a CREATE DATABASE or CREATE TABLE
-// refused for want of CREATE on the target database (a grant on the table
-// alone does not let rowlift create the database first), or err as it is.
-func createGrantError(ctx context.Context, q grants.Queryer, targetDB string, err error) error {
-	if !grants.Denied(err) {
-		return err
-	}
-	return grants.Missing(ctx, q, "target", "", []grants.Grant{createGrant(targetDB)})
-}
-
-// createGrant is the grant that lets rowlift create target tables.
+// createGrant is the grant that lets rowlift create target tables: on the
+// database, which CREATE DATABASE IF NOT EXISTS needs too.
 func createGrant(targetDB string) grants.Grant {
 	return grants.Grant{Privilege: "CREATE", On: rowcodec.Ident(targetDB) + ".*", Why: "to create the tables it copies into"}
 }

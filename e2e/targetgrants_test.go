@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +119,59 @@ func TestApplierTargetPrivilegesAreChecked(t *testing.T) {
 func (e *env) targetExec(stmts ...string) {
 	e.t.Helper()
 	sandboxtest.Exec(e.t, e.dstDB, stmts...)
+}
+
+// TestRevokedSourceGrantsAreNamed: a source grant revoked while a workflow
+// copies (SELECT on a table; on MySQL, whose chunk fence locks the table,
+// LOCK TABLES) makes the stream retry with the GRANT that gives it back as its
+// message, and the copy goes on, complete, once it is given.
+func TestRevokedSourceGrantsAreNamed(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+		const user, password = "'mover'@'127.0.0.1'", "r3voked-s3cret"
+		e.sourceExec("CREATE USER "+user+" IDENTIFIED BY '"+password+"'", "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO "+user)
+		cases := []struct{ db, revoke, want string }{
+			{"p", "REVOKE SELECT ON p.t FROM " + user, "source user " + user + " lacks the SELECT privilege on `p`.`t`, " +
+				"which rowlift needs to copy and verify it: run GRANT SELECT ON `p`.`t` TO " + user},
+		}
+		if flavor == sandbox.MySQL {
+			cases = append(cases, struct{ db, revoke, want string }{"q", "REVOKE LOCK TABLES ON q.* FROM " + user,
+				"source user " + user + " lacks the LOCK TABLES privilege on `q`.*, which rowlift needs to fence each chunk " +
+					"(a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position): run GRANT LOCK TABLES ON `q`.* TO " + user})
+		}
+		for _, c := range cases {
+			e.sourceExec("CREATE DATABASE "+c.db, "CREATE TABLE "+c.db+".t (id INT PRIMARY KEY)",
+				"INSERT INTO "+c.db+".t WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) SELECT i FROM n",
+				"GRANT SELECT ON "+c.db+".t TO "+user, "GRANT LOCK TABLES ON "+c.db+".* TO "+user)
+		}
+		// Slow chunks, so the copy is still going when the grant goes.
+		e.hooks = []string{"ROWLIFT_TEST_HOOKS=chunk_read=200ms-200ms"}
+		e.streamer = startProc(t, "streamer", e.hooks, "streamer", "--listen", e.streamerAddr,
+			"--source-dsn", "mover:"+password+"@tcp("+e.src.Addr()+")/")
+		e.startApplier()
+		for _, c := range cases {
+			spec := e.workflow(c.db, c.db, "t")
+			spec.Options.ChunkRows = 5
+			e.start(spec)
+			e.waitFor("the copy of "+c.db+" to start", 30*time.Second, func() (bool, string) {
+				cs, err := e.store.CopyState(context.Background(), c.db, "")
+				if err != nil || len(cs) == 0 {
+					return false, fmt.Sprint(err)
+				}
+				return cs[0].RowsCopied > 0, fmt.Sprintf("%d rows copied", cs[0].RowsCopied)
+			})
+			e.sourceExec(c.revoke)
+			e.waitFor("a retry message naming the grant", 30*time.Second, func() (bool, string) {
+				msg := e.streamMessage(c.db)
+				return strings.Contains(msg, c.want), msg
+			})
+			w, err := e.store.Workflow(context.Background(), c.db)
+			require.NoError(t, err)
+			require.Equal(t, state.Copying, w.State, "a revoked grant is retried, not an error: %s", w.Message)
+			e.sourceExec(strings.Replace(strings.Replace(c.revoke, "REVOKE", "GRANT", 1), " FROM ", " TO ", 1))
+			e.waitState(c.db, state.Running, time.Minute)
+			require.Equal(t, 100, count(t, e.dstDB, c.db+".t"))
+		}
+		require.NotContains(t, e.streamer.logText(), password, "a password leaked")
+	})
 }

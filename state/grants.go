@@ -37,12 +37,7 @@ func MissingGrants(ctx context.Context, q grants.Queryer) error {
 	return grants.Missing(ctx, q, "target", "", missing)
 }
 
-// schemaGrantError is the *grants.Error of Open's statement refused for a
-// missing privilege (CREATE, or ALTER when an upgrade adds a column), or
-// err as it is.
-func schemaGrantError(ctx context.Context, q grants.Queryer, privilege, why string, err error) error {
-	if !grants.Denied(err) {
-		return err
-	}
-	return grants.Missing(ctx, q, "target", "", []grants.Grant{{Privilege: privilege, On: stateOn, Why: why}})
+// schemaGrant is a privilege Open needs on the sidecar schema.
+func schemaGrant(privilege, why string) grants.Grant {
+	return grants.Grant{Privilege: privilege, On: stateOn, Why: why}
 }

@@ -20,6 +20,7 @@ import (
 const (
 	specificAccessDenied = 1227 // a binlog dump without REPLICATION SLAVE (MySQL)
 	accessDenied         = 1045 // the same on MariaDB
+	tableAccessDenied    = 1142 // LOCK TABLES without SELECT on the table
 	unknownDatabase      = 1049
 	noSuchTable          = 1146
 	lockWaitTimeout      = 1205

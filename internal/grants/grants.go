@@ -78,6 +78,16 @@ func Missing(ctx context.Context, q Queryer, role, user string, missing []Grant)
 	return &Error{Role: role, Account: Account(ctx, q, user), Missing: once}
 }
 
+// Refused is the *Error naming g when err is the server refusing a statement
+// that needs g for a missing privilege (see Denied), else err as it is: for a
+// statement that fails on a grant revoked after rowlift checked it.
+func Refused(ctx context.Context, q Queryer, role string, err error, g Grant) error {
+	if !Denied(err) {
+		return err
+	}
+	return Missing(ctx, q, role, "", []Grant{g})
+}
+
 // Queryer is what Account and Check run statements on: a *sql.DB or *sql.Conn.
 type Queryer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)

@@ -3,11 +3,13 @@ package coordinator
 import (
 	"context"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grants"
+	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -34,6 +36,31 @@ func checkGrants(ctx context.Context, t *target, spec *rowliftv1.WorkflowSpec) e
 	}
 	if err := grants.Missing(ctx, t.db, "target", t.cfg.User, missing); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "target %s: %v", t.name, err)
+	}
+	return nil
+}
+
+// checkFreeze asks the streamer of each of spec's sources whether its user
+// may freeze spec's tables in mode (Streamer.CheckFreeze), so a switch is
+// refused, with the GRANT to run, before it freezes anything.
+func (s *Server) checkFreeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode rowliftv1.FreezeMode) error {
+	var tables []string
+	for _, t := range spec.GetTables() {
+		tables = append(tables, t.GetName())
+	}
+	for _, src := range spec.GetSources() {
+		conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.validateTimeout)
+		_, err = rowliftv1.NewStreamerClient(conn).CheckFreeze(cctx, &rowliftv1.FreezeRequest{Workflow: spec.GetName(),
+			Database: spec.GetSourceDatabase(), Tables: tables, Mode: mode})
+		cancel()
+		conn.Close()
+		if err != nil {
+			return s.streamerError(src, err)
+		}
 	}
 	return nil
 }

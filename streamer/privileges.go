@@ -2,7 +2,10 @@ package streamer
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -11,9 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 // Server errors the streamer tells apart.
@@ -76,18 +81,127 @@ func (s *Server) checkTableGrants(ctx context.Context, database string, tables [
 		}
 	}
 	if flavor == dbconn.MySQL && readable != "" {
-		_, err := conn.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(database, readable)+" READ")
-		if err == nil {
-			_, err = conn.ExecContext(ctx, "UNLOCK TABLES")
+		denied, err := probeLock(ctx, conn, database, readable)
+		if err != nil {
+			return err
 		}
-		switch {
-		case grants.Denied(err):
+		if denied {
 			missing = append(missing, lockGrant(database))
-		case err != nil && !isLockWaitTimeout(err):
-			return status.Errorf(codes.Unavailable, "check the source user's LOCK TABLES on %s: %v", database, err)
 		}
 	}
 	return s.missingGrants(ctx, missing)
+}
+
+// probeLock tries LOCK TABLES ... READ on a table the user may read, on a
+// connection whose lock wait is short, and unlocks it at once: denied says
+// the server refused it for want of LOCK TABLES. A lock wait that times out
+// had the privilege (see checkTableGrants).
+func probeLock(ctx context.Context, conn *sql.Conn, database, table string) (denied bool, err error) {
+	_, err = conn.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(database, table)+" READ")
+	if err == nil {
+		_, err = conn.ExecContext(ctx, "UNLOCK TABLES")
+	}
+	switch {
+	case grants.Denied(err):
+		return true, nil
+	case err != nil && !isLockWaitTimeout(err):
+		return false, status.Errorf(codes.Unavailable, "check the source user's LOCK TABLES on %s: %v", database, err)
+	}
+	return false, nil
+}
+
+// renamePrivileges are what RENAME TABLE needs: ALTER and DROP on the table
+// renamed, CREATE and INSERT on its new name.
+var renamePrivileges = []string{"ALTER", "DROP", "CREATE", "INSERT"}
+
+// CheckFreeze tries what a Freeze or Unfreeze of req needs of the source user
+// (see the proto), changing nothing. It runs when a switch starts rather than
+// at creation: these are privileges to change the application's tables,
+// which an operator may grant only for the cutover, long after the copy
+// began.
+//
+// RENAME (and LOCK, whose cutover ends with a rename) renames each table to
+// its frozen twin and back, so it needs all four renamePrivileges on both
+// names. The probe renames the twin to itself: privileges are checked first,
+// and the twin, which does not exist before a freeze (and before an unfreeze
+// only the reverse workflow's applier writes), has no metadata lock the
+// application waits on, where a probe on the live table would queue an
+// exclusive lock ahead of its writers. So grants on the live name alone are
+// not checked; the README asks for them on the database. LOCK also needs
+// LOCK TABLES.
+func (s *Server) CheckFreeze(ctx context.Context, req *rowliftv1.FreezeRequest) (*rowliftv1.CheckFreezeResponse, error) {
+	if err := checkFreezeRequest(req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "check freeze: %v", err)
+	}
+	if err := s.ping(ctx); err != nil {
+		return nil, err
+	}
+	mode := req.GetMode()
+	if mode == rowliftv1.FreezeMode_FREEZE_MODE_NONE {
+		return &rowliftv1.CheckFreezeResponse{}, nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.sourceError("connect", err)
+	}
+	defer discard(conn)
+	if _, err := s.boundLockWait(ctx, conn, time.Second); err != nil {
+		return nil, err
+	}
+	db := req.GetDatabase()
+	var missing []grants.Grant
+	for _, t := range req.GetTables() {
+		twin, err := frozen.Name(t)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		ident := rowcodec.QualifiedIdent(db, twin)
+		_, err = conn.ExecContext(ctx, "RENAME TABLE "+ident+" TO "+ident)
+		var me *mysql.MySQLError
+		switch {
+		case grants.Denied(err):
+			missing = append(missing, renameGrants(db, err)...)
+		case err != nil && !errors.As(err, &me):
+			return nil, s.sourceError("check the privileges to rename "+db+"."+twin, err)
+		}
+		if len(missing) > 0 {
+			break // one grant on the database gives it for every table
+		}
+	}
+	if mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK {
+		denied, err := probeLock(ctx, conn, db, req.GetTables()[0])
+		if err != nil {
+			return nil, err
+		}
+		if denied {
+			missing = append(missing, grants.Grant{Privilege: "LOCK TABLES", On: rowcodec.Ident(db) + ".*",
+				Why: "for a cutover's LOCK freeze (LOCK TABLES ... READ)"})
+		}
+	}
+	if err := s.missingGrants(ctx, missing); err != nil {
+		return nil, err
+	}
+	return &rowliftv1.CheckFreezeResponse{}, nil
+}
+
+// renameGrants are the grants a RENAME TABLE refused with err lacks: the
+// privilege the server names ("DROP command denied to user ..."), or all
+// renamePrivileges when it names none (a user with none of them on the
+// database is refused for the database).
+func renameGrants(db string, err error) []grants.Grant {
+	privileges := renamePrivileges
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		if first, _, ok := strings.Cut(me.Message, " "); ok && slices.Contains(renamePrivileges, first) {
+			privileges = []string{first}
+		}
+	}
+	out := make([]grants.Grant, len(privileges))
+	for i, p := range privileges {
+		out[i] = grants.Grant{Privilege: p, On: rowcodec.Ident(db) + ".*",
+			Why: "for a cutover's freeze, which renames the tables to their frozen names and back (RENAME TABLE)"}
+	}
+	return out
 }
 
 // checkBinlogGrant starts a binlog dump at the source's current position and

@@ -64,3 +64,11 @@ func (s *Server) checkFreeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, 
 	}
 	return nil
 }
+
+// dropTable drops db.table, which a complete or cancel was asked to drop
+// (why says which), naming the GRANT when the target user may not.
+func (t *target) dropTable(ctx context.Context, db, table, why string) error {
+	ident := rowcodec.QualifiedIdent(db, table)
+	_, err := t.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+ident)
+	return grants.Refused(ctx, t.db, "target", err, grants.Grant{Privilege: "DROP", On: ident, Why: why})
+}

@@ -20,7 +20,8 @@ import (
 // TestCoordinatorTargetPrivilegesAreChecked: a coordinator whose target user
 // may not create the sidecar schema's tables, write them, or read a target
 // table refuses creation with the GRANT that fixes it, and creates nothing;
-// once every grant is given, the workflow is created.
+// once every grant is given, the workflow is created. A cancel that drops the
+// target tables without DROP is refused the same way.
 func TestCoordinatorTargetPrivilegesAreChecked(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
@@ -54,6 +55,19 @@ func TestCoordinatorTargetPrivilegesAreChecked(t *testing.T) {
 		call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
 			return ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
 		})
+
+		// Dropping the target tables on cancel needs DROP.
+		cancel := &rowliftv1.CancelRequest{Workflow: &rowliftv1.WorkflowRef{Name: "p"}, DropTargetTables: true}
+		_, err := callErr(func(ctx context.Context) (*rowliftv1.CancelResponse, error) { return ctl.CancelWorkflow(ctx, cancel) })
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+		require.Contains(t, err.Error(), "target user "+user+" lacks the DROP privilege on `p`.`t`, which rowlift needs for cancel "+
+			"--drop-target-tables: run GRANT DROP ON `p`.`t` TO "+user)
+		_, err = e.store.Workflow(context.Background(), "p")
+		require.NoError(t, err, "a refused cancel keeps the workflow")
+		e.targetExec("GRANT DROP ON p.* TO " + user)
+		call(t, func(ctx context.Context) (*rowliftv1.CancelResponse, error) { return ctl.CancelWorkflow(ctx, cancel) })
+		_, err = e.store.Workflow(context.Background(), "p")
+		require.ErrorIs(t, err, state.ErrNotFound)
 		require.NotContains(t, p.logText(), password, "a password leaked")
 	})
 }
@@ -62,12 +76,12 @@ func TestCoordinatorTargetPrivilegesAreChecked(t *testing.T) {
 // a privilege it needs on the target database (to create, read or write the
 // tables it copies into) retries each workflow with the GRANT that fixes it as
 // the stream's message, writes nothing meanwhile, and copies once the grant is
-// given, with no restart.
+// given, with no restart. One that may not use _rowlift logs the GRANT.
 func TestApplierTargetPrivilegesAreChecked(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 		const user, password = "'app'@'127.0.0.1'", "app1y-s3cret"
-		e.targetExec("CREATE USER "+user+" IDENTIFIED BY '"+password+"'", "GRANT ALL ON _rowlift.* TO "+user)
+		e.targetExec("CREATE USER " + user + " IDENTIFIED BY '" + password + "'")
 		privileges := []string{"CREATE", "SELECT", "INSERT", "UPDATE", "DELETE"}
 		want := map[string]string{}
 		for _, priv := range privileges {
@@ -97,6 +111,13 @@ func TestApplierTargetPrivilegesAreChecked(t *testing.T) {
 		e.startStreamer()
 		e.applier = startProc(t, "applier", nil, "applier", "--target-dsn", "app:"+password+"@tcp("+e.dst.Addr()+")/",
 			"--poll-interval", "50ms")
+		// With nothing on _rowlift, the applier cannot even read the workflows:
+		// its log says what to grant.
+		e.waitFor("the applier to log the grant on _rowlift", 30*time.Second, func() (bool, string) {
+			text := e.applier.logText()
+			return strings.Contains(text, "run GRANT CREATE ON `_rowlift`.* TO "+user), text
+		})
+		e.targetExec("GRANT ALL ON _rowlift.* TO " + user)
 		for _, priv := range privileges {
 			db := "no_" + strings.ToLower(priv)
 			e.waitFor("a retry message naming the grant for "+db, 30*time.Second, func() (bool, string) {

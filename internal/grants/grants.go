@@ -97,13 +97,18 @@ type Queryer interface {
 
 // Account is the account the server maps the connection's user to
 // (CURRENT_USER(), which may be 'mover'@'10.%' for a user who logs in from
-// 10.1.2.3), quoted for a GRANT; user at any host when it cannot be read.
+// 10.1.2.3), quoted for a GRANT. When it cannot be read (the server went
+// away meanwhile) it is user at any host, or a placeholder for the operator
+// to fill in when user is empty (the caller does not know it).
 func Account(ctx context.Context, q Queryer, user string) string {
 	var account string
 	if err := q.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&account); err == nil {
 		if at := strings.LastIndexByte(account, '@'); at >= 0 {
 			return quote(account[:at]) + "@" + quote(account[at+1:])
 		}
+	}
+	if user == "" {
+		user = "USER"
 	}
 	return quote(user) + "@'%'"
 }

@@ -30,6 +30,12 @@ func checkGrants(ctx context.Context, t *target, spec *rowliftv1.WorkflowSpec) e
 		probes = append(probes, grants.Probe{Statement: "SELECT 1 FROM " + table + " LIMIT 0",
 			Grant: grants.Grant{Privilege: "SELECT", On: table, Why: "to check it before creating the workflow"}})
 	}
+	return t.check(ctx, probes)
+}
+
+// check runs probes with the coordinator's user on t: FailedPrecondition
+// naming the GRANT of each privilege missing.
+func (t *target) check(ctx context.Context, probes []grants.Probe) error {
 	missing, err := grants.Check(ctx, t.db, probes)
 	if err != nil {
 		return t.fail(err)

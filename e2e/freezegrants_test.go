@@ -87,9 +87,10 @@ func tablesOf(t *testing.T, e *env, db string) []string {
 }
 
 // TestSwitchChecksFreezePrivileges: a switch whose source user may stream
-// but not rename the tables is refused before anything is frozen (no journal,
-// the tables untouched, the workflow still running), with the GRANT to run;
-// once granted, the switch goes through.
+// but not rename the tables, or whose coordinator may not write the reverse
+// workflow's state on the source server, is refused before anything is frozen
+// (no journal, the tables untouched, the workflow still running), with the
+// GRANT to run; once granted, the switch goes through.
 func TestSwitchChecksFreezePrivileges(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
@@ -105,7 +106,13 @@ func TestSwitchChecksFreezePrivileges(t *testing.T) {
 		revAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		startProc(t, "reverse-streamer", nil, "streamer", "--listen", revAddr, "--source-dsn", e.dst.DSN(""))
 		startProc(t, "reverse-applier", nil, "applier", "--target-dsn", e.src.DSN(""), "--poll-interval", "50ms")
-		_, ctl, _ := e.startCoordinatorWith("--target", "main="+e.dst.DSN(""), "--target", "origin="+e.src.DSN(""))
+		// The coordinator reaches the source server (the reverse workflow's
+		// target) as a user of its own, who may not insert into _rowlift yet.
+		const ctlUser, ctlPassword = "'ctl'@'127.0.0.1'", "0rigin-s3cret"
+		e.sourceExec("CREATE USER "+ctlUser+" IDENTIFIED BY '"+ctlPassword+"'",
+			"GRANT CREATE, SELECT, UPDATE, DELETE ON _rowlift.* TO "+ctlUser, "GRANT SELECT ON s.* TO "+ctlUser)
+		_, ctl, _ := e.startCoordinatorWith("--target", "main="+e.dst.DSN(""),
+			"--target", "origin=ctl:"+ctlPassword+"@tcp("+e.src.Addr()+")/")
 		spec := e.workflow("s", "s", "t")
 		spec.Sources[0].ReverseTarget = "origin"
 		spec.Targets[0].ReverseStreamerAddress = revAddr
@@ -117,16 +124,23 @@ func TestSwitchChecksFreezePrivileges(t *testing.T) {
 		})
 		e.waitState("s", state.Running, time.Minute)
 		sw := &rowliftv1.SwitchRequest{Workflow: &rowliftv1.WorkflowRef{Name: "s"}, MaxLagSeconds: 60}
-		_, err = callErr(func(ctx context.Context) (*rowliftv1.SwitchResponse, error) { return ctl.SwitchWorkflow(ctx, sw) })
-		require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+		refused := func(want string) {
+			t.Helper()
+			_, err := callErr(func(ctx context.Context) (*rowliftv1.SwitchResponse, error) { return ctl.SwitchWorkflow(ctx, sw) })
+			require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+			require.Contains(t, err.Error(), want)
+			_, err = e.store.Journal(context.Background(), "s")
+			require.ErrorIs(t, err, state.ErrNotFound, "a refused switch records no cutover")
+			require.Equal(t, []string{"t"}, tablesOf(t, e, "s"), "a refused switch freezes nothing")
+			e.waitState("s", state.Running, time.Second)
+		}
+		refused("cannot switch workflow \"s\": target origin: target user " + ctlUser + " lacks the INSERT privilege on `_rowlift`.*, " +
+			"which rowlift needs to keep the workflows' state in it: run GRANT INSERT ON `_rowlift`.* TO " + ctlUser)
+		e.sourceExec("GRANT INSERT ON _rowlift.* TO " + ctlUser)
 		// The server names no privilege when the user has none of them.
-		require.Contains(t, err.Error(), "cannot switch workflow \"s\": source main (streamer "+e.streamerAddr+"): source user "+user+
-			" lacks the ALTER, DROP, CREATE, INSERT privileges on `s`.*, which rowlift needs for a cutover's freeze, which renames "+
-			"the tables to their frozen names and back (RENAME TABLE): run GRANT ALTER, DROP, CREATE, INSERT ON `s`.* TO "+user)
-		_, err = e.store.Journal(context.Background(), "s")
-		require.ErrorIs(t, err, state.ErrNotFound, "a refused switch records no cutover")
-		require.Equal(t, []string{"t"}, tablesOf(t, e, "s"), "a refused switch freezes nothing")
-		e.waitState("s", state.Running, time.Second)
+		refused("cannot switch workflow \"s\": source main (streamer " + e.streamerAddr + "): source user " + user +
+			" lacks the ALTER, DROP, CREATE, INSERT privileges on `s`.*, which rowlift needs for a cutover's freeze, which renames " +
+			"the tables to their frozen names and back (RENAME TABLE): run GRANT ALTER, DROP, CREATE, INSERT ON `s`.* TO " + user)
 
 		e.sourceExec("GRANT ALTER, DROP, CREATE, INSERT ON s.* TO " + user)
 		call(t, func(ctx context.Context) (*rowliftv1.SwitchResponse, error) { return ctl.SwitchWorkflow(ctx, sw) })

@@ -117,6 +117,10 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	e := c.engine
 	store := e.store
 	name := c.spec.GetName()
+	// Before the stream writes anything, even its ownership.
+	if err := checkGrants(ctx, e.db, c.spec); err != nil {
+		return false, err
+	}
 	// Take the stream over first: after this no write of an earlier run of it
 	// (a killed applier, a stream that broke mid-commit) can land, so the state
 	// read below is what this run continues from.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/testhook"
@@ -275,7 +276,7 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 		return fmt.Errorf("set names for creating tables: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+rowcodec.Ident(targetDB)); err != nil {
-		return fmt.Errorf("create target database %s: %w", targetDB, err)
+		return fmt.Errorf("create target database %s: %w", targetDB, grants.Refused(ctx, conn, "target", err, createGrant(targetDB)))
 	}
 	if _, err := conn.ExecContext(ctx, "USE "+rowcodec.Ident(targetDB)); err != nil {
 		return fmt.Errorf("use target database %s: %w", targetDB, err)
@@ -286,6 +287,9 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 			switch {
 			case !errors.As(err, &me):
 				return fmt.Errorf("create target table %s.%s: %w", targetDB, f.GetTable(), err) // a lost connection: retried
+			case grants.Denied(err):
+				// Retried: the stream goes on once the grant is given.
+				return fmt.Errorf("create target table %s.%s: %w", targetDB, f.GetTable(), grants.Refused(ctx, conn, "target", err, createGrant(targetDB)))
 			case me.Number == 1050:
 				// Another stream into this target (a reshard's other source) created it
 				// first: the retry checks that table like any existing one.

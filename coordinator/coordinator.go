@@ -25,6 +25,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/grants"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -154,7 +155,7 @@ func (t *target) fail(err error) error {
 	switch {
 	case errors.Is(err, dbconn.ErrUnreachable), errors.Is(err, driver.ErrBadConn):
 		code = codes.Unavailable
-	case errors.Is(err, dbconn.ErrAccessDenied), errors.Is(err, dbconn.ErrTLS):
+	case errors.Is(err, dbconn.ErrAccessDenied), errors.Is(err, dbconn.ErrTLS), errors.As(err, new(*grants.Error)):
 		code = codes.FailedPrecondition
 	}
 	return status.Errorf(code, "target %s (%s): %v", t.name, t.cfg.Addr, err)

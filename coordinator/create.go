@@ -48,6 +48,10 @@ func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkfl
 		if !errors.Is(err, state.ErrNotFound) {
 			return nil, t.fail(err)
 		}
+		if err := checkGrants(ctx, t, spec); err != nil {
+			log.Info("workflow refused", zap.Error(err))
+			return nil, err
+		}
 	}
 	fields, warnings, flavors, err := s.validateSources(ctx, spec, nil)
 	if err != nil {
@@ -242,9 +246,15 @@ func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *
 	ctx, cancel := context.WithTimeout(ctx, s.validateTimeout)
 	defer cancel()
 	resp, err := rowliftv1.NewStreamerClient(conn).Validate(ctx, req)
-	if err == nil {
-		return resp, nil
+	if err != nil {
+		return nil, s.streamerError(src, err)
 	}
+	return resp, nil
+}
+
+// streamerError explains a streamer's refusal of a check (Validate,
+// CheckFreeze) to the Control API's caller.
+func (s *Server) streamerError(src *rowliftv1.SourceShard, err error) error {
 	st := status.Convert(err)
 	code, msg := st.Code(), st.Message()
 	switch code {
@@ -265,7 +275,7 @@ func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *
 			msg += " (is the streamer running at that address?)"
 		}
 	}
-	return nil, status.Errorf(code, "source %s (streamer %s): %s", src.GetName(), src.GetStreamerAddress(), msg)
+	return status.Errorf(code, "source %s (streamer %s): %s", src.GetName(), src.GetStreamerAddress(), msg)
 }
 
 // fieldsDiff says how two descriptions of a table differ, or "" when they do not.

@@ -12,7 +12,6 @@ import (
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/frozen"
-	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -95,7 +94,7 @@ func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRe
 				resp.KeptTables = append(resp.KeptTables, where)
 				continue
 			}
-			if _, err := t.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+rowcodec.QualifiedIdent(db, table)); err != nil {
+			if err := t.dropTable(ctx, db, table, "for complete --drop-source-tables"); err != nil {
 				return nil, t.fail(fmt.Errorf("drop source table %s: %w", where, err))
 			}
 			resp.DroppedTables = append(resp.DroppedTables, where)
@@ -146,7 +145,7 @@ func (s *Server) CancelWorkflow(ctx context.Context, req *rowliftv1.CancelReques
 				resp.KeptTables = append(resp.KeptTables, where)
 				continue
 			}
-			if _, err := t.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+rowcodec.QualifiedIdent(db, table)); err != nil {
+			if err := t.dropTable(ctx, db, table, "for cancel --drop-target-tables"); err != nil {
 				return nil, t.fail(fmt.Errorf("drop target table %s: %w", where, err))
 			}
 			resp.DroppedTables = append(resp.DroppedTables, where)

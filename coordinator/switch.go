@@ -315,6 +315,24 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 		// The side gaining the writes is the one the last cutover renamed.
 		j.UnfreezeMode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
 	}
+	// The cutover writes the following workflow's state on the side gaining
+	// the writes (for a first switch, the reverse targets, which creation
+	// does not check), after the freeze: check it may before.
+	for _, t := range sd.newAt {
+		if err := t.check(ctx, state.Probes()); err != nil {
+			return nil, status.Errorf(status.Code(err), "cannot %s workflow %q: %s", direction, name, status.Convert(err).Message())
+		}
+	}
+	// The source users' privileges to freeze (and unfreeze) are checked here,
+	// not at creation: see Streamer.CheckFreeze.
+	if err := s.checkFreeze(ctx, sd.old, j.Mode); err != nil {
+		return nil, status.Errorf(status.Code(err), "cannot %s workflow %q: %s", direction, name, status.Convert(err).Message())
+	}
+	if j.UnfreezeMode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME {
+		if err := s.checkFreeze(ctx, sd.new, j.UnfreezeMode); err != nil {
+			return nil, status.Errorf(status.Code(err), "cannot %s workflow %q: %s", direction, name, status.Convert(err).Message())
+		}
+	}
 	return j, nil
 }
 

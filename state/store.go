@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -168,7 +169,7 @@ type Store struct {
 func Open(ctx context.Context, db *sql.DB) (*Store, error) {
 	for _, q := range schemaDDL {
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("create sidecar schema %s: %w", Schema, err)
+			return nil, fmt.Errorf("create sidecar schema %s: %w", Schema, grants.Refused(ctx, db, "target", err, schemaGrant("CREATE", "to create its state tables")))
 		}
 	}
 	for _, c := range addedColumns {
@@ -179,7 +180,8 @@ func Open(ctx context.Context, db *sql.DB) (*Store, error) {
 		}
 		if n == 0 {
 			if _, err := db.ExecContext(ctx, "ALTER TABLE "+Schema+"."+c.table+" ADD COLUMN "+c.column+" "+c.definition); err != nil {
-				return nil, fmt.Errorf("upgrade sidecar schema %s: add %s.%s: %w", Schema, c.table, c.column, err)
+				return nil, fmt.Errorf("upgrade sidecar schema %s: add %s.%s: %w", Schema, c.table, c.column,
+					grants.Refused(ctx, db, "target", err, schemaGrant("ALTER", "to add the columns a newer rowlift keeps there")))
 			}
 		}
 	}

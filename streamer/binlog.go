@@ -312,10 +312,21 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 	return res, true, nil
 }
 
+// grantsOnly reports a GRANT or REVOKE: it may name a streamed table but
+// changes no table, and an operator giving the source user a privilege back
+// must not stop the workflow as if the table had changed.
+func grantsOnly(q string) bool {
+	first := strings.ToUpper(identifier.FindString(q))
+	return first == "GRANT" || first == "REVOKE"
+}
+
 // ddlTables lists the streamed tables a statement names, when it runs in the
 // workflow's database or names that database. Matching names as words errs on the
 // side of stopping for a statement that only mentions a table.
 func (r *binlogReader) ddlTables(schema, q string) []string {
+	if grantsOnly(q) {
+		return nil
+	}
 	if !strings.EqualFold(schema, r.database) && !strings.Contains(strings.ToLower(q), strings.ToLower(r.database)) {
 		return nil
 	}

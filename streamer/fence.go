@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -116,8 +117,14 @@ func (f *lockFencer) tryBegin(ctx context.Context, conn *sql.Conn, table string)
 		if isLockWaitTimeout(err) {
 			return nil, err
 		}
+		g := lockGrant(f.database)
+		if isMySQLError(err, tableAccessDenied) {
+			// LOCK TABLES ... READ needs SELECT on the table too.
+			g = selectGrant(f.database, table)
+		}
+		err = grants.Refused(ctx, f.lock, "source", err, g)
 		f.drop()
-		return nil, fmt.Errorf("lock %s for the chunk's fence (the source user needs the LOCK TABLES privilege): %w", table, err)
+		return nil, fmt.Errorf("lock %s for the chunk's fence: %w", table, err)
 	}
 	locked := time.Now()
 	pos, err := f.fence(ctx, conn)

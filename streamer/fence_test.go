@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -168,9 +169,11 @@ func TestLockFenceNeedsTheLockTablesPrivilege(t *testing.T) {
 	f := newFencer(dbconn.MySQL, db, "d", nil)
 	defer f.close()
 	_, err = f.begin(ctx, conn, "t")
-	require.ErrorContains(t, err, "the source user needs the LOCK TABLES privilege")
-	var me *mysql.MySQLError
-	require.True(t, errors.As(err, &me), "%v", err)
+	require.ErrorContains(t, err, "source user 'nolock'@'127.0.0.1' lacks the LOCK TABLES privilege on `d`.*, "+
+		"which rowlift needs to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position): "+
+		"run GRANT LOCK TABLES ON `d`.* TO 'nolock'@'127.0.0.1'")
+	var ge *grants.Error
+	require.True(t, errors.As(err, &ge), "%v", err)
 }
 
 func serverPosition(t *testing.T, db *sql.DB) string {

@@ -2,8 +2,9 @@ package streamer
 
 import (
 	"context"
+	"database/sql"
 	"errors"
-	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,16 +14,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 // Server errors the streamer tells apart.
 const (
-	dbAccessDenied       = 1044 // LOCK TABLES without the privilege
-	tableAccessDenied    = 1142 // SELECT without the privilege
 	specificAccessDenied = 1227 // a binlog dump without REPLICATION SLAVE (MySQL)
 	accessDenied         = 1045 // the same on MariaDB
+	tableAccessDenied    = 1142 // LOCK TABLES without SELECT on the table
 	unknownDatabase      = 1049
 	noSuchTable          = 1146
 	lockWaitTimeout      = 1205
@@ -32,35 +35,18 @@ const (
 // first event, which a dump sends at once.
 const binlogProbeWait = 10 * time.Second
 
-// grant is a privilege the stream needs on the source, what for, and the
-// statement that gives it.
-type grant struct {
-	privilege, on, why string
-}
-
-// missing says that user lacks g and how to fix it.
-func (g grant) missing(user string) error {
-	return fmt.Errorf("source user %s lacks the %s privilege on %s, which rowlift needs %s: run GRANT %s ON %s TO %s",
-		user, g.privilege, g.on, g.why, g.privilege, g.on, user)
-}
-
 // replicationGrant is what reading the binlog needs.
-var replicationGrant = grant{privilege: "REPLICATION SLAVE", on: "*.*", why: "to read the binlog"}
+var replicationGrant = grants.Grant{Privilege: "REPLICATION SLAVE", On: "*.*", Why: "to read the binlog"}
 
-// grantee is the source account the streamer's user maps to, quoted for a
-// GRANT ('mover'@'10.%'); the DSN's user at any host when it cannot be read.
-func (s *Server) grantee(ctx context.Context) string {
-	var account string
-	if err := s.db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&account); err == nil {
-		if at := strings.LastIndexByte(account, '@'); at >= 0 {
-			return quoteAccountPart(account[:at]) + "@" + quoteAccountPart(account[at+1:])
-		}
-	}
-	return quoteAccountPart(s.cfg.User) + "@'%'"
+// selectGrant is what copying and verifying a table needs.
+func selectGrant(database, table string) grants.Grant {
+	return grants.Grant{Privilege: "SELECT", On: rowcodec.QualifiedIdent(database, table), Why: "to copy and verify it"}
 }
 
-func quoteAccountPart(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+// lockGrant is what fencing a chunk on MySQL needs.
+func lockGrant(database string) grants.Grant {
+	return grants.Grant{Privilege: "LOCK TABLES", On: rowcodec.Ident(database) + ".*",
+		Why: "to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position)"}
 }
 
 // checkTableGrants tries, without reading a row, each statement a stream runs
@@ -81,33 +67,141 @@ func (s *Server) checkTableGrants(ctx context.Context, database string, tables [
 	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1"); err != nil {
 		return status.Errorf(codes.Unavailable, "check the source user's grants: %v", err)
 	}
-	var missing []grant
+	var missing []grants.Grant
 	readable := ""
 	for _, t := range tables {
 		_, err := conn.ExecContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(database, t)+" LIMIT 0")
 		switch {
 		case err == nil || isLockWaitTimeout(err):
 			readable = t
-		case isMySQLError(err, tableAccessDenied):
-			missing = append(missing, grant{privilege: "SELECT", on: rowcodec.QualifiedIdent(database, t), why: "to copy and verify it"})
+		case grants.Denied(err):
+			missing = append(missing, selectGrant(database, t))
 		case !isMySQLError(err, noSuchTable) && !isMySQLError(err, unknownDatabase):
 			return status.Errorf(codes.Unavailable, "check the source user's SELECT on %s.%s: %v", database, t, err)
 		}
 	}
 	if flavor == dbconn.MySQL && readable != "" {
-		_, err := conn.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(database, readable)+" READ")
-		if err == nil {
-			_, err = conn.ExecContext(ctx, "UNLOCK TABLES")
+		denied, err := probeLock(ctx, conn, database, readable)
+		if err != nil {
+			return err
 		}
-		switch {
-		case isMySQLError(err, dbAccessDenied):
-			missing = append(missing, grant{privilege: "LOCK TABLES", on: rowcodec.Ident(database) + ".*",
-				why: "to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position)"})
-		case err != nil && !isLockWaitTimeout(err):
-			return status.Errorf(codes.Unavailable, "check the source user's LOCK TABLES on %s: %v", database, err)
+		if denied {
+			missing = append(missing, lockGrant(database))
 		}
 	}
 	return s.missingGrants(ctx, missing)
+}
+
+// probeLock tries LOCK TABLES ... READ on a table the user may read, on a
+// connection whose lock wait is short, and unlocks it at once: denied says
+// the server refused it for want of LOCK TABLES. A lock wait that times out
+// had the privilege (see checkTableGrants).
+func probeLock(ctx context.Context, conn *sql.Conn, database, table string) (denied bool, err error) {
+	_, err = conn.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(database, table)+" READ")
+	if err == nil {
+		_, err = conn.ExecContext(ctx, "UNLOCK TABLES")
+	}
+	switch {
+	case grants.Denied(err):
+		return true, nil
+	case err != nil && !isLockWaitTimeout(err):
+		return false, status.Errorf(codes.Unavailable, "check the source user's LOCK TABLES on %s: %v", database, err)
+	}
+	return false, nil
+}
+
+// renamePrivileges are what RENAME TABLE needs: ALTER and DROP on the table
+// renamed, CREATE and INSERT on its new name.
+var renamePrivileges = []string{"ALTER", "DROP", "CREATE", "INSERT"}
+
+// CheckFreeze tries what a Freeze or Unfreeze of req needs of the source user
+// (see the proto), changing nothing. It runs when a switch starts rather than
+// at creation: these are privileges to change the application's tables,
+// which an operator may grant only for the cutover, long after the copy
+// began.
+//
+// RENAME (and LOCK, whose cutover ends with a rename) renames each table to
+// its frozen twin and back, so it needs all four renamePrivileges on both
+// names. The probe renames the twin to itself: privileges are checked first,
+// and the twin, which does not exist before a freeze (and before an unfreeze
+// only the reverse workflow's applier writes), has no metadata lock the
+// application waits on, where a probe on the live table would queue an
+// exclusive lock ahead of its writers. So grants on the live name alone are
+// not checked; the README asks for them on the database. LOCK also needs
+// LOCK TABLES.
+func (s *Server) CheckFreeze(ctx context.Context, req *rowliftv1.FreezeRequest) (*rowliftv1.CheckFreezeResponse, error) {
+	if err := checkFreezeRequest(req); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "check freeze: %v", err)
+	}
+	if err := s.ping(ctx); err != nil {
+		return nil, err
+	}
+	mode := req.GetMode()
+	if mode == rowliftv1.FreezeMode_FREEZE_MODE_NONE {
+		return &rowliftv1.CheckFreezeResponse{}, nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.sourceError("connect", err)
+	}
+	defer discard(conn)
+	if _, err := s.boundLockWait(ctx, conn, time.Second); err != nil {
+		return nil, err
+	}
+	db := req.GetDatabase()
+	var missing []grants.Grant
+	for _, t := range req.GetTables() {
+		twin, err := frozen.Name(t)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		ident := rowcodec.QualifiedIdent(db, twin)
+		_, err = conn.ExecContext(ctx, "RENAME TABLE "+ident+" TO "+ident)
+		var me *mysql.MySQLError
+		switch {
+		case grants.Denied(err):
+			missing = append(missing, renameGrants(db, err)...)
+		case err != nil && !errors.As(err, &me):
+			return nil, s.sourceError("check the privileges to rename "+db+"."+twin, err)
+		}
+		if len(missing) > 0 {
+			break // one grant on the database gives it for every table
+		}
+	}
+	if mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK {
+		denied, err := probeLock(ctx, conn, db, req.GetTables()[0])
+		if err != nil {
+			return nil, err
+		}
+		if denied {
+			missing = append(missing, grants.Grant{Privilege: "LOCK TABLES", On: rowcodec.Ident(db) + ".*",
+				Why: "for a cutover's LOCK freeze (LOCK TABLES ... READ)"})
+		}
+	}
+	if err := s.missingGrants(ctx, missing); err != nil {
+		return nil, err
+	}
+	return &rowliftv1.CheckFreezeResponse{}, nil
+}
+
+// renameGrants are the grants a RENAME TABLE refused with err lacks: the
+// privilege the server names ("DROP command denied to user ..."), or all
+// renamePrivileges when it names none (a user with none of them on the
+// database is refused for the database).
+func renameGrants(db string, err error) []grants.Grant {
+	privileges := renamePrivileges
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		if first, _, ok := strings.Cut(me.Message, " "); ok && slices.Contains(renamePrivileges, first) {
+			privileges = []string{first}
+		}
+	}
+	out := make([]grants.Grant, len(privileges))
+	for i, p := range privileges {
+		out[i] = grants.Grant{Privilege: p, On: rowcodec.Ident(db) + ".*",
+			Why: "for a cutover's freeze, which renames the tables to their frozen names and back (RENAME TABLE)"}
+	}
+	return out
 }
 
 // checkBinlogGrant starts a binlog dump at the source's current position and
@@ -141,21 +235,16 @@ func (s *Server) checkBinlogGrant(ctx context.Context, flavor dbconn.Flavor) err
 // replicationDenied is the PermissionDenied status of a binlog dump the source
 // refused, with what it said.
 func (s *Server) replicationDenied(ctx context.Context, err error) error {
-	st := status.Convert(s.missingGrants(ctx, []grant{replicationGrant}))
+	st := status.Convert(s.missingGrants(ctx, []grants.Grant{replicationGrant}))
 	return status.Errorf(codes.PermissionDenied, "%s (the source refused the binlog dump: %v)", st.Message(), err)
 }
 
 // missingGrants is the PermissionDenied status that names every grant, or nil.
-func (s *Server) missingGrants(ctx context.Context, missing []grant) error {
-	if len(missing) == 0 {
-		return nil
+func (s *Server) missingGrants(ctx context.Context, missing []grants.Grant) error {
+	if err := grants.Missing(ctx, s.db, "source", s.cfg.User, missing); err != nil {
+		return status.Error(codes.PermissionDenied, err.Error())
 	}
-	user := s.grantee(ctx)
-	errs := make([]error, len(missing))
-	for i, g := range missing {
-		errs[i] = g.missing(user)
-	}
-	return status.Error(codes.PermissionDenied, errors.Join(errs...).Error())
+	return nil
 }
 
 // isReplicationDenied reports the errors a binlog dump gets without

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/testhook"
@@ -174,7 +175,7 @@ func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) error)
 	}
 	rows, err := r.conn.QueryContext(ctx, q)
 	if err != nil {
-		return 0, fmt.Errorf("select chunk: %w", err)
+		return 0, fmt.Errorf("select chunk: %w", grants.Refused(ctx, r.conn, "source", err, selectGrant(r.plan.table.Database, r.plan.table.Name)))
 	}
 	defer rows.Close()
 	raw := make([]sql.RawBytes, r.plan.width)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/frozen"
+	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
@@ -154,7 +155,7 @@ func checkThrottleReads(ctx context.Context, db *sql.DB, opts *rowliftv1.StreamO
 // code says whether retrying can help. At creation (grants) it first tries the
 // user's privileges on the tables, which a stream start does not: a table a
 // session holds locked would hold up the whole stream, replay included.
-func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest, grants bool) (*rowliftv1.StreamOptions, []*tablePlan, dbconn.Flavor, error) {
+func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest, checkGrants bool) (*rowliftv1.StreamOptions, []*tablePlan, dbconn.Flavor, error) {
 	if req.GetProtocol() != rowcodec.StreamProtocol {
 		// Unavailable, which the applier retries: the stream resumes once both
 		// sides run the same version.
@@ -172,7 +173,7 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest, gran
 	if err != nil {
 		return nil, nil, "", status.Error(codes.FailedPrecondition, err.Error())
 	}
-	if grants {
+	if checkGrants {
 		var tables []string
 		for _, t := range req.GetTables() {
 			tables = append(tables, t.GetName())
@@ -558,6 +559,13 @@ func (s *Server) loadTable(ctx context.Context, req *rowliftv1.StreamRequest, t 
 	twinTbl, twinErr := schema.Load(ctx, s.db, db, twin)
 	switch {
 	case errors.Is(twinErr, schema.ErrNoTable):
+		// The server hides a table from a user who may not read it: a SELECT
+		// revoked after creation would read as a dropped table, which stops
+		// the workflow, rather than as a grant to give again.
+		_, probe := s.db.ExecContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(db, t.GetName())+" LIMIT 0")
+		if grants.Denied(probe) {
+			return nil, s.missingGrants(ctx, []grants.Grant{selectGrant(db, t.GetName())})
+		}
 		return nil, err
 	case twinErr != nil:
 		return nil, twinErr

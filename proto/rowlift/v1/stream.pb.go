@@ -82,6 +82,42 @@ func (FreezeMode) EnumDescriptor() ([]byte, []int) {
 	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
 }
 
+type CheckFreezeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckFreezeResponse) Reset() {
+	*x = CheckFreezeResponse{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckFreezeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckFreezeResponse) ProtoMessage() {}
+
+func (x *CheckFreezeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckFreezeResponse.ProtoReflect.Descriptor instead.
+func (*CheckFreezeResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
+}
+
 // FreezeRequest names the tables of one workflow on this source.
 type FreezeRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -100,7 +136,7 @@ type FreezeRequest struct {
 
 func (x *FreezeRequest) Reset() {
 	*x = FreezeRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -112,7 +148,7 @@ func (x *FreezeRequest) String() string {
 func (*FreezeRequest) ProtoMessage() {}
 
 func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[0]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -125,7 +161,7 @@ func (x *FreezeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeRequest.ProtoReflect.Descriptor instead.
 func (*FreezeRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{0}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *FreezeRequest) GetWorkflow() string {
@@ -175,7 +211,7 @@ type FreezeResponse struct {
 
 func (x *FreezeResponse) Reset() {
 	*x = FreezeResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -187,7 +223,7 @@ func (x *FreezeResponse) String() string {
 func (*FreezeResponse) ProtoMessage() {}
 
 func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[1]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -200,7 +236,7 @@ func (x *FreezeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeResponse.ProtoReflect.Descriptor instead.
 func (*FreezeResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{1}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FreezeResponse) GetPosition() *Position {
@@ -232,7 +268,7 @@ type ThrottleRequest struct {
 
 func (x *ThrottleRequest) Reset() {
 	*x = ThrottleRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +280,7 @@ func (x *ThrottleRequest) String() string {
 func (*ThrottleRequest) ProtoMessage() {}
 
 func (x *ThrottleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[2]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +293,7 @@ func (x *ThrottleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleRequest.ProtoReflect.Descriptor instead.
 func (*ThrottleRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{2}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ThrottleRequest) GetWorkflow() string {
@@ -289,7 +325,7 @@ type ThrottleResponse struct {
 
 func (x *ThrottleResponse) Reset() {
 	*x = ThrottleResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -301,7 +337,7 @@ func (x *ThrottleResponse) String() string {
 func (*ThrottleResponse) ProtoMessage() {}
 
 func (x *ThrottleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[3]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -314,7 +350,7 @@ func (x *ThrottleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleResponse.ProtoReflect.Descriptor instead.
 func (*ThrottleResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{3}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{4}
 }
 
 // StreamRequest says where to resume and what the target needs. Everything in it
@@ -344,7 +380,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +392,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[4]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +405,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{4}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StreamRequest) GetWorkflow() string {
@@ -446,7 +482,7 @@ type TableRequest struct {
 
 func (x *TableRequest) Reset() {
 	*x = TableRequest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +494,7 @@ func (x *TableRequest) String() string {
 func (*TableRequest) ProtoMessage() {}
 
 func (x *TableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[5]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +507,7 @@ func (x *TableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableRequest.ProtoReflect.Descriptor instead.
 func (*TableRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{5}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TableRequest) GetName() string {
@@ -539,7 +575,7 @@ type VerifyProgress struct {
 
 func (x *VerifyProgress) Reset() {
 	*x = VerifyProgress{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +587,7 @@ func (x *VerifyProgress) String() string {
 func (*VerifyProgress) ProtoMessage() {}
 
 func (x *VerifyProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[6]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +600,7 @@ func (x *VerifyProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyProgress.ProtoReflect.Descriptor instead.
 func (*VerifyProgress) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{6}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VerifyProgress) GetLastPk() *Row {
@@ -602,7 +638,7 @@ type CopyProgress struct {
 
 func (x *CopyProgress) Reset() {
 	*x = CopyProgress{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +650,7 @@ func (x *CopyProgress) String() string {
 func (*CopyProgress) ProtoMessage() {}
 
 func (x *CopyProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[7]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +663,7 @@ func (x *CopyProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyProgress.ProtoReflect.Descriptor instead.
 func (*CopyProgress) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{7}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CopyProgress) GetDone() bool {
@@ -667,7 +703,7 @@ type StreamOptions struct {
 
 func (x *StreamOptions) Reset() {
 	*x = StreamOptions{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +715,7 @@ func (x *StreamOptions) String() string {
 func (*StreamOptions) ProtoMessage() {}
 
 func (x *StreamOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +728,7 @@ func (x *StreamOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOptions.ProtoReflect.Descriptor instead.
 func (*StreamOptions) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StreamOptions) GetChunkRows() int64 {
@@ -763,7 +799,7 @@ type ThrottleLimits struct {
 
 func (x *ThrottleLimits) Reset() {
 	*x = ThrottleLimits{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +811,7 @@ func (x *ThrottleLimits) String() string {
 func (*ThrottleLimits) ProtoMessage() {}
 
 func (x *ThrottleLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +824,7 @@ func (x *ThrottleLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleLimits.ProtoReflect.Descriptor instead.
 func (*ThrottleLimits) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ThrottleLimits) GetThreadsRunning() int64 {
@@ -834,7 +870,7 @@ type Position struct {
 
 func (x *Position) Reset() {
 	*x = Position{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +882,7 @@ func (x *Position) String() string {
 func (*Position) ProtoMessage() {}
 
 func (x *Position) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +895,7 @@ func (x *Position) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Position.ProtoReflect.Descriptor instead.
 func (*Position) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Position) GetGtidSet() string {
@@ -896,7 +932,7 @@ type KeyRange struct {
 
 func (x *KeyRange) Reset() {
 	*x = KeyRange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +944,7 @@ func (x *KeyRange) String() string {
 func (*KeyRange) ProtoMessage() {}
 
 func (x *KeyRange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +957,7 @@ func (x *KeyRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRange.ProtoReflect.Descriptor instead.
 func (*KeyRange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeyRange) GetStart() []byte {
@@ -955,7 +991,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1003,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1016,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ValidateResponse) GetTables() []*TableFields {
@@ -1019,7 +1055,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1067,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1080,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamResponse) GetItems() []*StreamItem {
@@ -1078,7 +1114,7 @@ type StreamItem struct {
 
 func (x *StreamItem) Reset() {
 	*x = StreamItem{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1126,7 @@ func (x *StreamItem) String() string {
 func (*StreamItem) ProtoMessage() {}
 
 func (x *StreamItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1139,7 @@ func (x *StreamItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamItem.ProtoReflect.Descriptor instead.
 func (*StreamItem) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamItem) GetItem() isStreamItem_Item {
@@ -1210,7 +1246,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1258,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1271,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Row) GetLengths() []int64 {
@@ -1271,7 +1307,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1319,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1332,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Field) GetName() string {
@@ -1361,7 +1397,7 @@ type TableFields struct {
 
 func (x *TableFields) Reset() {
 	*x = TableFields{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1409,7 @@ func (x *TableFields) String() string {
 func (*TableFields) ProtoMessage() {}
 
 func (x *TableFields) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1422,7 @@ func (x *TableFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableFields.ProtoReflect.Descriptor instead.
 func (*TableFields) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TableFields) GetTable() string {
@@ -1466,7 +1502,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1514,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1527,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Chunk) GetTable() string {
@@ -1569,7 +1605,7 @@ type RowChange struct {
 
 func (x *RowChange) Reset() {
 	*x = RowChange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1617,7 @@ func (x *RowChange) String() string {
 func (*RowChange) ProtoMessage() {}
 
 func (x *RowChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1630,7 @@ func (x *RowChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowChange.ProtoReflect.Descriptor instead.
 func (*RowChange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RowChange) GetBefore() *Row {
@@ -1622,7 +1658,7 @@ type RowEvent struct {
 
 func (x *RowEvent) Reset() {
 	*x = RowEvent{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1670,7 @@ func (x *RowEvent) String() string {
 func (*RowEvent) ProtoMessage() {}
 
 func (x *RowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1683,7 @@ func (x *RowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowEvent.ProtoReflect.Descriptor instead.
 func (*RowEvent) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RowEvent) GetTable() string {
@@ -1680,7 +1716,7 @@ type Transaction struct {
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1728,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1741,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Transaction) GetGtid() string {
@@ -1756,7 +1792,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1804,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1817,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Heartbeat) GetPosition() *Position {
@@ -1827,7 +1863,7 @@ type DDL struct {
 
 func (x *DDL) Reset() {
 	*x = DDL{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1875,7 @@ func (x *DDL) String() string {
 func (*DDL) ProtoMessage() {}
 
 func (x *DDL) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1888,7 @@ func (x *DDL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DDL.ProtoReflect.Descriptor instead.
 func (*DDL) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DDL) GetGtid() string {
@@ -1909,7 +1945,8 @@ var File_rowlift_v1_stream_proto protoreflect.FileDescriptor
 const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"\x17rowlift/v1/stream.proto\x12\n" +
-	"rowlift.v1\"\xa6\x01\n" +
+	"rowlift.v1\"\x15\n" +
+	"\x13CheckFreezeResponse\"\xa6\x01\n" +
 	"\rFreezeRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x1a\n" +
 	"\bdatabase\x18\x02 \x01(\tR\bdatabase\x12\x16\n" +
@@ -2045,13 +2082,14 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x17FREEZE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FREEZE_MODE_RENAME\x10\x01\x12\x14\n" +
 	"\x10FREEZE_MODE_LOCK\x10\x02\x12\x14\n" +
-	"\x10FREEZE_MODE_NONE\x10\x032\xdd\x02\n" +
+	"\x10FREEZE_MODE_NONE\x10\x032\xa8\x03\n" +
 	"\bStreamer\x12A\n" +
 	"\x06Stream\x12\x19.rowlift.v1.StreamRequest\x1a\x1a.rowlift.v1.StreamResponse0\x01\x12C\n" +
 	"\bValidate\x12\x19.rowlift.v1.StreamRequest\x1a\x1c.rowlift.v1.ValidateResponse\x12E\n" +
 	"\bThrottle\x12\x1b.rowlift.v1.ThrottleRequest\x1a\x1c.rowlift.v1.ThrottleResponse\x12?\n" +
 	"\x06Freeze\x12\x19.rowlift.v1.FreezeRequest\x1a\x1a.rowlift.v1.FreezeResponse\x12A\n" +
-	"\bUnfreeze\x12\x19.rowlift.v1.FreezeRequest\x1a\x1a.rowlift.v1.FreezeResponseB7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
+	"\bUnfreeze\x12\x19.rowlift.v1.FreezeRequest\x1a\x1a.rowlift.v1.FreezeResponse\x12I\n" +
+	"\vCheckFreeze\x12\x19.rowlift.v1.FreezeRequest\x1a\x1f.rowlift.v1.CheckFreezeResponseB7Z5github.com/rowlift/rowlift/proto/rowlift/v1;rowliftv1b\x06proto3"
 
 var (
 	file_rowlift_v1_stream_proto_rawDescOnce sync.Once
@@ -2066,77 +2104,80 @@ func file_rowlift_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_rowlift_v1_stream_proto_goTypes = []any{
-	(FreezeMode)(0),          // 0: rowlift.v1.FreezeMode
-	(*FreezeRequest)(nil),    // 1: rowlift.v1.FreezeRequest
-	(*FreezeResponse)(nil),   // 2: rowlift.v1.FreezeResponse
-	(*ThrottleRequest)(nil),  // 3: rowlift.v1.ThrottleRequest
-	(*ThrottleResponse)(nil), // 4: rowlift.v1.ThrottleResponse
-	(*StreamRequest)(nil),    // 5: rowlift.v1.StreamRequest
-	(*TableRequest)(nil),     // 6: rowlift.v1.TableRequest
-	(*VerifyProgress)(nil),   // 7: rowlift.v1.VerifyProgress
-	(*CopyProgress)(nil),     // 8: rowlift.v1.CopyProgress
-	(*StreamOptions)(nil),    // 9: rowlift.v1.StreamOptions
-	(*ThrottleLimits)(nil),   // 10: rowlift.v1.ThrottleLimits
-	(*Position)(nil),         // 11: rowlift.v1.Position
-	(*KeyRange)(nil),         // 12: rowlift.v1.KeyRange
-	(*ValidateResponse)(nil), // 13: rowlift.v1.ValidateResponse
-	(*StreamResponse)(nil),   // 14: rowlift.v1.StreamResponse
-	(*StreamItem)(nil),       // 15: rowlift.v1.StreamItem
-	(*Row)(nil),              // 16: rowlift.v1.Row
-	(*Field)(nil),            // 17: rowlift.v1.Field
-	(*TableFields)(nil),      // 18: rowlift.v1.TableFields
-	(*Chunk)(nil),            // 19: rowlift.v1.Chunk
-	(*RowChange)(nil),        // 20: rowlift.v1.RowChange
-	(*RowEvent)(nil),         // 21: rowlift.v1.RowEvent
-	(*Transaction)(nil),      // 22: rowlift.v1.Transaction
-	(*Heartbeat)(nil),        // 23: rowlift.v1.Heartbeat
-	(*DDL)(nil),              // 24: rowlift.v1.DDL
-	nil,                      // 25: rowlift.v1.Chunk.TraceContextEntry
+	(FreezeMode)(0),             // 0: rowlift.v1.FreezeMode
+	(*CheckFreezeResponse)(nil), // 1: rowlift.v1.CheckFreezeResponse
+	(*FreezeRequest)(nil),       // 2: rowlift.v1.FreezeRequest
+	(*FreezeResponse)(nil),      // 3: rowlift.v1.FreezeResponse
+	(*ThrottleRequest)(nil),     // 4: rowlift.v1.ThrottleRequest
+	(*ThrottleResponse)(nil),    // 5: rowlift.v1.ThrottleResponse
+	(*StreamRequest)(nil),       // 6: rowlift.v1.StreamRequest
+	(*TableRequest)(nil),        // 7: rowlift.v1.TableRequest
+	(*VerifyProgress)(nil),      // 8: rowlift.v1.VerifyProgress
+	(*CopyProgress)(nil),        // 9: rowlift.v1.CopyProgress
+	(*StreamOptions)(nil),       // 10: rowlift.v1.StreamOptions
+	(*ThrottleLimits)(nil),      // 11: rowlift.v1.ThrottleLimits
+	(*Position)(nil),            // 12: rowlift.v1.Position
+	(*KeyRange)(nil),            // 13: rowlift.v1.KeyRange
+	(*ValidateResponse)(nil),    // 14: rowlift.v1.ValidateResponse
+	(*StreamResponse)(nil),      // 15: rowlift.v1.StreamResponse
+	(*StreamItem)(nil),          // 16: rowlift.v1.StreamItem
+	(*Row)(nil),                 // 17: rowlift.v1.Row
+	(*Field)(nil),               // 18: rowlift.v1.Field
+	(*TableFields)(nil),         // 19: rowlift.v1.TableFields
+	(*Chunk)(nil),               // 20: rowlift.v1.Chunk
+	(*RowChange)(nil),           // 21: rowlift.v1.RowChange
+	(*RowEvent)(nil),            // 22: rowlift.v1.RowEvent
+	(*Transaction)(nil),         // 23: rowlift.v1.Transaction
+	(*Heartbeat)(nil),           // 24: rowlift.v1.Heartbeat
+	(*DDL)(nil),                 // 25: rowlift.v1.DDL
+	nil,                         // 26: rowlift.v1.Chunk.TraceContextEntry
 }
 var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: rowlift.v1.FreezeRequest.mode:type_name -> rowlift.v1.FreezeMode
-	11, // 1: rowlift.v1.FreezeResponse.position:type_name -> rowlift.v1.Position
-	11, // 2: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
-	6,  // 3: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
-	12, // 4: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
-	9,  // 5: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
-	8,  // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
-	7,  // 7: rowlift.v1.TableRequest.verify:type_name -> rowlift.v1.VerifyProgress
-	16, // 8: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
-	16, // 9: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
-	10, // 10: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
-	18, // 11: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
-	15, // 12: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
-	18, // 13: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
-	19, // 14: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
-	22, // 15: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
-	23, // 16: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
-	24, // 17: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
-	17, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
-	11, // 19: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	16, // 20: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	25, // 21: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
-	16, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	16, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	20, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	11, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	21, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	11, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	11, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
-	5,  // 29: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
-	5,  // 30: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
-	3,  // 31: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
-	1,  // 32: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
-	1,  // 33: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
-	14, // 34: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	13, // 35: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
-	4,  // 36: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
-	2,  // 37: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
-	2,  // 38: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
-	34, // [34:39] is the sub-list for method output_type
-	29, // [29:34] is the sub-list for method input_type
+	12, // 1: rowlift.v1.FreezeResponse.position:type_name -> rowlift.v1.Position
+	12, // 2: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
+	7,  // 3: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
+	13, // 4: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
+	10, // 5: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
+	9,  // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
+	8,  // 7: rowlift.v1.TableRequest.verify:type_name -> rowlift.v1.VerifyProgress
+	17, // 8: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
+	17, // 9: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
+	11, // 10: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
+	19, // 11: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
+	16, // 12: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
+	19, // 13: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
+	20, // 14: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
+	23, // 15: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
+	24, // 16: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
+	25, // 17: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
+	18, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
+	12, // 19: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
+	17, // 20: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	26, // 21: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
+	17, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	17, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	21, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	12, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	22, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	12, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	12, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	6,  // 29: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
+	6,  // 30: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
+	4,  // 31: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
+	2,  // 32: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
+	2,  // 33: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
+	2,  // 34: rowlift.v1.Streamer.CheckFreeze:input_type -> rowlift.v1.FreezeRequest
+	15, // 35: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	14, // 36: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	5,  // 37: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
+	3,  // 38: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
+	3,  // 39: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
+	1,  // 40: rowlift.v1.Streamer.CheckFreeze:output_type -> rowlift.v1.CheckFreezeResponse
+	35, // [35:41] is the sub-list for method output_type
+	29, // [29:35] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -2147,7 +2188,7 @@ func file_rowlift_v1_stream_proto_init() {
 	if File_rowlift_v1_stream_proto != nil {
 		return
 	}
-	file_rowlift_v1_stream_proto_msgTypes[14].OneofWrappers = []any{
+	file_rowlift_v1_stream_proto_msgTypes[15].OneofWrappers = []any{
 		(*StreamItem_Fields)(nil),
 		(*StreamItem_Chunk)(nil),
 		(*StreamItem_Transaction)(nil),
@@ -2160,7 +2201,7 @@ func file_rowlift_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_stream_proto_rawDesc), len(file_rowlift_v1_stream_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

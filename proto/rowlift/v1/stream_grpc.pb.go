@@ -23,11 +23,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Streamer_Stream_FullMethodName   = "/rowlift.v1.Streamer/Stream"
-	Streamer_Validate_FullMethodName = "/rowlift.v1.Streamer/Validate"
-	Streamer_Throttle_FullMethodName = "/rowlift.v1.Streamer/Throttle"
-	Streamer_Freeze_FullMethodName   = "/rowlift.v1.Streamer/Freeze"
-	Streamer_Unfreeze_FullMethodName = "/rowlift.v1.Streamer/Unfreeze"
+	Streamer_Stream_FullMethodName      = "/rowlift.v1.Streamer/Stream"
+	Streamer_Validate_FullMethodName    = "/rowlift.v1.Streamer/Validate"
+	Streamer_Throttle_FullMethodName    = "/rowlift.v1.Streamer/Throttle"
+	Streamer_Freeze_FullMethodName      = "/rowlift.v1.Streamer/Freeze"
+	Streamer_Unfreeze_FullMethodName    = "/rowlift.v1.Streamer/Unfreeze"
+	Streamer_CheckFreeze_FullMethodName = "/rowlift.v1.Streamer/CheckFreeze"
 )
 
 // StreamerClient is the client API for Streamer service.
@@ -78,6 +79,11 @@ type StreamerClient interface {
 	// lock) and returns the source position after it. Unfreezing tables that are
 	// not frozen changes nothing and returns the current position.
 	Unfreeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*FreezeResponse, error)
+	// CheckFreeze changes nothing: it tries, as Validate does for a stream, that
+	// the source user has the privileges a Freeze or Unfreeze of the request
+	// needs (they need the same), and fails with PermissionDenied naming the
+	// GRANT of each one missing. A switch calls it before it freezes anything.
+	CheckFreeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*CheckFreezeResponse, error)
 }
 
 type streamerClient struct {
@@ -147,6 +153,16 @@ func (c *streamerClient) Unfreeze(ctx context.Context, in *FreezeRequest, opts .
 	return out, nil
 }
 
+func (c *streamerClient) CheckFreeze(ctx context.Context, in *FreezeRequest, opts ...grpc.CallOption) (*CheckFreezeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckFreezeResponse)
+	err := c.cc.Invoke(ctx, Streamer_CheckFreeze_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StreamerServer is the server API for Streamer service.
 // All implementations must embed UnimplementedStreamerServer
 // for forward compatibility.
@@ -195,6 +211,11 @@ type StreamerServer interface {
 	// lock) and returns the source position after it. Unfreezing tables that are
 	// not frozen changes nothing and returns the current position.
 	Unfreeze(context.Context, *FreezeRequest) (*FreezeResponse, error)
+	// CheckFreeze changes nothing: it tries, as Validate does for a stream, that
+	// the source user has the privileges a Freeze or Unfreeze of the request
+	// needs (they need the same), and fails with PermissionDenied naming the
+	// GRANT of each one missing. A switch calls it before it freezes anything.
+	CheckFreeze(context.Context, *FreezeRequest) (*CheckFreezeResponse, error)
 	mustEmbedUnimplementedStreamerServer()
 }
 
@@ -219,6 +240,9 @@ func (UnimplementedStreamerServer) Freeze(context.Context, *FreezeRequest) (*Fre
 }
 func (UnimplementedStreamerServer) Unfreeze(context.Context, *FreezeRequest) (*FreezeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Unfreeze not implemented")
+}
+func (UnimplementedStreamerServer) CheckFreeze(context.Context, *FreezeRequest) (*CheckFreezeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckFreeze not implemented")
 }
 func (UnimplementedStreamerServer) mustEmbedUnimplementedStreamerServer() {}
 func (UnimplementedStreamerServer) testEmbeddedByValue()                  {}
@@ -324,6 +348,24 @@ func _Streamer_Unfreeze_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Streamer_CheckFreeze_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FreezeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamerServer).CheckFreeze(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Streamer_CheckFreeze_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamerServer).CheckFreeze(ctx, req.(*FreezeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Streamer_ServiceDesc is the grpc.ServiceDesc for Streamer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -346,6 +388,10 @@ var Streamer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Unfreeze",
 			Handler:    _Streamer_Unfreeze_Handler,
+		},
+		{
+			MethodName: "CheckFreeze",
+			Handler:    _Streamer_CheckFreeze_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -238,6 +238,17 @@ func (p *proc) stop() {
 	}
 }
 
+// exited waits for the process to exit by itself, failing the test with its
+// log if it has not within timeout.
+func (p *proc) exited(timeout time.Duration) {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.t.Fatalf("%s did not exit within %s; its log:\n%s", p.name, timeout, sandbox.Tail(p.logText(), 20))
+	}
+}
+
 // quit sends SIGQUIT, which makes a Go process dump its goroutines and exit.
 func (p *proc) quit() {
 	select {

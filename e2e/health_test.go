@@ -112,7 +112,7 @@ func TestHealthListenBusy(t *testing.T) {
 	defer lis.Close()
 	p := startProc(t, "streamer", nil, "streamer", "--listen", freeAddr(t), "--source-dsn", "root@tcp(127.0.0.1:1)/",
 		"--health-listen", lis.Addr().String())
-	<-p.done
+	p.exited(30 * time.Second)
 	require.NotZero(t, p.cmd.ProcessState.ExitCode())
 	require.Contains(t, p.logText(), "--health-listen "+lis.Addr().String())
 	require.Contains(t, p.logText(), "address already in use")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -39,11 +40,14 @@ func TestLogsHideThePassword(t *testing.T) {
 	downAddr := freeAddr(t)
 	procs = append(procs, startProc(t, "streamer-down", nil,
 		withDebug("streamer", "--listen", downAddr, "--source-dsn", dsn(freeAddr(t)))...))
-	// A streamer that cannot listen (the first one has the address) stops
-	// with a last log line, in JSON like the others.
-	busy := startProc(t, "streamer-busy", nil, withDebug("streamer", "--listen", e.streamerAddr, "--source-dsn", dsn(e.src.Addr()))...)
-	<-busy.done
-	require.Regexp(t, `"level":"error".*"msg":"stopped","error":"listen on `+e.streamerAddr, busy.logText())
+	// A streamer that cannot listen (the test holds the address) stops with a
+	// last log line, in JSON like the others.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	busy := startProc(t, "streamer-busy", nil, withDebug("streamer", "--listen", taken.Addr().String(), "--source-dsn", dsn(e.src.Addr()))...)
+	busy.exited(30 * time.Second)
+	require.Regexp(t, `"level":"error".*"msg":"stopped","error":"listen on `+taken.Addr().String(), busy.logText())
 	procs = append(procs, busy)
 	coordAddr := freeAddr(t)
 	procs = append(procs, startProc(t, "coordinator", nil,

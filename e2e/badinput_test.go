@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"strings"
@@ -138,16 +139,27 @@ func testBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T, flavor sandbo
 
 // targetTables lists tables and row counts of a target database.
 func targetTables(t *testing.T, e *env, db string) string {
-	rows, err := e.dstDB.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY 1", db)
+	var out []string
+	for _, name := range tableNames(t, e.dstDB, db) {
+		out = append(out, fmt.Sprintf("%s:%d", name, count(t, e.dstDB, db+"."+name)))
+	}
+	return strings.Join(out, ",")
+}
+
+// tableNames lists the tables of database db on the server conn reaches, by name.
+func tableNames(t *testing.T, conn *sql.DB, db string) []string {
+	t.Helper()
+	rows, err := conn.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME", db)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var name string
 		require.NoError(t, rows.Scan(&name))
-		out = append(out, fmt.Sprintf("%s:%d", name, count(t, e.dstDB, db+"."+name)))
+		out = append(out, name)
 	}
-	return strings.Join(out, ",")
+	require.NoError(t, rows.Err())
+	return out
 }
 
 // TestWrongSourceCredentials: the stream keeps retrying with a message that says

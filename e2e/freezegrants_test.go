@@ -58,32 +58,16 @@ func TestFreezePrivilegesAreChecked(t *testing.T) {
 			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 			require.Contains(t, err.Error(), "source user "+user+" lacks the "+c.missing+" privilege on `"+db+"`.*, which rowlift needs "+
 				c.why+": run GRANT "+c.missing+" ON `"+db+"`.* TO "+user)
-			require.Equal(t, []string{"t"}, tablesOf(t, e, db), "the check renames nothing")
+			require.Equal(t, []string{"t"}, tableNames(t, e.srcDB, db), "the check renames nothing")
 
 			e.sourceExec("GRANT " + c.missing + " ON " + db + ".* TO " + user)
 			call(t, func(ctx context.Context) (*rowliftv1.CheckFreezeResponse, error) { return client.CheckFreeze(ctx, req) })
 			call(t, func(ctx context.Context) (*rowliftv1.FreezeResponse, error) { return client.Freeze(ctx, req) })
 			call(t, func(ctx context.Context) (*rowliftv1.FreezeResponse, error) { return client.Unfreeze(ctx, req) })
-			require.Equal(t, []string{"t"}, tablesOf(t, e, db))
+			require.Equal(t, []string{"t"}, tableNames(t, e.srcDB, db))
 		}
 		require.NotContains(t, e.streamer.logText(), password, "a password leaked")
 	})
-}
-
-// tablesOf lists the tables of a source database.
-func tablesOf(t *testing.T, e *env, db string) []string {
-	t.Helper()
-	rows, err := e.srcDB.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME", db)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name string
-		require.NoError(t, rows.Scan(&name))
-		out = append(out, name)
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // TestSwitchChecksFreezePrivileges: a switch whose source user may stream
@@ -131,7 +115,7 @@ func TestSwitchChecksFreezePrivileges(t *testing.T) {
 			require.Contains(t, err.Error(), want)
 			_, err = e.store.Journal(context.Background(), "s")
 			require.ErrorIs(t, err, state.ErrNotFound, "a refused switch records no cutover")
-			require.Equal(t, []string{"t"}, tablesOf(t, e, "s"), "a refused switch freezes nothing")
+			require.Equal(t, []string{"t"}, tableNames(t, e.srcDB, "s"), "a refused switch freezes nothing")
 			e.waitState("s", state.Running, time.Second)
 		}
 		refused("cannot switch workflow \"s\": target origin: target user " + ctlUser + " lacks the INSERT privilege on `_rowlift`.*, " +

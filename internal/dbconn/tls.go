@@ -9,11 +9,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/rowlift/rowlift/internal/tlsfiles"
 )
 
 // rowlift's own DSN parameters, taken out before the driver sees the DSN: a
@@ -128,19 +129,13 @@ func ParseDSN(dsn string) (*mysql.Config, error) {
 		cfg.TLS = &tls.Config{ServerName: host}
 	}
 	if f.ca != "" {
-		pem, err := os.ReadFile(f.ca)
-		if err != nil {
-			return nil, fmt.Errorf("DSN %s: %w", paramCA, err)
+		if cfg.TLS.RootCAs, err = tlsfiles.ReadCA("DSN "+paramCA, f.ca); err != nil {
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("DSN %s: %s holds no PEM certificate: give the CA certificate that signed the server's", paramCA, f.ca)
-		}
-		cfg.TLS.RootCAs = pool
 	}
 	if f.cert != "" {
 		if _, err := f.clientCertificate(nil); err != nil {
-			return nil, fmt.Errorf("DSN %w", err)
+			return nil, err
 		}
 		cfg.TLS.GetClientCertificate = f.clientCertificate
 	}
@@ -151,11 +146,8 @@ func ParseDSN(dsn string) (*mysql.Config, error) {
 // the next connection presents a renewed one (Kubernetes updates a mounted
 // Secret in place) with no restart.
 func (f tlsFiles) clientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
-	if err != nil {
-		return nil, fmt.Errorf("%s and %s: %w", paramCert, paramKey, err)
-	}
-	return &pair, nil
+	pair, err := tlsfiles.ReadPair("DSN "+paramCert, f.cert, "DSN "+paramKey, f.key)
+	return &pair, err
 }
 
 // BinlogTLS is the TLS config a binlog dump (go-mysql, which ignores the DSN)

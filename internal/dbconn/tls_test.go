@@ -147,8 +147,8 @@ func TestParseDSNTLS(t *testing.T) {
 	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
 	for dsn, want := range map[string]string{
 		"u:p@tcp(h:3306)/?tls-ca=/nonexistent/ca.pem":                                  "DSN tls-ca: open /nonexistent/ca.pem: no such file or directory",
-		"u:p@tcp(h:3306)/?tls-ca=" + q(notPEM):                                         "holds no PEM certificate: give the CA certificate that signed the server's",
-		"u:p@tcp(h:3306)/?tls-cert=" + q(f.ClientCert) + "&tls-key=" + q(f.ServerCert): "DSN tls-cert and tls-key: tls:",
+		"u:p@tcp(h:3306)/?tls-ca=" + q(notPEM):                                         "DSN tls-ca " + notPEM + " holds no PEM certificate: give the CA certificate (-----BEGIN CERTIFICATE-----)",
+		"u:p@tcp(h:3306)/?tls-cert=" + q(f.ClientCert) + "&tls-key=" + q(f.ServerCert): "DSN tls-cert " + f.ClientCert + " with DSN tls-key " + f.ServerCert + ": tls:",
 		"u:p@tcp(h:3306)/?tls-cert=" + q(f.ClientCert):                                 "DSN: tls-cert and tls-key go together",
 		"u:p@tcp(h:3306)/?tls=false&tls-ca=" + q(f.CA):                                 "DSN: tls=false turns TLS off",
 		"u:p@tcp(h:3306)/?tls=custom":                                                  "rowlift registers no named TLS configs: use tls=true with tls-ca=FILE",

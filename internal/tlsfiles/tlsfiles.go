@@ -144,31 +144,52 @@ func load(f Files, log *zap.Logger) (*reloadfile.Value[material], error) {
 func read(f Files) (material, error) {
 	var m material
 	if f.Cert != "" {
-		// Read apart first: tls.X509KeyPair's errors do not say which file is wrong.
-		certPEM, err := os.ReadFile(f.Cert)
+		cert, err := ReadPair("--tls-cert", f.Cert, "--tls-key", f.Key)
 		if err != nil {
-			return m, fmt.Errorf("--tls-cert: %w", err)
-		}
-		keyPEM, err := os.ReadFile(f.Key)
-		if err != nil {
-			return m, fmt.Errorf("--tls-key: %w", err)
-		}
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return m, fmt.Errorf("--tls-cert %s with --tls-key %s: %w (give a PEM certificate and the private key it was issued for)",
-				f.Cert, f.Key, err)
+			return m, err
 		}
 		m.cert = &cert
 	}
 	if f.CA != "" {
-		caPEM, err := os.ReadFile(f.CA)
+		ca, err := ReadCA("--tls-ca", f.CA)
 		if err != nil {
-			return m, fmt.Errorf("--tls-ca: %w", err)
+			return m, err
 		}
-		m.ca = x509.NewCertPool()
-		if !m.ca.AppendCertsFromPEM(caPEM) {
-			return m, fmt.Errorf("--tls-ca %s holds no PEM certificate: give the CA certificate (-----BEGIN CERTIFICATE-----)", f.CA)
-		}
+		m.ca = ca
 	}
 	return m, nil
+}
+
+// ReadPair reads a PEM certificate and its private key, each file read apart
+// first, since tls.X509KeyPair's errors do not say which one is wrong. The
+// names say how the operator gave each file (a flag, a DSN parameter).
+func ReadPair(certName, certPath, keyName, keyPath string) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s: %w", certName, err)
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s: %w", keyName, err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s %s with %s %s: %w (give a PEM certificate and the private key it was issued for)",
+			certName, certPath, keyName, keyPath, err)
+	}
+	return cert, nil
+}
+
+// ReadCA reads a PEM bundle of CA certificates; name says how the operator
+// gave the file (a flag, a DSN parameter).
+func ReadCA(name, path string) (*x509.CertPool, error) {
+	caPEM, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s %s holds no PEM certificate: give the CA certificate (-----BEGIN CERTIFICATE-----)", name, path)
+	}
+	return pool, nil
 }

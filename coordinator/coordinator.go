@@ -170,12 +170,18 @@ func (s *Server) pick(names []string) ([]*target, error) {
 	for _, n := range names {
 		t := s.targets[n]
 		if t == nil {
-			return nil, status.Errorf(codes.InvalidArgument, "target %q is not configured on this coordinator (it has %s)",
-				n, strings.Join(slices.Sorted(maps.Keys(s.targets)), ", "))
+			return nil, status.Error(codes.InvalidArgument, s.unconfigured(n))
 		}
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// unconfigured says that the named target is not one of the coordinator's,
+// and how to add it.
+func (s *Server) unconfigured(name string) string {
+	return fmt.Sprintf("target %q is not configured on this coordinator (it has %s): add --target %s=DSN to the coordinator",
+		name, strings.Join(slices.Sorted(maps.Keys(s.targets)), ", "), name)
 }
 
 // specTargets returns the configured targets of a workflow's spec, in spec order.
@@ -184,8 +190,7 @@ func (s *Server) specTargets(spec *rowliftv1.WorkflowSpec) ([]*target, error) {
 	for _, ts := range spec.GetTargets() {
 		t := s.targets[ts.GetName()]
 		if t == nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q has target %q, which is not configured on this coordinator "+
-				"(it has %s): add --target %s=DSN to the coordinator", spec.GetName(), ts.GetName(), strings.Join(slices.Sorted(maps.Keys(s.targets)), ", "), ts.GetName())
+			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q: %s", spec.GetName(), s.unconfigured(ts.GetName()))
 		}
 		out = append(out, t)
 	}

@@ -2,10 +2,8 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"google.golang.org/grpc/status"
 
@@ -81,8 +79,7 @@ func (l *listing) read(ctx context.Context, name string) *targetSnapshot {
 	}
 	t := l.s.targets[name]
 	if t == nil {
-		l.failed[name] = fmt.Sprintf("target %q is not configured on this coordinator (it has %s): add --target %s=DSN to the coordinator",
-			name, strings.Join(slices.Sorted(maps.Keys(l.s.targets)), ", "), name)
+		l.failed[name] = l.s.unconfigured(name)
 		return nil
 	}
 	st, err := t.open(ctx)

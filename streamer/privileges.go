@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -157,11 +156,10 @@ func (s *Server) CheckFreeze(ctx context.Context, req *rowliftv1.FreezeRequest) 
 		}
 		ident := rowcodec.QualifiedIdent(db, twin)
 		_, err = conn.ExecContext(ctx, "RENAME TABLE "+ident+" TO "+ident)
-		var me *mysql.MySQLError
 		switch {
 		case grants.Denied(err):
 			missing = append(missing, renameGrants(db, err)...)
-		case err != nil && !errors.As(err, &me):
+		case err != nil && dbconn.ServerError(err) == 0:
 			return nil, s.sourceError("check the privileges to rename "+db+"."+twin, err)
 		}
 		if len(missing) > 0 {
@@ -252,12 +250,9 @@ func (s *Server) missingGrants(ctx context.Context, missing []grants.Grant) erro
 // registration with the error of a wrong password, which it is not, since the
 // same credentials passed the stream's ping.
 func isReplicationDenied(err error) bool {
-	var me *gomysql.MyError
-	return errors.As(err, &me) && (me.Code == specificAccessDenied || me.Code == accessDenied)
+	code := dbconn.ServerError(err)
+	return code == specificAccessDenied || code == accessDenied
 }
 
 // isMySQLError reports a server error of the given number.
-func isMySQLError(err error, number uint16) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == number
-}
+func isMySQLError(err error, number uint16) bool { return dbconn.ServerError(err) == number }

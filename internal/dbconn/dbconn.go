@@ -12,6 +12,7 @@ import (
 	"net"
 	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -119,4 +120,19 @@ func Explain(err error, cfg *mysql.Config, what string) error {
 			ErrUnreachable, what, cfg.Addr, err, what)
 	}
 	return fmt.Errorf("%s server %s: %w", what, Redacted(cfg), err)
+}
+
+// ServerError is the server error number in err, from either client rowlift
+// uses (go-sql-driver for queries, go-mysql for the binlog dump), or 0 when err
+// is not a server's.
+func ServerError(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	var ge *gomysql.MyError
+	if errors.As(err, &ge) {
+		return ge.Code
+	}
+	return 0
 }

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strings"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowlift/rowlift/internal/tlsfiles"
@@ -196,22 +195,9 @@ func explainTLS(err error, cfg *mysql.Config, what string) error {
 	case errors.Is(err, mysql.ErrNoTLS) || strings.Contains(err.Error(), "does not support TLS required by the client"):
 		return fmt.Errorf("%s server %s offers no TLS, which the %s DSN asks for: enable TLS on the server (ssl_cert, ssl_key) "+
 			"or take tls, %s, %s and %s out of the DSN", what, cfg.Addr, what, paramCA, paramCert, paramKey)
-	case serverError(err) == secureTransportRequired:
+	case ServerError(err) == secureTransportRequired:
 		return fmt.Errorf("%s server %s requires TLS (require_secure_transport=ON): add tls=true to the %s DSN, "+
 			"and %s=FILE if a private CA signed its certificate", what, cfg.Addr, what, paramCA)
 	}
 	return nil
-}
-
-// serverError is the server error number in err from either client, or 0.
-func serverError(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	var ge *gomysql.MyError
-	if errors.As(err, &ge) {
-		return ge.Code
-	}
-	return 0
 }

@@ -14,11 +14,10 @@ package grants
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/rowlift/rowlift/internal/dbconn"
 )
 
 // Grant is a privilege a role needs on an object, and what for.
@@ -128,11 +127,7 @@ const (
 // Denied reports whether err is the server refusing a statement for a
 // missing privilege.
 func Denied(err error) bool {
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return false
-	}
-	switch me.Number {
+	switch dbconn.ServerError(err) {
 	case dbAccessDenied, tableAccessDenied, columnAccessDenied, specificAccessDenied:
 		return true
 	}
@@ -153,12 +148,11 @@ func Check(ctx context.Context, q Queryer, probes []Probe) ([]Grant, error) {
 	var missing []Grant
 	for _, p := range probes {
 		_, err := q.ExecContext(ctx, p.Statement)
-		var me *mysql.MySQLError
 		switch {
 		case err == nil:
 		case Denied(err):
 			missing = append(missing, p.Grant)
-		case !errors.As(err, &me):
+		case dbconn.ServerError(err) == 0:
 			return nil, fmt.Errorf("check the %s privilege on %s: %w", p.Grant.Privilege, p.Grant.On, err)
 		}
 	}

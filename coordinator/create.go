@@ -238,18 +238,28 @@ func (s *Server) validateSources(ctx context.Context, spec *rowliftv1.WorkflowSp
 
 // validate calls one streamer's Validate and explains its failure.
 func (s *Server) validate(ctx context.Context, src *rowliftv1.SourceShard, req *rowliftv1.StreamRequest) (*rowliftv1.ValidateResponse, error) {
-	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
+	conn, client, err := s.dialStreamer(src)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
+		return nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, s.validateTimeout)
 	defer cancel()
-	resp, err := rowliftv1.NewStreamerClient(conn).Validate(ctx, req)
+	resp, err := client.Validate(ctx, req)
 	if err != nil {
 		return nil, s.streamerError(src, err)
 	}
 	return resp, nil
+}
+
+// dialStreamer connects to the streamer of src with the coordinator's dial
+// options (TLS when its flags ask for it); the caller closes conn.
+func (s *Server) dialStreamer(src *rowliftv1.SourceShard) (*grpc.ClientConn, rowliftv1.StreamerClient, error) {
+	conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
+	}
+	return conn, rowliftv1.NewStreamerClient(conn), nil
 }
 
 // streamerError explains a streamer's refusal of a check (Validate,

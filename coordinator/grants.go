@@ -3,13 +3,11 @@ package coordinator
 import (
 	"context"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grants"
-	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -50,18 +48,14 @@ func (t *target) check(ctx context.Context, probes []grants.Probe) error {
 // may freeze spec's tables in mode (Streamer.CheckFreeze), so a switch is
 // refused, with the GRANT to run, before it freezes anything.
 func (s *Server) checkFreeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode rowliftv1.FreezeMode) error {
-	var tables []string
-	for _, t := range spec.GetTables() {
-		tables = append(tables, t.GetName())
-	}
+	req := freezeRequest(spec, mode)
 	for _, src := range spec.GetSources() {
-		conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
+		conn, client, err := s.dialStreamer(src)
 		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "source %s: streamer address %q: %v", src.GetName(), src.GetStreamerAddress(), err)
+			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.validateTimeout)
-		_, err = rowliftv1.NewStreamerClient(conn).CheckFreeze(cctx, &rowliftv1.FreezeRequest{Workflow: spec.GetName(),
-			Database: spec.GetSourceDatabase(), Tables: tables, Mode: mode})
+		_, err = client.CheckFreeze(cctx, req)
 		cancel()
 		conn.Close()
 		if err != nil {
@@ -69,6 +63,16 @@ func (s *Server) checkFreeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, 
 		}
 	}
 	return nil
+}
+
+// freezeRequest asks a streamer to freeze spec's tables in mode, or to check
+// that it may.
+func freezeRequest(spec *rowliftv1.WorkflowSpec, mode rowliftv1.FreezeMode) *rowliftv1.FreezeRequest {
+	req := &rowliftv1.FreezeRequest{Workflow: spec.GetName(), Database: spec.GetSourceDatabase(), Mode: mode}
+	for _, t := range spec.GetTables() {
+		req.Tables = append(req.Tables, t.GetName())
+	}
+	return req
 }
 
 // dropTable drops db.table, which a complete or cancel was asked to drop

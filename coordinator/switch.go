@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -22,7 +21,6 @@ import (
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/frozen"
-	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/grpctls"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/reshard"
@@ -622,22 +620,17 @@ func runHook(ctx context.Context, j *state.Journal) string {
 // freeze freezes (or unfreezes) the tables of every source of spec through
 // their streamers, and returns each source's position after it.
 func (s *Server) freeze(ctx context.Context, spec *rowliftv1.WorkflowSpec, mode rowliftv1.FreezeMode, unfreeze bool, timeoutMS int64) (map[string]string, error) {
-	var tables []string
-	for _, t := range spec.GetTables() {
-		tables = append(tables, t.GetName())
-	}
+	req := freezeRequest(spec, mode)
+	req.LeaseMs = timeoutMS + leaseMargin.Milliseconds()
 	out := make([]string, len(spec.GetSources()))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, src := range spec.GetSources() {
 		g.Go(func() error {
-			conn, err := grpc.NewClient(src.GetStreamerAddress(), append(grpcopt.DialOptions(nil), s.dial...)...)
+			conn, client, err := s.dialStreamer(src)
 			if err != nil {
-				return fmt.Errorf("streamer %s of %s: %w", src.GetStreamerAddress(), src.GetName(), err)
+				return err
 			}
 			defer conn.Close()
-			client := rowliftv1.NewStreamerClient(conn)
-			req := &rowliftv1.FreezeRequest{Workflow: spec.GetName(), Database: spec.GetSourceDatabase(), Tables: tables, Mode: mode,
-				LeaseMs: timeoutMS + leaseMargin.Milliseconds()}
 			call := client.Freeze
 			if unfreeze {
 				call = client.Unfreeze

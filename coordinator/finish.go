@@ -76,6 +76,12 @@ func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRe
 				"workflow whose writes were switched to its targets: switch it first, or cancel it to give the move up", name, st, v.target)
 		}
 	}
+	// The sources' tables are as a reverse would find them on the side it
+	// gives the writes back to.
+	renamed, err := cutover.GainingRenamed(lastOf(j), dirReverse)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "cannot complete workflow %q: %v", name, err)
+	}
 	for _, t := range p.reverseAt {
 		if err := s.deleteOn(ctx, t, p.reverse.GetName()); err != nil {
 			return nil, err
@@ -86,7 +92,7 @@ func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRe
 	for i, t := range p.reverseAt {
 		for _, tbl := range p.forward.GetTables() {
 			table := tbl.GetName()
-			if j != nil && j.Renamed() {
+			if renamed {
 				table, _ = frozen.Name(table) // checked by loadPair
 			}
 			where := fmt.Sprintf("%s:%s.%s", p.forward.GetSources()[i].GetName(), db, table)

@@ -309,8 +309,12 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	if err := checkLockLease(j.Mode, timeout); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "cannot %s workflow %q: %v", direction, name, err)
 	}
-	if prev != nil && prev.Step == string(cutover.Done) && prev.Renamed() {
-		// The side gaining the writes is the one the last cutover renamed.
+	renamed, err := cutover.GainingRenamed(lastOf(prev), direction)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: %v; `rowlift workflow show %s` tells which side takes the writes",
+			direction, name, err, name)
+	}
+	if renamed {
 		j.UnfreezeMode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
 	}
 	// The cutover writes the following workflow's state on the side gaining
@@ -332,6 +336,15 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 		}
 	}
 	return j, nil
+}
+
+// lastOf is what a pair's last journal (nil: none) says of its tables.
+func lastOf(j *state.Journal) *cutover.Last {
+	if j == nil {
+		return nil
+	}
+	return &cutover.Last{Direction: j.Direction, Step: cutover.Step(j.Step), FrozeRenamed: j.Renamed(),
+		GainingRenamed: j.UnfreezeMode == rowliftv1.FreezeMode_FREEZE_MODE_RENAME}
 }
 
 // checkLockLease refuses a LOCK freeze whose lease (the timeout plus

@@ -32,7 +32,7 @@ import (
 // Defaults of a SwitchRequest's zero values.
 const (
 	DefaultMaxLag        = 5 * time.Second
-	DefaultSwitchTimeout = 30 * time.Second
+	DefaultSwitchTimeout = time.Minute
 	// hookTimeout bounds the routing hook: the switch is done by then, and
 	// an operator waits for the answer.
 	hookTimeout = 30 * time.Second

@@ -233,17 +233,35 @@ func (p *pairEnv) reroute(direction string) {
 // renames nothing.
 func (p *pairEnv) frozenSide(db *sql.DB) {
 	p.t.Helper()
-	want, what := [2]int{0, 1}, "renamed to its frozen twin"
 	if p.freeze == "none" {
-		want, what = [2]int{1, 0}, "left in place"
+		p.tablesAre(db, true, "left in place")
+		return
+	}
+	p.tablesAre(db, false, "renamed to its frozen twin")
+}
+
+// liveSide checks the race tables on db, the side that takes the writes: only
+// under their own names.
+func (p *pairEnv) liveSide(db *sql.DB) {
+	p.t.Helper()
+	p.tablesAre(db, true, "live on the side that takes the writes")
+}
+
+// tablesAre checks that each race table on db exists under its own name and
+// not its frozen twin's (live), or the other way round.
+func (p *pairEnv) tablesAre(db *sql.DB, live bool, what string) {
+	p.t.Helper()
+	want := [2]int{0, 1}
+	if live {
+		want = [2]int{1, 0}
 	}
 	for _, n := range p.names {
 		fz, err := frozen.Name(n)
 		require.NoError(p.t, err)
-		var live, twin int
+		var own, twin int
 		require.NoError(p.t, db.QueryRow("SELECT SUM(TABLE_NAME = ?), SUM(TABLE_NAME = ?) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'race'",
-			n, fz).Scan(&live, &twin))
-		require.Equal(p.t, want, [2]int{live, twin}, "race.%s on the frozen side, %s: live and frozen twin", n, what)
+			n, fz).Scan(&own, &twin))
+		require.Equal(p.t, want, [2]int{own, twin}, "race.%s: own name and frozen twin (%s)", n, what)
 	}
 }
 

@@ -559,6 +559,10 @@ func (s *Server) loadTable(ctx context.Context, req *rowliftv1.StreamRequest, t 
 	twinTbl, twinErr := schema.Load(ctx, s.db, db, twin)
 	switch {
 	case errors.Is(twinErr, schema.ErrNoTable):
+		// A cutover may have renamed the twin back between the two reads.
+		if tbl, again := schema.Load(ctx, s.db, db, t.GetName()); again == nil {
+			return tbl, nil
+		}
 		// The server hides a table from a user who may not read it: a SELECT
 		// revoked after creation would read as a dropped table, which stops
 		// the workflow, rather than as a grant to give again.

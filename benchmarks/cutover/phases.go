@@ -23,7 +23,7 @@ const (
 	// measurements see its steady state rather than its start.
 	warmup = 2 * time.Second
 	// callTimeout bounds a switch or reverse call: the coordinator's own
-	// timeout (30 s) rolls a stuck one back well before.
+	// timeout (one minute by default) rolls a stuck one back well before.
 	callTimeout = 2 * time.Minute
 	// verifyPoll is how often the verify's status is read: the resolution of
 	// its time.

@@ -71,17 +71,29 @@ func Load(ctx context.Context, q Queryer, database, table string) (*Table, error
 		return nil, err
 	}
 	if err := t.chooseKey(keys); err != nil {
-		return nil, err
+		return nil, gone(ctx, q, t, err)
 	}
 	var name string
 	if err := q.QueryRowContext(ctx, "SHOW CREATE TABLE "+rowcodec.QualifiedIdent(database, table)).Scan(&name, &t.CreateTable); err != nil {
-		return nil, fmt.Errorf("show create table %s.%s: %w", database, table, err)
+		return nil, gone(ctx, q, t, fmt.Errorf("show create table %s.%s: %w", database, table, err))
 	}
 	if err := q.QueryRowContext(ctx, `SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES
 		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, database, table).Scan(&t.RowsEstimate); err != nil {
-		return nil, fmt.Errorf("read row estimate of %s.%s: %w", database, table, err)
+		return nil, gone(ctx, q, t, fmt.Errorf("read row estimate of %s.%s: %w", database, table, err))
 	}
 	return t, nil
+}
+
+// gone turns err, met after Load read t's columns, into ErrNoTable when the
+// table no longer exists: each read is its own statement, and a table renamed
+// or dropped between them (a cutover's freeze renames the moved tables at any
+// moment) would otherwise look keyless, a permanent error, rather than absent,
+// which callers know how to handle.
+func gone(ctx context.Context, q Queryer, t *Table, err error) error {
+	if cols, cerr := ReadColumns(ctx, q, t.Database, t.Name); cerr == nil && len(cols) == 0 {
+		return fmt.Errorf("%w: %s.%s (renamed or dropped while its definition was read)", ErrNoTable, t.Database, t.Name)
+	}
+	return err
 }
 
 // chooseKey picks the key rows are copied and applied by among the unique

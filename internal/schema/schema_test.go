@@ -64,6 +64,37 @@ func TestLoadErrors(t *testing.T) {
 	})
 }
 
+// renameAfter renames a table once its first statement ran: a cutover's
+// freeze between two of Load's reads.
+type renameAfter struct {
+	*sql.DB
+	t    *testing.T
+	stmt string
+	done bool
+}
+
+func (r *renameAfter) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	rows, err := r.DB.QueryContext(ctx, query, args...)
+	if !r.done {
+		r.done = true
+		sandboxtest.Exec(r.t, r.DB, r.stmt)
+	}
+	return rows, err
+}
+
+// TestLoadOfATableRenamedMeanwhile: a table renamed between Load's reads of
+// its columns and of its keys is absent (ErrNoTable, which the streamer
+// answers by reading the frozen twin), not keyless (ErrNoKey, which stopped a
+// workflow whose applier restarted just as a switch froze the source).
+func TestLoadOfATableRenamedMeanwhile(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		db := server(t, flavor, "CREATE TABLE d.t (id INT PRIMARY KEY, v INT)")
+		_, err := schema.Load(context.Background(), &renameAfter{DB: db, t: t, stmt: "RENAME TABLE d.t TO d._t_frozen"}, "d", "t")
+		require.ErrorIs(t, err, schema.ErrNoTable)
+		require.ErrorContains(t, err, "d.t (renamed or dropped while its definition was read)")
+	})
+}
+
 // TestLoadRejectsCharKeysUnderNoPadOnMariaDB: MariaDB sorts CHAR values padded
 // but compares them trimmed under NO PAD collations.
 func TestLoadRejectsCharKeysUnderNoPadOnMariaDB(t *testing.T) {

@@ -397,7 +397,8 @@ type SwitchRequest struct {
 	MaxLagSeconds float64    `protobuf:"fixed64,2,opt,name=max_lag_seconds,json=maxLagSeconds,proto3" json:"max_lag_seconds,omitempty"`
 	Freeze        FreezeMode `protobuf:"varint,3,opt,name=freeze,proto3,enum=rowlift.v1.FreezeMode" json:"freeze,omitempty"`
 	// How long to wait for the streams to apply the freeze position before the
-	// switch is rolled back and the sources unfrozen (zero: 30 s).
+	// switch is rolled back and the sources unfrozen (zero: one minute, as the
+	// CLI's --timeout).
 	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// Command run (through sh -c) by the coordinator once writes may go to the
 	// new side; its environment has ROWLIFT_WORKFLOW, ROWLIFT_DIRECTION

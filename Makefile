@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard soak soak-reshard clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard soak soak-reshard soak-cutover clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
@@ -128,6 +128,17 @@ soak:
 soak-reshard:
 	ROWLIFT_RESHARD_KEYS=$(KEYS) $(GO) test -count=$(RUNS) -timeout 4h -run 'TestReshard$$|TestReshardCutover$$' -v ./e2e/ \
 		| grep -E '^\s*(--- |ok|FAIL|PASS)|reshard_test.go'
+
+## soak-cutover: random sequences of operator commands (verify, switch, reverse, forced rollbacks,
+## refused commands, kill -9 of any role inside a cutover step) under writers that follow the live
+## side through a route file, MINUTES per flavor (FLAVOR=mariadb or mysql for one); the invariants
+## are checked after every command, and the closing line counts commands, rollbacks and kills
+MINUTES ?= 30
+FLAVOR ?=
+soak-cutover:
+	@log=$$(mktemp); ROWLIFT_SOAK_MINUTES=$(MINUTES) $(GO) test -count=1 -timeout 0 -run 'TestCutoverSoak$$/$(FLAVOR)' -v ./e2e/ > $$log 2>&1; \
+		status=$$?; grep -E '^\s*(--- |ok|FAIL|PASS)|soak_cutover_test.go' $$log; \
+		[ $$status -eq 0 ] || echo "full log: $$log"; exit $$status
 
 clean:
 	rm -rf $(BIN)

@@ -265,7 +265,8 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 		if v.wf.State != state.Running {
 			what := "switch it"
 			if v.wf.State == state.Switched {
-				what = map[string]string{dirSwitch: "it is switched already: reverse it to switch back", dirReverse: "reverse it"}[direction]
+				what = map[string]string{dirSwitch: "it is switched already: reverse it to switch back",
+					dirReverse: "its writes are back on its sources already: switch it to move them to its targets again"}[direction]
 			}
 			return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: %q is in state %s on target %s, and a cutover needs "+
 				"it running with its copy done (%s)", direction, name, sd.old.GetName(), v.wf.State, v.target, what)

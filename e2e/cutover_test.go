@@ -63,12 +63,16 @@ type pairEnv struct {
 }
 
 // newPairEnv starts everything and a workflow "race" over the race tables
-// (keys keys), and waits until it runs. coordHooks are test hooks for the
-// coordinator.
-func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []string) *pairEnv {
+// (keys keys) and the empty tables that extra creates (name: CREATE TABLE),
+// and waits until it runs. coordHooks are test hooks for the coordinator.
+func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []string, extra ...[2]string) *pairEnv {
 	t.Helper()
 	p := &pairEnv{env: newEnvWith(t, sandbox.Options{Flavor: flavor}), keys: keys}
 	p.names = createRaceTables(p.env, keys)
+	for _, x := range extra {
+		p.sourceExec(x[1])
+		p.names = append(p.names, x[0])
+	}
 	p.appSrc, p.appDst = p.appPool(p.src, p.srcDB), p.appPool(p.dst, p.dstDB)
 	port, err := sandbox.FreePort()
 	require.NoError(t, err)
@@ -111,7 +115,7 @@ func (p *pairEnv) appPool(server *sandbox.Server, admin *sql.DB) *sql.DB {
 // transactions they committed.
 func (p *pairEnv) writers(keys int) (stop func() int) {
 	ctx, cancel := context.WithCancel(context.Background())
-	wait := startRoutedWriters(ctx, func() *sql.DB { return p.route.Load() }, testSeed(p.t), 1+p.runs*raceWriters, keys, &p.committed)
+	wait := startRoutedWriters(ctx, func() *sql.DB { return p.route.Load() }, testSeed(p.t), 1+p.runs*raceWriters, keys, &p.committed, nil)
 	p.runs++
 	p.writing = raceWriters
 	return func() int {

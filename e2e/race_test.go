@@ -116,12 +116,17 @@ func raceStatements(rng *rand.Rand, keys int) []string {
 // errors (a source being killed, a unique collision) just skip the transaction.
 // It counts each commit in committed as it happens, and returns its own count;
 // when it returns, no transaction it started can still commit (raceTx).
-func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int, committed *atomic.Int64) int {
+func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int, committed *atomic.Int64, ledger *txLedger) int {
 	n := 0
 	for ctx.Err() == nil {
 		var stmts []string
 		for k := 1 + rng.IntN(3); k > 0; k-- {
 			stmts = append(stmts, raceStatements(rng, keys)...)
+		}
+		var id int64
+		if ledger != nil {
+			id = ledger.next.Add(1)
+			stmts = append(stmts, fmt.Sprintf("INSERT INTO race.txlog VALUES (%d)", id))
 		}
 		conn, err := db().Conn(ctx)
 		if err != nil {
@@ -131,12 +136,35 @@ func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int
 		if raceTx(ctx, conn, stmts) {
 			n++
 			committed.Add(1)
+			ledger.commit(id)
 		}
 		// Below what the serial applier replays, so the copy can end: a writer
 		// rate it cannot keep up with measures throughput (issue 5), not safety.
 		time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond)
 	}
 	return n
+}
+
+// txLedger numbers the race writers' transactions, each of which logs its
+// number in race.txlog, and keeps the numbers whose COMMIT returned: every one
+// must be on the side that takes the writes at the end, whatever cutovers,
+// rollbacks and kills came in between.
+type txLedger struct {
+	next      atomic.Int64
+	mu        sync.Mutex
+	committed []int64
+}
+
+// txlogTable is the table the ledger's transactions write into.
+const txlogTable = "CREATE TABLE race.txlog (id BIGINT PRIMARY KEY)"
+
+func (l *txLedger) commit(id int64) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.committed = append(l.committed, id)
+	l.mu.Unlock()
 }
 
 // raceTx runs stmts as one transaction on conn, then closes conn, and reports
@@ -169,20 +197,21 @@ const raceWriters = 4
 // (their random streams start at stream); wait waits for them and returns how
 // many transactions they committed.
 func startRaceWriters(ctx context.Context, e *env, seed, stream uint64, keys int) (wait func() int) {
-	return startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, stream, keys, new(atomic.Int64))
+	return startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, stream, keys, new(atomic.Int64), nil)
 }
 
 // startRoutedWriters is startRaceWriters writing each transaction wherever db
 // points at the time, as an application re-routed by a cutover would, and
-// counting each commit in committed as it happens.
-func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uint64, keys int, committed *atomic.Int64) (wait func() int) {
+// counting each commit in committed as it happens, and in ledger (if not nil)
+// by its number.
+func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uint64, keys int, committed *atomic.Int64, ledger *txLedger) (wait func() int) {
 	var wg sync.WaitGroup
 	var writes atomic.Int64
 	for i := range uint64(raceWriters) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			writes.Add(int64(raceWriter(ctx, db, rand.New(rand.NewPCG(seed, stream+i)), keys, committed)))
+			writes.Add(int64(raceWriter(ctx, db, rand.New(rand.NewPCG(seed, stream+i)), keys, committed, ledger)))
 		}()
 	}
 	return func() int {

@@ -185,7 +185,7 @@ func (e *env) burst(seed uint64, keys, n int) (stop func() int) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var committed atomic.Int64
-	wait := startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, 200, keys, &committed)
+	wait := startRoutedWriters(ctx, func() *sql.DB { return e.srcDB }, seed, 200, keys, &committed, nil)
 	e.waitFor(fmt.Sprintf("%d source commits", n), time.Minute, func() (bool, string) {
 		return committed.Load() >= int64(n), fmt.Sprint(committed.Load())
 	})

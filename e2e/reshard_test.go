@@ -169,7 +169,7 @@ func (e *shardEnv) writers(seed uint64, keys int, route *atomic.Pointer[[]*shard
 	wait := startRoutedWriters(ctx, func() *sql.DB {
 		side := *route.Load()
 		return side[rand.IntN(len(side))].db
-	}, seed, 0, keys, committed)
+	}, seed, 0, keys, committed, nil)
 	return func() int {
 		cancel()
 		return wait()

@@ -522,11 +522,19 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 		j.StartPositions = pos
 		j.WritableAtUS = time.Now().UnixMicro()
 	case cutover.Follow:
-		if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK {
+		// The routing hook first: the gaining side takes writes since the
+		// start positions were recorded, and the following workflow streams
+		// from them whenever it starts, so the writers need not wait for it.
+		switch {
+		case j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_LOCK:
 			if err := s.renameLocked(ctx, j, sd, store, log); err != nil {
 				return err
 			}
+		case j.HookCmd != "":
+			j.HookOutput = runHook(ctx, j)
+			log.Info("routing hook ran", zap.String("output", j.HookOutput))
 		}
+		j.Routed = true
 		spec := proto.Clone(sd.new).(*rowliftv1.WorkflowSpec)
 		for _, t := range spec.GetTables() {
 			t.TargetTable = ""
@@ -546,7 +554,7 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 			}
 		}
 	case cutover.Finish:
-		if j.HookCmd != "" && !j.LockRenamed { // a lock freeze's hook ran while it held
+		if j.HookCmd != "" && !j.Routed && !j.LockRenamed { // an older coordinator's Follow did not run it
 			j.HookOutput = runHook(ctx, j)
 			log.Info("routing hook ran", zap.String("output", j.HookOutput))
 		}

@@ -33,9 +33,13 @@ type Journal struct {
 	// the pause (the frozen side's tables are renamed to their frozen names,
 	// as after a RENAME freeze). Journals written before this was done leave
 	// the tables of a LOCK freeze in place.
-	LockRenamed bool   `json:"lock_renamed,omitempty"`
-	TimeoutMS   int64  `json:"timeout_ms"`
-	HookCmd     string `json:"hook_cmd,omitempty"`
+	LockRenamed bool `json:"lock_renamed,omitempty"`
+	// Routed: the routing hook ran in the Follow step, as soon as the gaining
+	// side took writes. Journals written before this was done run it at the
+	// end (unless LockRenamed, whose Follow ran it under the lock).
+	Routed    bool   `json:"routed,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms"`
+	HookCmd   string `json:"hook_cmd,omitempty"`
 	// FreezePositions are, per shard of the frozen side, its position right
 	// after the freeze: the stopping workflow must apply them. StartPositions
 	// are, per shard of the side gaining writes, where the starting workflow

@@ -24,11 +24,14 @@ type write struct {
 	startUS int64 // its first try, Unix µs
 	endUS   int64 // when its statement returned without error, Unix µs
 	retries int   // tries that met a frozen or locked table
+	// refusedUS is the first of those tries (0: none), Unix µs.
+	refusedUS int64
 }
 
 // load is single-row autocommit transactions on the moved table at a fixed
 // rate, on benchkit.Load's shared schedule. Each write goes wherever route
-// points at the time, as an application's would after it is re-routed, and is
+// points at the time, as an application's would after its routing hook
+// re-routed it, and is
 // tried again until it commits when it meets the table frozen ("doesn't
 // exist") or locked.
 type load struct {
@@ -74,6 +77,9 @@ func (l *load) write(ctx context.Context, rng *rand.Rand, wr *benchkit.Writer) e
 			}
 			if !blocked(err) {
 				return fmt.Errorf("write %d (%s): %w", n, q, err)
+			}
+			if w.retries == 0 {
+				w.refusedUS = time.Now().UnixMicro()
 			}
 			w.retries++
 			// The load stops between cutovers: nothing blocks then.

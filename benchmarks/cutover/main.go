@@ -17,9 +17,10 @@
 //     CHECKSUM TABLE, one server after the other and both at once (the
 //     baseline), and with VerifyWorkflow, when the coordinator has it;
 //  4. runs -switches switches, each followed by a reverse, -interval apart,
-//     re-routing the writers after each, and records each call's write pause
-//     as rowlift reports it, the longest a write took during the cutover, and
-//     how long the call took;
+//     with a routing hook that re-routes the writers to the side that takes
+//     the writes, and records each call's write pause as rowlift reports it,
+//     the pause the writers saw (from a write's first refused try to its
+//     commit), when the hook re-routed them and how long the call took;
 //  5. stops the load, waits until the target has applied all of it, and
 //     compares both sides row by row (internal/verify).
 //

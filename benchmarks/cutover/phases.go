@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -73,11 +75,11 @@ func (b *bench) underLoad(l *load, rep *report) error {
 			if err := l.Hold(b.cfg.Interval); err != nil {
 				return err
 			}
-			c, err := b.cutover(l, direction)
+			c, err := b.cutover(l, len(rep.Cutovers), direction)
 			if err != nil {
 				return fmt.Errorf("%s %d of %d: %w", direction, i+1, b.cfg.Switches, err)
 			}
-			progress("  %-7s %2d: write pause %4d ms, call %6.1f ms", direction, i+1, c.WritePauseMs, c.CallMs)
+			progress("  %-7s %2d: write pause %4d ms, re-routed at %6.1f ms, call %6.1f ms", direction, i+1, c.WritePauseMs, c.RerouteMs, c.CallMs)
 			rep.Cutovers = append(rep.Cutovers, c)
 		}
 	}
@@ -180,20 +182,32 @@ type cutoverResult struct {
 	WritePauseMs int64 `json:"write_pause_ms"`
 	// CallMs is how long the SwitchWorkflow or ReverseWorkflow call took.
 	CallMs float64 `json:"call_ms"`
-	// WritersMs is the write pause the application saw: the longest a write
-	// took, from its first try until it committed, among the writes in flight
-	// between the call's start and the writers' re-routing after it.
+	// WritersMs is the write pause the application saw: the longest time from
+	// a write's first refused try (its table frozen or locked) to its commit,
+	// among the writes refused during the cutover.
 	WritersMs float64 `json:"writers_ms"`
-	// BlockedWrites of those writes met the table frozen or locked.
+	// BlockedWrites of the writes in flight during the cutover met the table
+	// frozen or locked.
 	BlockedWrites int `json:"blocked_writes"`
-	// The call's start and the writers' re-routing, Unix µs.
+	// RerouteMs is when the routing hook re-routed the writers, from the
+	// call's start; AnswerMs how much later the call answered.
+	RerouteMs float64 `json:"reroute_ms"`
+	AnswerMs  float64 `json:"answer_after_reroute_ms"`
+	// The call's start and end and the writers' re-routing, Unix µs.
 	StartUS    int64 `json:"start_us"`
+	EndUS      int64 `json:"end_us"`
 	ReroutedUS int64 `json:"rerouted_us"`
 }
 
-// cutover runs a switch or a reverse through the Control API and re-routes the
-// load to the side that takes the writes once it returns.
-func (b *bench) cutover(l *load, direction string) (cutoverResult, error) {
+// hookPoll is how often the bench looks for the routing hook's mark: the
+// resolution of the re-routing's time.
+const hookPoll = time.Millisecond
+
+// cutover runs a switch or a reverse through the Control API with a routing
+// hook that marks a file, and re-routes the load to the side that takes the
+// writes the moment the mark appears, as an application's routing layer
+// driven by the hook would (or when the call answers, if the hook never ran).
+func (b *bench) cutover(l *load, n int, direction string) (cutoverResult, error) {
 	rpc, to := b.control.SwitchWorkflow, b.TgtDB
 	if direction == "reverse" {
 		rpc, to = b.control.ReverseWorkflow, b.SrcDB
@@ -201,30 +215,54 @@ func (b *bench) cutover(l *load, direction string) (cutoverResult, error) {
 	ctx, cancel := context.WithTimeout(l.Context(), callTimeout)
 	defer cancel()
 	c := cutoverResult{Direction: direction}
+	mark := filepath.Join(b.tmp, fmt.Sprintf("routed-%d", n))
+	answered := make(chan struct{})
+	rerouted := make(chan int64, 1)
+	go func() {
+		for {
+			select {
+			case <-answered:
+				rerouted <- 0
+				return
+			case <-time.After(hookPoll):
+			}
+			if _, err := os.Stat(mark); err == nil {
+				l.route.Store(to)
+				rerouted <- time.Now().UnixMicro()
+				return
+			}
+		}
+	}()
 	start := time.Now()
-	resp, err := rpc(ctx, &rowliftv1.SwitchRequest{Workflow: &rowliftv1.WorkflowRef{Name: workflow}})
+	resp, err := rpc(ctx, &rowliftv1.SwitchRequest{Workflow: &rowliftv1.WorkflowRef{Name: workflow}, HookCmd: "touch '" + mark + "'"})
 	end := time.Now()
+	close(answered)
+	c.ReroutedUS = <-rerouted
 	if err != nil {
 		return c, fmt.Errorf("%s workflow %s: %s", direction, workflow, status.Convert(err).Message())
 	}
-	l.route.Store(to)
-	c.ReroutedUS = time.Now().UnixMicro()
-	c.StartUS = start.UnixMicro()
+	if c.ReroutedUS == 0 {
+		l.route.Store(to)
+		c.ReroutedUS = time.Now().UnixMicro()
+	}
+	c.StartUS, c.EndUS = start.UnixMicro(), end.UnixMicro()
 	c.CallMs = float64(end.Sub(start).Microseconds()) / 1e3
+	c.RerouteMs = float64(c.ReroutedUS-c.StartUS) / 1e3
+	c.AnswerMs = float64(c.EndUS-c.ReroutedUS) / 1e3
 	c.WritePauseMs = resp.GetWritePauseMs()
 	return c, nil
 }
 
-// observe finds the writes in flight during the cutover: first tried before
-// the writers were re-routed, committed after the call began.
+// observe finds the writes of the cutover: refused between the call's start
+// and the writers' re-routing (the pause as they saw it), and in flight then.
 func (c *cutoverResult) observe(writes []write) {
 	for _, w := range writes {
 		if w.startUS > c.ReroutedUS || w.endUS < c.StartUS {
 			continue
 		}
-		c.WritersMs = max(c.WritersMs, float64(w.endUS-w.startUS)/1e3)
 		if w.retries > 0 {
 			c.BlockedWrites++
+			c.WritersMs = max(c.WritersMs, float64(w.endUS-w.refusedUS)/1e3)
 		}
 	}
 }

@@ -18,10 +18,12 @@ type report struct {
 	Checksum checksumResult  `json:"checksum_table"`
 	Verify   verifyResult    `json:"verify"`
 	Cutovers []cutoverResult `json:"cutovers"`
-	// WritePauseMs, WritersMs and CallMs are the distributions of the
-	// cutovers' fields of the same names.
+	// WritePauseMs, WritersMs, RerouteMs, AnswerMs and CallMs are the
+	// distributions of the cutovers' fields of the same names.
 	WritePauseMs dist `json:"write_pause_ms"`
 	WritersMs    dist `json:"writers_ms"`
+	RerouteMs    dist `json:"reroute_ms"`
+	AnswerMs     dist `json:"answer_after_reroute_ms"`
 	CallMs       dist `json:"call_ms"`
 	// Identical says whether both sides held the same rows at the end;
 	// Differences is the comparison's summary when they did not.
@@ -61,13 +63,15 @@ func (b *bench) newReport() *report {
 
 // summarize computes the distributions over the cutovers.
 func (r *report) summarize() {
-	var pause, writers, call []float64
+	var pause, writers, reroute, answer, call []float64
 	for _, c := range r.Cutovers {
 		pause = append(pause, float64(c.WritePauseMs))
 		writers = append(writers, c.WritersMs)
+		reroute = append(reroute, c.RerouteMs)
+		answer = append(answer, c.AnswerMs)
 		call = append(call, c.CallMs)
 	}
-	r.WritePauseMs, r.WritersMs, r.CallMs = distOf(pause), distOf(writers), distOf(call)
+	r.WritePauseMs, r.WritersMs, r.RerouteMs, r.AnswerMs, r.CallMs = distOf(pause), distOf(writers), distOf(reroute), distOf(answer), distOf(call)
 }
 
 func (r *report) print(w io.Writer) {
@@ -93,6 +97,8 @@ func (r *report) print(w io.Writer) {
 	row(fmt.Sprintf("%d cutovers (%d switches, %d reverses), %s apart, ms", len(r.Cutovers), f.Switches, f.Switches, f.Interval), "p50", "p99", "max")
 	row("write pause, as rowlift reports it", ms(r.WritePauseMs)...)
 	row("write pause, as the writers saw it", ms(r.WritersMs)...)
+	row("writers re-routed by the hook, from the call's start", ms(r.RerouteMs)...)
+	row("call answered, after the re-routing", ms(r.AnswerMs)...)
 	row("switch/reverse call (Control API)", ms(r.CallMs)...)
 
 	fmt.Fprintln(w)
@@ -104,14 +110,16 @@ func (r *report) print(w io.Writer) {
 	row("CHECKSUM TABLE, one server after the other", fmt.Sprintf("%.2f", c.SequentialS), fmt.Sprintf("%.0f", c.SequentialRowsPerS))
 	row("CHECKSUM TABLE, both servers at once", fmt.Sprintf("%.2f", c.ParallelS), fmt.Sprintf("%.0f", c.ParallelRowsPerS))
 
-	fmt.Fprintf(w, "\n%-7s %3s %14s %14s %10s %14s\n", "cutover", "#", "pause, rowlift", "pause, writers", "call", "blocked writes")
+	fmt.Fprintf(w, "\n%-7s %3s %14s %14s %10s %10s %10s %14s\n", "cutover", "#", "pause, rowlift", "pause, writers", "re-routed", "call", "answer", "blocked writes")
 	count := map[string]int{}
 	for _, c := range r.Cutovers {
 		count[c.Direction]++
-		fmt.Fprintf(w, "%-7s %3d %11d ms %11.1f ms %7.1f ms %14d\n", c.Direction, count[c.Direction], c.WritePauseMs, c.WritersMs, c.CallMs, c.BlockedWrites)
+		fmt.Fprintf(w, "%-7s %3d %11d ms %11.1f ms %7.1f ms %7.1f ms %7.1f ms %14d\n", c.Direction, count[c.Direction], c.WritePauseMs, c.WritersMs,
+			c.RerouteMs, c.CallMs, c.AnswerMs, c.BlockedWrites)
 	}
 	fmt.Fprintln(w, "\nwrite pause as rowlift reports it: SwitchResponse.write_pause_ms, from the freeze until the other side could take writes")
-	fmt.Fprintln(w, "as the writers saw it: the longest a write took, first try to commit, among those in flight from the call until they were re-routed")
+	fmt.Fprintln(w, "as the writers saw it: the longest from a write's first refused try (table frozen or locked) to its commit")
+	fmt.Fprintln(w, "re-routed: when the routing hook (--hook-cmd) re-routed the writers, from the call's start; answer: how much later the call answered")
 	fmt.Fprintln(w, "verify and CHECKSUM TABLE: from the call until the result, rows of the table per second")
 	fmt.Fprintf(w, "identical: %s\n", map[bool]string{true: "yes", false: "NO"}[r.Identical])
 	if r.Differences != "" {

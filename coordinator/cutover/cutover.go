@@ -34,11 +34,11 @@ const (
 	Applied Step = "applied"
 	// Writable: the gaining side takes writes; its start positions are recorded.
 	Writable Step = "writable"
-	// Started: the following workflow runs from the start positions; under a
-	// lock freeze the routing hook ran while the lock held, then the frozen
-	// side's tables were renamed as a rename freeze does, then unlocked.
+	// Started: the routing hook ran (under a lock freeze, while the lock held,
+	// and then the frozen side's tables were renamed as a rename freeze does
+	// and unlocked), and the following workflow runs from the start positions.
 	Started Step = "started"
-	// Done: the routing hook ran.
+	// Done: nothing is left to do.
 	Done Step = "done"
 	// RolledBack: the switch did not happen; the losing side was unfrozen.
 	RolledBack Step = "rolled_back"
@@ -60,11 +60,13 @@ const (
 	Park Action = "park"
 	// UnfreezeGaining lets the gaining side take writes, recording its positions.
 	UnfreezeGaining Action = "unfreeze_gaining"
-	// Follow starts the following workflow at the gaining side's positions;
-	// under a lock freeze it first runs the routing hook while the lock holds,
-	// then renames the frozen tables, still under the lock, and releases it.
+	// Follow runs the routing hook, so the writers move as soon as the gaining
+	// side takes writes (under a lock freeze while the lock holds, then it
+	// renames the frozen tables, still under the lock, and releases it), and
+	// starts the following workflow at the gaining side's positions.
 	Follow Action = "follow"
-	// Finish runs the routing hook (a lock freeze's ran in Follow).
+	// Finish records the end (and runs the routing hook of a journal whose
+	// Follow, by an older coordinator, did not).
 	Finish Action = "finish"
 	// Rollback unfreezes the losing side; the stopping workflow goes on.
 	Rollback Action = "rollback"

@@ -383,17 +383,18 @@ func (s *soak) check() {
 	if s.writing > 0 {
 		s.waitWrites("the writers to commit on the live side")
 	}
+	s.caughtUp()
 	s.counts["check"]++
 }
 
-// converged checks the end: the follower applied everything of the live
-// side, every committed transaction is there, and both sides are identical.
-func (s *soak) converged() {
+// caughtUp waits until the workflow that follows the live side has applied
+// the live side's position of now, so that the next cutover is not refused
+// for lag.
+func (s *soak) caughtUp() {
 	s.t.Helper()
-	s.check()
-	live, other := s.srcDB, s.dstDB
+	live := s.srcDB
 	if s.onTarget {
-		live, other = s.dstDB, s.srcDB
+		live = s.dstDB
 	}
 	name, store := s.follower()
 	pos := position(s.t, live)
@@ -405,6 +406,17 @@ func (s *soak) converged() {
 		ok, err := gtid.Covers(streams[0].Position, pos)
 		return err == nil && ok, "applied " + streams[0].Position
 	})
+}
+
+// converged checks the end: the follower applied everything of the live
+// side, every committed transaction is there, and both sides are identical.
+func (s *soak) converged() {
+	s.t.Helper()
+	s.check() // the writers stopped: it ends caught up with all they wrote
+	live, other := s.srcDB, s.dstDB
+	if s.onTarget {
+		live, other = s.dstDB, s.srcDB
+	}
 	logged := map[int64]bool{}
 	rows, err := live.Query("SELECT id FROM race.txlog")
 	require.NoError(s.t, err)

@@ -283,6 +283,18 @@ func (p *pairEnv) twin(n string) string {
 // with its twin on the other side (see twin).
 func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow string, other *sql.DB) {
 	p.t.Helper()
+	p.followed(active, follower, workflow)
+	for _, n := range p.names {
+		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: p.twin(n)})
+		require.NoError(p.t, err)
+		require.True(p.t, r.Identical(), r.String())
+	}
+}
+
+// followed waits until the workflow that follows the writes has applied the
+// position of now of active, the side that takes them.
+func (p *pairEnv) followed(active *sql.DB, follower *state.Store, workflow string) {
+	p.t.Helper()
 	pos := position(p.t, active)
 	p.waitFor(workflow+" to apply up to "+pos, 2*time.Minute, func() (bool, string) {
 		streams, err := follower.Streams(context.Background(), workflow)
@@ -295,11 +307,6 @@ func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow stri
 		}
 		return ok, "applied " + streams[0].Position
 	})
-	for _, n := range p.names {
-		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: p.twin(n)})
-		require.NoError(p.t, err)
-		require.True(p.t, r.Identical(), r.String())
-	}
 }
 
 // identicalAfter is identical once a cutover in direction moved the writes.

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlift/rowlift/internal/frozen"
-	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -392,20 +391,12 @@ func (s *soak) check() {
 // for lag.
 func (s *soak) caughtUp() {
 	s.t.Helper()
-	live := s.srcDB
-	if s.onTarget {
-		live = s.dstDB
-	}
 	name, store := s.follower()
-	pos := position(s.t, live)
-	s.waitFor(name+" to apply up to "+pos, 2*time.Minute, func() (bool, string) {
-		streams, err := store.Streams(context.Background(), name)
-		if err != nil || len(streams) == 0 {
-			return false, fmt.Sprint(err)
-		}
-		ok, err := gtid.Covers(streams[0].Position, pos)
-		return err == nil && ok, "applied " + streams[0].Position
-	})
+	if s.onTarget {
+		s.followed(s.dstDB, store, name)
+		return
+	}
+	s.followed(s.srcDB, store, name)
 }
 
 // converged checks the end: the follower applied everything of the live

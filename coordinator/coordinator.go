@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/applier"
+	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/grants"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -308,25 +309,25 @@ func (s *Server) build(spec *rowliftv1.WorkflowSpec, views []view, journal *stat
 
 // StartWorkflow begins the copy of a new workflow: the appliers start its streams.
 func (s *Server) StartWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef) (*rowliftv1.Workflow, error) {
-	return s.move(ctx, ref, opStart)
+	return s.move(ctx, ref, cutover.OpStart)
 }
 
 // StopWorkflow stops a workflow: its appliers end its streams and keep what
 // they committed.
 func (s *Server) StopWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef) (*rowliftv1.Workflow, error) {
-	return s.move(ctx, ref, opStop)
+	return s.move(ctx, ref, cutover.OpStop)
 }
 
 // ResumeWorkflow continues a stopped or failed workflow from its committed state.
 func (s *Server) ResumeWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef) (*rowliftv1.Workflow, error) {
-	return s.move(ctx, ref, opResume)
+	return s.move(ctx, ref, cutover.OpResume)
 }
 
 // move applies a life-cycle operation on every target of the workflow. Every
 // target is read and the operation decided for each before any is written, so
 // a request that cannot apply somewhere changes nothing; each write only moves
 // a target from the state it was read in.
-func (s *Server) move(ctx context.Context, ref *rowliftv1.WorkflowRef, o op) (*rowliftv1.Workflow, error) {
+func (s *Server) move(ctx context.Context, ref *rowliftv1.WorkflowRef, o cutover.Op) (*rowliftv1.Workflow, error) {
 	spec, targets, err := s.locate(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -350,7 +351,7 @@ func (s *Server) move(ctx context.Context, ref *rowliftv1.WorkflowRef, o op) (*r
 		for _, c := range v.copies {
 			copyDone = copyDone && c.Done
 		}
-		to, change, err := next(o, v.wf.State, copyDone)
+		to, change, err := cutover.Move(o, name, v.wf.State, copyDone)
 		if err != nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q on target %s: %v", o, name, v.target, err)
 		}
@@ -359,7 +360,7 @@ func (s *Server) move(ctx context.Context, ref *rowliftv1.WorkflowRef, o op) (*r
 		}
 	}
 	message := ""
-	if o == opStop {
+	if o == cutover.OpStop {
 		message = "stopped by an operator at " + time.Now().UTC().Format(time.RFC3339)
 	}
 	for _, st := range steps {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -16,9 +18,9 @@ import (
 	"github.com/rowlift/rowlift/state"
 )
 
-// idle refuses while a cutover of the workflow has not ended: finishing a
-// workflow under a running switch would leave its sources frozen.
-func (s *Server) idle(ctx context.Context, name string, home *target) (*state.Journal, error) {
+// journal reads the last cutover journal of the pair of forward workflow
+// name from its home target (nil: none).
+func (s *Server) journal(ctx context.Context, name string, home *target) (*state.Journal, error) {
 	st, err := home.open(ctx)
 	if err != nil {
 		return nil, err
@@ -30,28 +32,32 @@ func (s *Server) idle(ctx context.Context, name string, home *target) (*state.Jo
 	if err != nil {
 		return nil, home.fail(err)
 	}
-	if !cutover.Finished(cutover.Step(j.Step)) {
-		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q: a %s is in progress at step %s; let it finish (`rowlift workflow %s %s` resumes it)",
-			name, j.Direction, j.Step, j.Direction, name)
-	}
 	return j, nil
 }
 
-// settled locates a workflow, refuses while a cutover of it runs, and reads
-// every target's record of it.
-func (s *Server) settled(ctx context.Context, ref *rowliftv1.WorkflowRef) (*rowliftv1.WorkflowSpec, []*target, []view, error) {
-	spec, targets, err := s.locate(ctx, ref)
-	if err != nil {
-		return nil, nil, nil, err
+// settled locates a workflow, reads every target's record of it, and
+// returns with them the name of its pair's forward workflow and the pair's
+// last journal, for the admission of a command that must not run under a
+// cutover. A reverse workflow's pair journal is on its forward workflow's
+// first target.
+func (s *Server) settled(ctx context.Context, ref *rowliftv1.WorkflowRef) (spec *rowliftv1.WorkflowSpec, targets []*target, views []view,
+	pair string, last *state.Journal, err error) {
+	if spec, targets, err = s.locate(ctx, ref); err != nil {
+		return nil, nil, nil, "", nil, err
 	}
-	if _, err := s.idle(ctx, spec.GetName(), targets[0]); err != nil {
-		return nil, nil, nil, err
+	pair, home := spec.GetName(), targets[0]
+	if forward, ok := strings.CutSuffix(pair, ReverseSuffix); ok {
+		if _, at, err := s.locate(ctx, &rowliftv1.WorkflowRef{Name: forward}); err == nil {
+			pair, home = forward, at[0]
+		}
 	}
-	views, err := s.read(ctx, spec.GetName(), targets)
-	if err != nil {
-		return nil, nil, nil, err
+	if last, err = s.journal(ctx, pair, home); err != nil {
+		return nil, nil, nil, "", nil, err
 	}
-	return spec, targets, views, nil
+	if views, err = s.read(ctx, spec.GetName(), targets); err != nil {
+		return nil, nil, nil, "", nil, err
+	}
+	return spec, targets, views, pair, last, nil
 }
 
 // CompleteWorkflow ends a switched workflow: its reverse workflow and state
@@ -62,25 +68,13 @@ func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRe
 		return nil, err
 	}
 	name := p.forward.GetName()
-	j, err := s.idle(ctx, name, p.forwardAt[0])
+	j, err := s.journal(ctx, name, p.forwardAt[0])
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range p.forwardViews {
-		if v.wf == nil || v.wf.State != state.Switched {
-			st := state.State("missing")
-			if v.wf != nil {
-				st = v.wf.State
-			}
-			return nil, status.Errorf(codes.FailedPrecondition, "cannot complete workflow %q: it is in state %s on target %s; complete ends a "+
-				"workflow whose writes were switched to its targets: switch it first, or cancel it to give the move up", name, st, v.target)
-		}
-	}
-	// The sources' tables are as a reverse would find them on the side it
-	// gives the writes back to.
-	renamed, err := cutover.GainingRenamed(lastOf(j), dirReverse)
+	renamed, err := cutover.AdmitComplete(p.admission(j, 0, time.Now()))
 	if err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "cannot complete workflow %q: %v", name, err)
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	for _, t := range p.reverseAt {
 		if err := s.deleteOn(ctx, t, p.reverse.GetName()); err != nil {
@@ -119,16 +113,13 @@ func (s *Server) CompleteWorkflow(ctx context.Context, req *rowliftv1.CompleteRe
 // back): the workflow, its reverse workflow and their state go; the target
 // tables are kept or dropped.
 func (s *Server) CancelWorkflow(ctx context.Context, req *rowliftv1.CancelRequest) (*rowliftv1.CancelResponse, error) {
-	spec, targets, views, err := s.settled(ctx, req.GetWorkflow())
+	spec, targets, views, pair, last, err := s.settled(ctx, req.GetWorkflow())
 	if err != nil {
 		return nil, err
 	}
 	name := spec.GetName()
-	for _, v := range views {
-		if v.wf != nil && v.wf.State == state.Switched {
-			return nil, status.Errorf(codes.FailedPrecondition, "cannot cancel workflow %q: its writes go to target %s since its switch; "+
-				"reverse it first (rowlift workflow reverse %s) and then cancel, or complete it to keep the move", name, v.target, name)
-		}
+	if err := cutover.AdmitCancel(name, pair, admissionViews(views, 0, time.Now()), lastOf(last)); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	rev := reverseSpec(spec)
 	if revAt, err := s.specTargets(rev); err == nil && len(rev.GetTargets()) > 0 && rev.GetTargets()[0].GetName() != "" {

@@ -37,7 +37,7 @@ const (
 	// an operator waits for the answer.
 	hookTimeout = 30 * time.Second
 	// ReverseSuffix names a workflow's reverse workflow.
-	ReverseSuffix = "_reverse"
+	ReverseSuffix = cutover.ReverseSuffix
 	// resumeEvery is how often the coordinator looks for cutovers that a dead
 	// coordinator left unfinished.
 	resumeEvery = 2 * time.Second
@@ -48,8 +48,8 @@ const (
 
 // The directions of a cutover.
 const (
-	dirSwitch  = "switch"
-	dirReverse = "reverse"
+	dirSwitch  = cutover.DirSwitch
+	dirReverse = cutover.DirReverse
 )
 
 // pair is a workflow and its reverse, with the targets that hold each.
@@ -62,26 +62,15 @@ type pair struct {
 // side is one direction of a pair: old stops taking the writes' stream,
 // new starts following the other way.
 type side struct {
-	old, new       *rowliftv1.WorkflowSpec
-	oldAt, newAt   []*target
-	oldViews       []view
-	newViewsExists bool
+	old, new     *rowliftv1.WorkflowSpec
+	oldAt, newAt []*target
 }
 
 func (p *pair) side(direction string) side {
 	if direction == dirSwitch {
-		return side{old: p.forward, new: p.reverse, oldAt: p.forwardAt, newAt: p.reverseAt, oldViews: p.forwardViews, newViewsExists: exists(p.reverseViews)}
+		return side{old: p.forward, new: p.reverse, oldAt: p.forwardAt, newAt: p.reverseAt}
 	}
-	return side{old: p.reverse, new: p.forward, oldAt: p.reverseAt, newAt: p.forwardAt, oldViews: p.reverseViews, newViewsExists: exists(p.forwardViews)}
-}
-
-func exists(views []view) bool {
-	for _, v := range views {
-		if v.wf != nil {
-			return true
-		}
-	}
-	return false
+	return side{old: p.reverse, new: p.forward, oldAt: p.reverseAt, newAt: p.forwardAt}
 }
 
 // reverseSpec is the workflow that copies a switched workflow's target writes
@@ -222,16 +211,19 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, home.fail(err)
 	}
-	var j *state.Journal
-	if prev != nil && !cutover.Finished(cutover.Step(prev.Step)) {
-		if prev.Direction != direction {
-			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q: a %s is in progress at step %s; finish it with `rowlift workflow %s %s`",
-				name, prev.Direction, prev.Step, prev.Direction, name)
-		}
+	maxLag := time.Duration(req.GetMaxLagSeconds() * float64(time.Second))
+	if maxLag <= 0 {
+		maxLag = DefaultMaxLag
+	}
+	plan, err := cutover.AdmitCutover(p.admission(prev, maxLag, time.Now()), direction)
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	j := prev
+	if plan.Resume {
 		s.log.Info("resuming an unfinished cutover", zap.String("workflow", name), zap.String("step", prev.Step))
-		j = prev
 	} else {
-		if j, err = s.newJournal(ctx, p, req, direction, prev, timeout); err != nil {
+		if j, err = s.newJournal(ctx, p, req, direction, plan, timeout); err != nil {
 			return nil, err
 		}
 		if err := record(ctx, store, j); err != nil {
@@ -244,53 +236,19 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 	return s.cutoverResponse(ctx, p, j)
 }
 
-// newJournal checks that a cutover may start now and returns its journal.
-func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchRequest, direction string, prev *state.Journal,
+// newJournal checks, past the admission that plan holds, what only the
+// servers can tell (binlog settings, privileges) and returns the journal of a
+// cutover that may start now.
+func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchRequest, direction string, plan cutover.Plan,
 	timeout time.Duration) (*state.Journal, error) {
 	name := p.forward.GetName()
 	sd := p.side(direction)
-	maxLag := time.Duration(req.GetMaxLagSeconds() * float64(time.Second))
-	if maxLag <= 0 {
-		maxLag = DefaultMaxLag
-	}
 	now := time.Now()
-	for _, v := range sd.oldViews {
-		if v.wf == nil {
-			if direction == dirReverse {
-				return nil, status.Errorf(codes.FailedPrecondition, "workflow %q was not switched (no reverse workflow %q on target %s): "+
-					"there is nothing to reverse", name, sd.old.GetName(), v.target)
-			}
-			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q is missing on target %s", sd.old.GetName(), v.target)
-		}
-		if v.wf.State != state.Running {
-			what := "switch it"
-			if v.wf.State == state.Switched {
-				what = map[string]string{dirSwitch: "it is switched already: reverse it to switch back",
-					dirReverse: "its writes are back on its sources already: switch it to move them to its targets again"}[direction]
-			}
-			return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: %q is in state %s on target %s, and a cutover needs "+
-				"it running with its copy done (%s)", direction, name, sd.old.GetName(), v.wf.State, v.target, what)
-		}
-		for _, c := range v.copies {
-			if !c.Done {
-				return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: table %s is still copying; wait for phase running",
-					direction, name, c.Table)
-			}
-		}
-		for _, st := range v.streams {
-			if lag := effectiveLag(st, now); lag > maxLag {
-				return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: stream %s -> %s lags %s, over the limit of %s; "+
-					"wait for it to catch up or raise --max-lag", direction, name, st.Source, v.target, lag.Round(time.Millisecond), maxLag)
-			}
-		}
-	}
-	if sd.newViewsExists {
-		for _, v := range s.viewsOf(p, sd.new) {
-			if v.wf != nil && v.wf.State != state.Switched {
-				return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: %q is in state %s on target %s, not switched; "+
-					"stop using it by hand, or delete it if it is left over", direction, name, sd.new.GetName(), v.wf.State, v.target)
-			}
-		}
+	for _, w := range plan.CancelVerify {
+		// Until verifies can be cancelled, say that this one will not finish:
+		// its stream is parked or its tables renamed under it.
+		s.log.Warn("a verify runs on the tables this cutover freezes; it will not finish", zap.String("workflow", w),
+			zap.String("direction", direction))
 	}
 	// The following workflow must be able to stream from the side that gains
 	// the writes: its server's binlog settings and tables, before anything is frozen.
@@ -310,12 +268,7 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	if err := checkLockLease(j.Mode, timeout); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "cannot %s workflow %q: %v", direction, name, err)
 	}
-	renamed, err := cutover.GainingRenamed(lastOf(prev), direction)
-	if err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "cannot %s workflow %q: %v; `rowlift workflow show %s` tells which side takes the writes",
-			direction, name, err, name)
-	}
-	if renamed {
+	if plan.UnfreezeRenamed {
 		j.UnfreezeMode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
 	}
 	// The cutover writes the following workflow's state on the side gaining
@@ -359,11 +312,39 @@ func checkLockLease(mode rowliftv1.FreezeMode, timeout time.Duration) error {
 		frozen.MaxLockLease, frozen.MaxLockLease-leaseMargin)
 }
 
-func (s *Server) viewsOf(p *pair, spec *rowliftv1.WorkflowSpec) []view {
-	if spec == p.forward {
-		return p.forwardViews
+// admission is what the admission of a command reads of the pair: its views
+// and its last journal (nil: none), judging lag at now against maxLag.
+func (p *pair) admission(last *state.Journal, maxLag time.Duration, now time.Time) cutover.Pair {
+	return cutover.Pair{Name: p.forward.GetName(), Forward: admissionViews(p.forwardViews, maxLag, now),
+		Reverse: admissionViews(p.reverseViews, maxLag, now), Last: lastOf(last)}
+}
+
+// admissionViews is what the admission of a command reads of a workflow's
+// views; the lag of its streams is judged at now against maxLag, unless
+// maxLag is 0 (for commands that do not care).
+func admissionViews(views []view, maxLag time.Duration, now time.Time) []cutover.View {
+	out := make([]cutover.View, len(views))
+	for i, v := range views {
+		out[i] = cutover.View{Target: v.target}
+		if v.wf == nil {
+			continue
+		}
+		out[i].State = v.wf.State
+		for _, c := range v.copies {
+			if !c.Done && out[i].Copying == "" {
+				out[i].Copying = c.Table
+			}
+		}
+		for _, st := range v.streams {
+			if lag := effectiveLag(st, now); maxLag > 0 && lag > maxLag && out[i].Lagging == "" {
+				out[i].Lagging = fmt.Sprintf("stream %s -> %s lags %s, over the limit of %s", st.Source, v.target, lag.Round(time.Millisecond), maxLag)
+			}
+		}
+		for _, tv := range v.verifies {
+			out[i].Verifying = out[i].Verifying || !tv.Done
+		}
 	}
-	return p.reverseViews
+	return out
 }
 
 // drive runs a journal to its end, one recorded step at a time.
@@ -403,7 +384,7 @@ func (s *Server) drive(ctx context.Context, j *state.Journal) error {
 			// Before the park, retrying is safe and the deadline turns it into
 			// a rollback (itself retried until the frozen side answers); after
 			// it, the next request or the resume loop goes on.
-			if cutover.Step(j.Step) == cutover.Freezing || cutover.Step(j.Step) == cutover.Frozen {
+			if step := cutover.Step(j.Step); step == cutover.Freezing || step == cutover.Frozen || step == cutover.RollingBack {
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
@@ -501,7 +482,7 @@ func (s *Server) act(ctx context.Context, a cutover.Action, j *state.Journal, sd
 			return err
 		}
 		j.FreezePositions = pos
-	case cutover.Wait:
+	case cutover.Wait, cutover.Abandon: // nothing but the record
 	case cutover.Park:
 		for _, t := range sd.oldAt {
 			st, err := t.open(ctx)

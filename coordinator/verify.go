@@ -2,13 +2,14 @@ package coordinator
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/coordinator/cutover"
 	"github.com/rowlift/rowlift/internal/reshard"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
-	"github.com/rowlift/rowlift/state"
 )
 
 // VerifyWorkflow starts a verify of every table of a copied, running
@@ -16,11 +17,14 @@ import (
 // streams with it, and the streamers send verify chunks; progress and results
 // are in status.verify.
 func (s *Server) VerifyWorkflow(ctx context.Context, req *rowliftv1.VerifyRequest) (*rowliftv1.Workflow, error) {
-	spec, targets, views, err := s.settled(ctx, req.GetWorkflow())
+	spec, targets, views, pair, last, err := s.settled(ctx, req.GetWorkflow())
 	if err != nil {
 		return nil, err
 	}
 	name := spec.GetName()
+	if err := cutover.Idle(pair, lastOf(last)); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
 	if n := len(spec.GetSources()); n > 1 && !reshard.Resharding(spec) {
 		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target without key ranges; verify "+
 			"compares one source with its targets and cannot tell which source a target row came from: verify each source's tables with a "+
@@ -44,21 +48,15 @@ func (s *Server) VerifyWorkflow(ctx context.Context, req *rowliftv1.VerifyReques
 }
 
 // verifiable refuses a verify on a target where the workflow's stream cannot
-// run it: it runs on the stream, after the copy.
+// run it (cutover.Verifiable), as NotFound when it is missing there.
 func verifiable(name string, v view) error {
-	if v.wf == nil {
-		return status.Errorf(codes.NotFound, "workflow %q is missing on target %s", name, v.target)
+	cv := admissionViews([]view{v}, 0, time.Time{})[0]
+	if err := cutover.Verifiable(name, cv); err != nil {
+		code := codes.FailedPrecondition
+		if cv.State == "" {
+			code = codes.NotFound
+		}
+		return status.Error(code, err.Error())
 	}
-	switch v.wf.State {
-	case state.Running:
-		return nil
-	case state.Init, state.Copying:
-		return status.Errorf(codes.FailedPrecondition, "cannot verify workflow %q yet: its copy is not done on target %s (state %s); "+
-			"wait until `rowlift workflow watch %s --until running` returns", name, v.target, v.wf.State, name)
-	case state.Switched:
-		return status.Errorf(codes.FailedPrecondition, "cannot verify workflow %q: its writes were switched to target %s and it waits for the "+
-			"next switch; verify the workflow that replicates the writes now (%s_reverse after a switch)", name, v.target, name)
-	}
-	return status.Errorf(codes.FailedPrecondition, "cannot verify workflow %q: it is in state %s on target %s, and a verify runs on its "+
-		"stream: resume it first (`rowlift workflow resume %s`)", name, v.wf.State, v.target, name)
+	return nil
 }

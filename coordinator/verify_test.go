@@ -17,7 +17,7 @@ func TestVerifiableStates(t *testing.T) {
 		state.Copying:  "its copy is not done on target t1 (state copying)",
 		state.Stopped:  "it is in state stopped on target t1, and a verify runs on its stream: resume it first (`rowlift workflow resume w`)",
 		state.Error:    "it is in state error on target t1",
-		state.Switched: "verify the workflow that replicates the writes now (w_reverse after a switch)",
+		state.Switched: "verify the workflow that replicates the writes now (`rowlift workflow verify w_reverse`)",
 	} {
 		err := verifiable("w", view{target: "t1", wf: &state.Workflow{State: st}})
 		require.Equal(t, codes.FailedPrecondition, status.Code(err), st)

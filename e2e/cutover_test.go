@@ -348,7 +348,7 @@ func testSwitchReverseCycles(t *testing.T, flavor sandbox.Flavor) {
 		require.True(t, r.Identical(), "target at the freeze: %s", r.String())
 	}
 	p.reroute("switch")
-	require.Contains(t, p.cli.fails(1, "workflow", "verify", "race"), "verify the workflow that replicates the writes now (race_reverse after a switch)")
+	require.Contains(t, p.cli.fails(1, "workflow", "verify", "race"), "verify the workflow that replicates the writes now (`rowlift workflow verify race_reverse`)")
 	out = p.cli.ok("workflow", "verify", "race_reverse", "--wait", "--interval", "200ms")
 	require.Contains(t, out, "verify done: ", "the reverse workflow verifies the source's frozen tables against the target")
 	require.Contains(t, out, "no difference")

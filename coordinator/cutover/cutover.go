@@ -11,6 +11,9 @@
 //     driver dies;
 //   - it rolls back only before the stopping workflow is parked, and then the
 //     losing side is unfrozen and nothing was started;
+//   - once it decided to roll back after the freeze positions were recorded,
+//     it records that before unfreezing, so a driver that died after the
+//     unfreeze never parks a workflow whose source takes writes again;
 //   - past the deadline it never waits: it rolls back, so a source is never
 //     left frozen by a timeout;
 //   - the following workflow is started only after the stopping one applied
@@ -40,6 +43,12 @@ const (
 	Started Step = "started"
 	// Done: nothing is left to do.
 	Done Step = "done"
+	// RollingBack: the cutover gave up after the freeze (deadline, or the
+	// stopping workflow failed); the losing side is to be unfrozen. Recorded
+	// before the unfreeze: once the losing side takes writes again, its
+	// stream may well reach the freeze positions, and a driver resuming at
+	// Frozen would then park it and switch with both sides writable.
+	RollingBack Step = "rolling_back"
 	// RolledBack: the switch did not happen; the losing side was unfrozen.
 	RolledBack Step = "rolled_back"
 )
@@ -68,6 +77,8 @@ const (
 	// Finish records the end (and runs the routing hook of a journal whose
 	// Follow, by an older coordinator, did not).
 	Finish Action = "finish"
+	// Abandon records that the cutover rolls back; it does nothing else.
+	Abandon Action = "abandon"
 	// Rollback unfreezes the losing side; the stopping workflow goes on.
 	Rollback Action = "rollback"
 	// None: the cutover has ended.
@@ -100,11 +111,13 @@ func Next(s Step, f Facts) (a Action, next Step, why string) {
 		case f.Applied:
 			return Park, Applied, ""
 		case f.Stuck != "":
-			return Rollback, RolledBack, f.Stuck
+			return Abandon, RollingBack, f.Stuck
 		case late:
-			return Rollback, RolledBack, "the streams did not apply the freeze positions before the deadline"
+			return Abandon, RollingBack, "the streams did not apply the freeze positions before the deadline"
 		}
 		return Wait, Frozen, ""
+	case RollingBack:
+		return Rollback, RolledBack, ""
 	case Applied:
 		return UnfreezeGaining, Writable, ""
 	case Writable:

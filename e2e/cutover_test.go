@@ -486,7 +486,7 @@ func TestSwitchTimeoutUnfreezes(t *testing.T) {
 func TestCutoverRefusals(t *testing.T) {
 	p := newPairEnv(t, sandbox.MariaDB, 300, nil)
 	require.Contains(t, p.cli.fails(1, "workflow", "reverse", "race"), "was not switched")
-	require.Contains(t, p.cli.fails(1, "workflow", "complete", "race"), "switch it first, or cancel it")
+	require.Contains(t, p.cli.fails(1, "workflow", "complete", "race"), "switch it first (`rowlift workflow switch race`), or cancel it")
 	require.Contains(t, p.cli.fails(1, "workflow", "switch", "race", "--max-lag", "1ns"), "raise --max-lag")
 	require.Contains(t, p.cli.fails(2, "workflow", "switch", "race", "--freeze", "drop"), "--freeze must be rename, lock or none")
 	p.cutover("switch")

@@ -223,6 +223,7 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 		return nil, home.fail(err)
 	}
 	var j *state.Journal
+	cancelled := ""
 	if prev != nil && !cutover.Finished(cutover.Step(prev.Step)) {
 		if prev.Direction != direction {
 			return nil, status.Errorf(codes.FailedPrecondition, "workflow %q: a %s is in progress at step %s; finish it with `rowlift workflow %s %s`",
@@ -234,6 +235,14 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 		if j, err = s.newJournal(ctx, p, req, direction, prev, timeout); err != nil {
 			return nil, err
 		}
+		spec, at, following := verifyInTheWay(p, direction)
+		if cancelled, err = s.cancelVerify(ctx, spec, at, fmt.Sprintf("cancelled by the %s of %s before its freeze, which renames the tables "+
+			"the verify reads; verify %s once the %s is done", direction, name, following, direction)); err != nil {
+			return nil, err
+		}
+		if cancelled != "" {
+			cancelled += fmt.Sprintf("; run it again after the cutover, on %s (`rowlift workflow verify %s --wait`)", following, following)
+		}
 		if err := record(ctx, store, j); err != nil {
 			return nil, home.fail(err)
 		}
@@ -241,7 +250,25 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 	if err := s.drive(ctx, j); err != nil {
 		return nil, err
 	}
-	return s.cutoverResponse(ctx, p, j)
+	resp, err := s.cutoverResponse(ctx, p, j)
+	if err != nil && cancelled != "" {
+		return nil, status.Errorf(status.Code(err), "%s; before the freeze it %s", status.Convert(err).Message(), cancelled)
+	}
+	if resp != nil {
+		resp.CancelledVerify = cancelled
+	}
+	return resp, err
+}
+
+// verifyInTheWay is the workflow whose running verify a cutover cancels
+// before it freezes, on the targets that hold it, and the workflow that
+// follows the writes afterwards (where to verify again). It is the one that
+// stops taking the writes' stream: the freeze renames its source tables under
+// its verify chunks, which would fail until the deadline rolled the cutover
+// back. The other one is parked (switched) and runs no verify.
+func verifyInTheWay(p *pair, direction string) (spec *rowliftv1.WorkflowSpec, at []*target, following string) {
+	sd := p.side(direction)
+	return sd.old, sd.oldAt, sd.new.GetName()
 }
 
 // newJournal checks that a cutover may start now and returns its journal.

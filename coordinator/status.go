@@ -562,7 +562,11 @@ func verifyStatus(spec *rowliftv1.WorkflowSpec, views []view, estimate int64) *r
 	default:
 		out.State = rowliftv1.VerifyState_VERIFY_STATE_DONE
 	}
-	// A verify that ended early says how far it got.
+	// A verify that ended early says how far it got; without an estimate (a
+	// reverse workflow copied nothing) how far is unknown, not 0.
 	out.Percent = percent(out.RowsCompared, estimate, out.State == rowliftv1.VerifyState_VERIFY_STATE_DONE)
+	if estimate <= 0 && out.State != rowliftv1.VerifyState_VERIFY_STATE_DONE {
+		out.Percent = -1
+	}
 	return out
 }

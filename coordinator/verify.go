@@ -146,7 +146,11 @@ func (s *Server) cancelVerify(ctx context.Context, spec *rowliftv1.WorkflowSpec,
 				zap.String("target", t.name), zap.Duration("waited", verifyRestartWait))
 		}
 	}
-	return fmt.Sprintf("cancelled the running verify of %s (%.1f%% done)", name, v.GetPercent()), nil
+	done := fmt.Sprintf("%.1f%% done", v.GetPercent())
+	if v.GetPercent() < 0 {
+		done = fmt.Sprintf("%d rows compared", v.GetRowsCompared())
+	}
+	return fmt.Sprintf("cancelled the running verify of %s (%s)", name, done), nil
 }
 
 // verifyRestartWait bounds how long cancelVerify waits for the appliers to

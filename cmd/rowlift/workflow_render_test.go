@@ -273,6 +273,8 @@ func TestRenderVerifyEndedEarly(t *testing.T) {
 	require.Equal(t, "verify cancelled at 42.0%: 420 rows compared, no difference (cancelled by `rowlift workflow verify race --cancel`)", renderVerify(v))
 	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_FAILED, RowsCompared: 10, Message: "table race.ints no longer exists"}
 	require.Equal(t, "verify failed: 10 rows compared, no difference (table race.ints no longer exists)", renderVerify(v))
+	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_RUNNING, RowsCompared: 10, Percent: -1}
+	require.Equal(t, "verify running: 10 rows compared, no difference", renderVerify(v), "no estimate: no percentage")
 }
 
 // TestVerifyStalls: --wait's progress line names a retrying stream and a

@@ -137,12 +137,18 @@ func renderVerify(v *rowliftv1.VerifyStatus) string {
 	if v.GetRepair() {
 		what = "verify with repair"
 	}
-	state := "running, " + formatPercent(v.GetPercent())
+	state := "running"
+	if v.GetPercent() >= 0 {
+		state += ", " + formatPercent(v.GetPercent())
+	}
 	switch v.GetState() {
 	case rowliftv1.VerifyState_VERIFY_STATE_DONE:
 		state = "done"
 	case rowliftv1.VerifyState_VERIFY_STATE_CANCELLED:
-		state = "cancelled at " + formatPercent(v.GetPercent())
+		state = "cancelled"
+		if v.GetPercent() >= 0 {
+			state += " at " + formatPercent(v.GetPercent())
+		}
 	case rowliftv1.VerifyState_VERIFY_STATE_FAILED:
 		state = "failed"
 	}

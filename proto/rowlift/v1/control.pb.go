@@ -1780,11 +1780,13 @@ type VerifyStatus struct {
 	// Why the verify was cancelled or which tables failed; empty otherwise.
 	Message string `protobuf:"bytes,12,opt,name=message,proto3" json:"message,omitempty"`
 	// Totals over tables.
-	RowsCompared  int64   `protobuf:"varint,6,opt,name=rows_compared,json=rowsCompared,proto3" json:"rows_compared,omitempty"`
-	Missing       int64   `protobuf:"varint,7,opt,name=missing,proto3" json:"missing,omitempty"`
-	Extra         int64   `protobuf:"varint,8,opt,name=extra,proto3" json:"extra,omitempty"`
-	Different     int64   `protobuf:"varint,9,opt,name=different,proto3" json:"different,omitempty"`
-	Repaired      int64   `protobuf:"varint,10,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	RowsCompared int64 `protobuf:"varint,6,opt,name=rows_compared,json=rowsCompared,proto3" json:"rows_compared,omitempty"`
+	Missing      int64 `protobuf:"varint,7,opt,name=missing,proto3" json:"missing,omitempty"`
+	Extra        int64 `protobuf:"varint,8,opt,name=extra,proto3" json:"extra,omitempty"`
+	Different    int64 `protobuf:"varint,9,opt,name=different,proto3" json:"different,omitempty"`
+	Repaired     int64 `protobuf:"varint,10,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	// Rows compared over the copy's row estimate; negative when unknown (a
+	// reverse workflow copies nothing, so it has no estimate).
 	Percent       float64 `protobuf:"fixed64,11,opt,name=percent,proto3" json:"percent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

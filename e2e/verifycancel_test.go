@@ -59,6 +59,78 @@ func (p *pairEnv) waitMarker(id int) {
 	})
 }
 
+// lineRun is a rowlift command running in the background, its standard
+// output read line by line as it prints.
+type lineRun struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	lines  chan string
+	stderr strings.Builder
+	last   string
+}
+
+// start runs the binary with args in the background.
+func (c *cli) start(args ...string) *lineRun {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	r := &lineRun{t: c.t, cmd: exec.CommandContext(ctx, rowliftBin, args...), cancel: cancel, lines: make(chan string, 1000)}
+	r.cmd.Env = append(os.Environ(), c.env...)
+	r.cmd.Stderr = &r.stderr
+	stdout, err := r.cmd.StdoutPipe()
+	require.NoError(c.t, err)
+	require.NoError(c.t, r.cmd.Start())
+	c.t.Cleanup(cancel)
+	go func() {
+		defer close(r.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+	}()
+	return r
+}
+
+// waitLine waits until the command prints a line that matches re.
+func (r *lineRun) waitLine(what string, re *regexp.Regexp) {
+	r.t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case l, ok := <-r.lines:
+			if !ok {
+				r.t.Fatalf("waiting for %s: the command ended; last line %q, stderr %q", what, r.last, r.stderr.String())
+			}
+			r.last = l
+			if re.MatchString(l) {
+				return
+			}
+		case <-deadline:
+			r.t.Fatalf("timed out waiting for %s; last line %q", what, r.last)
+		}
+	}
+}
+
+// end waits for the command to exit and returns the rest of its standard
+// output, its standard error and its exit code.
+func (r *lineRun) end() (stdout, stderr string, code int) {
+	r.t.Helper()
+	var rest []string
+	for l := range r.lines {
+		rest = append(rest, l)
+	}
+	_ = r.cmd.Wait()
+	return strings.Join(rest, "\n"), r.stderr.String(), r.cmd.ProcessState.ExitCode()
+}
+
+// stop kills the command.
+func (r *lineRun) stop() {
+	r.cancel()
+	for range r.lines {
+	}
+	_ = r.cmd.Wait()
+}
+
 // TestVerifyCancel cancels a slow verify under live writes: the CLI says what
 // it cancelled, status shows it cancelled with how far it got, no chunk counts
 // after the cancel, a kill -9 of the applier and the coordinator leaves it
@@ -74,6 +146,8 @@ func testVerifyCancel(t *testing.T, flavor sandbox.Flavor) {
 	slowVerifyChecks(p.applier)
 	stop := p.writers(keys)
 	p.startSlowVerify("race")
+	waiting := p.cli.start("workflow", "verify", "race", "--wait", "--interval", "100ms")
+	waiting.waitLine("verify --wait to follow the running verify", regexp.MustCompile(`^verify running, `))
 
 	out := p.cli.ok("workflow", "verify", "race", "--cancel")
 	require.Regexp(t, `^cancelled the running verify of race \([0-9.]+% done\); the streams go on without it\n$`, out)
@@ -82,6 +156,11 @@ func testVerifyCancel(t *testing.T, flavor sandbox.Flavor) {
 	require.Contains(t, v.GetMessage(), "cancelled by `rowlift workflow verify race --cancel`")
 	require.Less(t, v.GetPercent(), 100.0)
 	compared := v.GetRowsCompared()
+	waitOut, waitErr, code := waiting.end()
+	require.Equal(t, 1, code, "verify --wait of a verify that was cancelled fails")
+	require.Regexp(t, `(?m)^verify cancelled at [0-9.]+%: `, waitOut)
+	require.Contains(t, waitErr, "the verify of race was cancelled before its end: cancelled by `rowlift workflow verify race --cancel`; "+
+		"`rowlift workflow verify race --wait` starts a new one")
 	require.Regexp(t, `verify\s+verify cancelled at [0-9.]+%: [0-9,]+ rows compared`, p.cli.ok("workflow", "show", "race"))
 	p.waitFor("the applier to restart the stream without the verify", time.Minute, func() (bool, string) {
 		return strings.Contains(p.applier.logText(), "verify cancelled; restarting the stream without it"), "not yet"
@@ -211,42 +290,10 @@ func testVerifyWaitShowsStreamError(t *testing.T, flavor sandbox.Flavor) {
 	p.streamer.kill()
 	p.cli.ok("workflow", "verify", "race")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rowliftBin, "workflow", "verify", "race", "--wait", "--interval", "200ms")
-	cmd.Env = append(os.Environ(), p.cli.env...)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	retrying := regexp.MustCompile(`^verify running, [0-9.]+%: .*; stream main -> main retrying \(attempt \d+, next in [^)]+\): .*streamer 127\.0\.0\.1:\d+ \(source main\): `)
-	var last string
-	p.waitFor("verify --wait to print the stream's error", time.Minute, func() (bool, string) {
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					return false, "verify --wait ended; last line: " + last
-				}
-				last = l
-				if retrying.MatchString(l) {
-					return true, l
-				}
-				continue
-			default:
-			}
-			return false, last
-		}
-	})
-	cancel()
-	_ = cmd.Wait()
+	waiting := p.cli.start("workflow", "verify", "race", "--wait", "--interval", "200ms")
+	waiting.waitLine("verify --wait to print the stream's error", regexp.MustCompile(
+		`^verify running, [0-9.]+%: .*; stream main -> main retrying \(attempt \d+, next in [^)]+\): .*streamer 127\.0\.0\.1:\d+ \(source main\): `))
+	waiting.stop()
 
 	p.streamer.restart()
 	found, code := p.verifyWait()

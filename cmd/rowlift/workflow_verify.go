@@ -174,6 +174,15 @@ func renderVerifyResult(v *rowliftv1.VerifyStatus) string {
 	b.WriteString(renderVerify(v) + "\n")
 	for _, t := range v.GetTables() {
 		n := t.GetMissing() + t.GetExtra() + t.GetDifferent()
+		if m := t.GetMessage(); m != "" && n == 0 {
+			// Not identical as far as anyone knows: it was not compared to its end.
+			if v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_CANCELLED && m == v.GetMessage() {
+				fmt.Fprintf(&b, "  %s: cancelled after %s rows, no difference so far\n", t.GetName(), formatCount(t.GetRowsCompared()))
+			} else {
+				fmt.Fprintf(&b, "  %s: stopped after %s rows, no difference so far: %s\n", t.GetName(), formatCount(t.GetRowsCompared()), m)
+			}
+			continue
+		}
 		if n == 0 {
 			fmt.Fprintf(&b, "  %s: identical, %s rows\n", t.GetName(), formatCount(t.GetRowsCompared()))
 			continue

@@ -240,9 +240,6 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 			"the verify reads; verify %s once the %s is done", direction, name, following, direction)); err != nil {
 			return nil, err
 		}
-		if cancelled != "" {
-			cancelled += fmt.Sprintf("; run it again after the cutover, on %s (`rowlift workflow verify %s --wait`)", following, following)
-		}
 		if err := record(ctx, store, j); err != nil {
 			return nil, home.fail(err)
 		}
@@ -251,13 +248,17 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 		return nil, err
 	}
 	resp, err := s.cutoverResponse(ctx, p, j)
-	if err != nil && cancelled != "" {
-		return nil, status.Errorf(status.Code(err), "%s; before the freeze it %s", status.Convert(err).Message(), cancelled)
+	if cancelled == "" {
+		return resp, err
 	}
-	if resp != nil {
-		resp.CancelledVerify = cancelled
+	if err != nil {
+		// Rolled back: the verify's workflow takes the stream again.
+		return nil, status.Errorf(status.Code(err), "%s; before the freeze it %s: run it again (`rowlift workflow verify %s --wait`)",
+			status.Convert(err).Message(), cancelled, p.side(direction).old.GetName())
 	}
-	return resp, err
+	following := p.side(direction).new.GetName()
+	resp.CancelledVerify = fmt.Sprintf("%s; run it again after the cutover, on %s (`rowlift workflow verify %s --wait`)", cancelled, following, following)
+	return resp, nil
 }
 
 // verifyInTheWay is the workflow whose running verify a cutover cancels

@@ -75,6 +75,15 @@ func (c *controller) run(ctx context.Context) {
 			}
 			return
 		}
+		var vf *verifyFailure
+		if errors.As(err, &vf) {
+			// Not a retry: the stream opens again at once, without the table's verify.
+			c.log.Warn("a table's verify failed; reopening the stream without it", zap.String("table", vf.table), zap.String("why", vf.message))
+			if err = store.FailVerify(ctx, c.spec.GetName(), c.source.GetName(), vf.table, vf.message); err == nil {
+				attempt, backoff = 0, minBackoff
+				continue
+			}
+		}
 		if progressed {
 			attempt, backoff = 1, minBackoff
 		}
@@ -578,14 +587,32 @@ func (c *controller) recv(stream grpc.ServerStreamingClient[rowliftv1.StreamResp
 	return msg, nil
 }
 
-// streamError adds which streamer failed; the status code is kept for IsPermanent.
+// streamError adds which streamer failed; the status code is kept for
+// IsPermanent, and a VerifyFailure detail becomes a *verifyFailure.
 func (c *controller) streamError(err error) error {
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("streamer %s ended the stream", c.source.GetStreamerAddress())
 	}
 	st, _ := status.FromError(err)
-	return status.Errorf(st.Code(), "streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), grpctls.Explain(st.Message()))
+	err = status.Errorf(st.Code(), "streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), grpctls.Explain(st.Message()))
+	for _, d := range st.Details() {
+		if vf, ok := d.(*rowliftv1.VerifyFailure); ok {
+			return &verifyFailure{table: vf.GetTable(), message: vf.GetMessage(), err: err}
+		}
+	}
+	return err
 }
+
+// verifyFailure is a stream that ended because one table's verify chunks
+// cannot be read any more (see rowliftv1.VerifyFailure): the controller ends
+// that table's verify and opens the stream again without it.
+type verifyFailure struct {
+	table, message string
+	err            error
+}
+
+func (e *verifyFailure) Error() string { return e.err.Error() }
+func (e *verifyFailure) Unwrap() error { return e.err }
 
 // targetDatabase is the target database of a workflow: the source's name unless
 // the spec says otherwise.

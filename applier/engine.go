@@ -239,7 +239,9 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		}
 		w := want[key]
 		verify := verifies[[2]string{key.workflow, key.source}]
-		if w == nil || !proto.Equal(w.Spec, rs.spec) || (verify != 0 && verify != rs.verify) {
+		started := verify.Running != 0 && verify.Running != rs.verify
+		cancelled := rs.verify != 0 && verify.Cancelled == rs.verify
+		if w == nil || !proto.Equal(w.Spec, rs.spec) || started || cancelled {
 			rs.cancel()
 			<-rs.done
 			delete(e.running, key)
@@ -247,8 +249,10 @@ func (e *Engine) reconcile(ctx context.Context) error {
 			switch {
 			case w != nil && !proto.Equal(w.Spec, rs.spec):
 				why = "workflow definition changed; restarting its stream"
-			case w != nil:
+			case started:
 				why = "verify started; restarting the stream to send its chunks"
+			case cancelled:
+				why = "verify cancelled; restarting the stream without it"
 			}
 			e.log.Info(why, zap.String("workflow", key.workflow), zap.String("source", key.source))
 		}
@@ -261,7 +265,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 		c := &controller{engine: e, pair: st, spec: st.Spec, source: st.Source,
 			log: e.log.With(zap.String("workflow", key.workflow), zap.String("stream", st.Name()))}
 		sctx, cancel := context.WithCancel(ctx)
-		rs := &runningStream{cancel: cancel, done: make(chan struct{}), spec: w.Spec, verify: verifies[[2]string{key.workflow, key.source}]}
+		rs := &runningStream{cancel: cancel, done: make(chan struct{}), spec: w.Spec, verify: verifies[[2]string{key.workflow, key.source}].Running}
 		e.running[key] = rs
 		go func() {
 			defer close(rs.done)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -501,6 +502,8 @@ func verifyStatus(spec *rowliftv1.WorkflowSpec, views []view, estimate int64) *r
 		tables[t.GetName()] = &rowliftv1.VerifyTable{Name: t.GetName(), Done: true}
 	}
 	done := true
+	outcomes := map[state.VerifyOutcome]bool{}
+	var messages []string
 	for _, v := range views {
 		for _, tv := range v.verifies {
 			vt := tables[tv.Table]
@@ -519,6 +522,15 @@ func verifyStatus(spec *rowliftv1.WorkflowSpec, views []view, estimate int64) *r
 			vt.Repaired += tv.Repaired
 			vt.Done = vt.Done && tv.Done
 			done = done && tv.Done
+			if tv.Outcome != "" {
+				outcomes[tv.Outcome] = true
+				if vt.Message == "" {
+					vt.Message = tv.Message
+				}
+				if !slices.Contains(messages, tv.Message) {
+					messages = append(messages, tv.Message)
+				}
+			}
 			for _, e := range tv.Examples {
 				if len(vt.Examples) < state.MaxVerifyExamples {
 					vt.Examples = append(vt.Examples, e)
@@ -538,12 +550,23 @@ func verifyStatus(spec *rowliftv1.WorkflowSpec, views []view, estimate int64) *r
 		out.Different += vt.Different
 		out.Repaired += vt.Repaired
 	}
-	out.State = rowliftv1.VerifyState_VERIFY_STATE_RUNNING
-	if done {
-		out.State = rowliftv1.VerifyState_VERIFY_STATE_DONE
-	} else {
+	out.Message = strings.Join(messages, "; ")
+	switch {
+	case !done:
+		out.State = rowliftv1.VerifyState_VERIFY_STATE_RUNNING
 		out.FinishedAtUs = 0
+	case outcomes[state.VerifyCancelled]:
+		out.State = rowliftv1.VerifyState_VERIFY_STATE_CANCELLED
+	case outcomes[state.VerifyFailed]:
+		out.State = rowliftv1.VerifyState_VERIFY_STATE_FAILED
+	default:
+		out.State = rowliftv1.VerifyState_VERIFY_STATE_DONE
 	}
-	out.Percent = percent(out.RowsCompared, estimate, done)
+	// A verify that ended early says how far it got; without an estimate (a
+	// reverse workflow copied nothing) how far is unknown, not 0.
+	out.Percent = percent(out.RowsCompared, estimate, out.State == rowliftv1.VerifyState_VERIFY_STATE_DONE)
+	if estimate <= 0 && out.State != rowliftv1.VerifyState_VERIFY_STATE_DONE {
+		out.Percent = -1
+	}
 	return out
 }

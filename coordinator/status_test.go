@@ -188,3 +188,31 @@ func TestVerifyStatusSumsTargetsAndSources(t *testing.T) {
 	require.EqualValues(t, 80, v.GetFinishedAtUs())
 	require.EqualValues(t, 100, v.GetPercent())
 }
+
+// TestVerifyStatusEndedEarly: a verify with a table cancelled is cancelled
+// (even with another failed), one with a table failed is failed once every
+// table ended, each says why, and keeps the percentage it reached; without
+// a row estimate (a reverse workflow copies nothing) the percentage is
+// unknown rather than 0.
+func TestVerifyStatusEndedEarly(t *testing.T) {
+	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}, {Name: "b"}}}
+	views := []view{{target: "t1", verifies: []state.TableVerify{
+		{Table: "a", Done: true, Outcome: state.VerifyFailed, Message: "table db.a no longer exists", VerifyCounts: state.VerifyCounts{RowsCompared: 10}},
+		{Table: "b", VerifyCounts: state.VerifyCounts{RowsCompared: 20}},
+	}}}
+	v := verifyStatus(spec, views, 100)
+	require.Equal(t, rowliftv1.VerifyState_VERIFY_STATE_RUNNING, v.GetState(), "a failed table does not end the others")
+	require.Equal(t, "table db.a no longer exists", v.GetMessage())
+	require.Equal(t, "table db.a no longer exists", v.GetTables()[0].GetMessage())
+
+	views[0].verifies[1].Done = true
+	v = verifyStatus(spec, views, 100)
+	require.Equal(t, rowliftv1.VerifyState_VERIFY_STATE_FAILED, v.GetState())
+	require.InDelta(t, 30, v.GetPercent(), 1e-9, "how far it got, not 100")
+
+	views[0].verifies[1].Outcome, views[0].verifies[1].Message = state.VerifyCancelled, "cancelled by a switch"
+	v = verifyStatus(spec, views, 100)
+	require.Equal(t, rowliftv1.VerifyState_VERIFY_STATE_CANCELLED, v.GetState())
+	require.Equal(t, "table db.a no longer exists; cancelled by a switch", v.GetMessage())
+	require.Negative(t, verifyStatus(spec, views, 0).GetPercent(), "no estimate: unknown")
+}

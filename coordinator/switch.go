@@ -220,11 +220,27 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	j := prev
+	var cancelled []string
 	if plan.Resume {
 		s.log.Info("resuming an unfinished cutover", zap.String("workflow", name), zap.String("step", prev.Step))
 	} else {
 		if j, err = s.newJournal(ctx, p, req, direction, plan, timeout); err != nil {
 			return nil, err
+		}
+		following := p.side(direction).new.GetName()
+		for _, w := range plan.CancelVerify {
+			spec, at := p.forward, p.forwardAt
+			if w != name {
+				spec, at = p.reverse, p.reverseAt
+			}
+			c, err := s.cancelVerify(ctx, spec, at, fmt.Sprintf("cancelled by the %s of %s before its freeze, which renames the tables "+
+				"the verify reads; verify %s once the %s is done", direction, name, following, direction))
+			if err != nil {
+				return nil, err
+			}
+			if c != "" {
+				cancelled = append(cancelled, c)
+			}
 		}
 		if err := record(ctx, store, j); err != nil {
 			return nil, home.fail(err)
@@ -233,7 +249,19 @@ func (s *Server) cutover(ctx context.Context, req *rowliftv1.SwitchRequest, dire
 	if err := s.drive(ctx, j); err != nil {
 		return nil, err
 	}
-	return s.cutoverResponse(ctx, p, j)
+	resp, err := s.cutoverResponse(ctx, p, j)
+	if len(cancelled) == 0 {
+		return resp, err
+	}
+	what := strings.Join(cancelled, "; ")
+	if err != nil {
+		// Rolled back: the verify's workflow takes the stream again.
+		return nil, status.Errorf(status.Code(err), "%s; before the freeze it %s: run it again (`rowlift workflow verify %s --wait`)",
+			status.Convert(err).Message(), what, p.side(direction).old.GetName())
+	}
+	following := p.side(direction).new.GetName()
+	resp.CancelledVerify = fmt.Sprintf("%s; run it again after the cutover, on %s (`rowlift workflow verify %s --wait`)", what, following, following)
+	return resp, nil
 }
 
 // newJournal checks, past the admission that plan holds, what only the
@@ -244,12 +272,6 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	name := p.forward.GetName()
 	sd := p.side(direction)
 	now := time.Now()
-	for _, w := range plan.CancelVerify {
-		// Until verifies can be cancelled, say that this one will not finish:
-		// its stream is parked or its tables renamed under it.
-		s.log.Warn("a verify runs on the tables this cutover freezes; it will not finish", zap.String("workflow", w),
-			zap.String("direction", direction))
-	}
 	// The following workflow must be able to stream from the side that gains
 	// the writes: its server's binlog settings and tables, before anything is frozen.
 	copied := map[string]state.TableCopy{}

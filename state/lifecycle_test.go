@@ -101,6 +101,7 @@ func TestOpenAddsNewColumnsToAnOldSchema(t *testing.T) {
 			"ALTER TABLE " + state.Schema + ".stream DROP COLUMN message_at_us",
 			"ALTER TABLE " + state.Schema + ".copy_state DROP COLUMN rows_estimate, DROP COLUMN run_started_at_us, " +
 				"DROP COLUMN run_start_rows, DROP COLUMN updated_at_us",
+			"ALTER TABLE " + state.Schema + ".verify DROP COLUMN outcome, DROP COLUMN message",
 		} {
 			_, err := db.Exec(q)
 			require.NoError(t, err)
@@ -115,5 +116,10 @@ func TestOpenAddsNewColumnsToAnOldSchema(t *testing.T) {
 		require.Len(t, cs, 4)
 		_, err = store.Streams(ctx, "old")
 		require.NoError(t, err)
+		_, err = store.StartVerify(ctx, "old", false, false)
+		require.NoError(t, err)
+		sources, err := store.CancelVerify(ctx, "old", "cancelled by a test")
+		require.NoError(t, err)
+		require.NotEmpty(t, sources)
 	})
 }

@@ -134,6 +134,8 @@ var schemaDDL = []string{
 		examples TEXT NOT NULL COMMENT 'JSON list of the first differing keys',
 		finished_at_us BIGINT NOT NULL DEFAULT 0,
 		updated_at_us BIGINT NOT NULL DEFAULT 0,
+		outcome VARCHAR(16) NOT NULL DEFAULT '' COMMENT 'how a done row ended early: cancelled or failed; empty otherwise',
+		message TEXT NULL COMMENT 'why the verify was cancelled or failed',
 		PRIMARY KEY (workflow, source, table_name)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.cutover (
@@ -158,6 +160,8 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"copy_state", "run_started_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "updated_at_us", "BIGINT NOT NULL DEFAULT 0"},
+	{"verify", "outcome", "VARCHAR(16) NOT NULL DEFAULT ''"},
+	{"verify", "message", "TEXT NULL"},
 }
 
 // Store reads and writes the sidecar schema of one target server.
@@ -572,6 +576,27 @@ func (s *Store) SetStreamThrottled(ctx context.Context, workflow, source string,
 		return fmt.Errorf("set throttle state of %s/%s: %w", workflow, source, err)
 	}
 	return nil
+}
+
+// StreamOwners returns the owner token of each of the workflow's streams on
+// this target, by source: a changed token tells that the applier started a new
+// run of the stream (TakeOver), for instance after a verify was cancelled.
+func (s *Store) StreamOwners(ctx context.Context, workflow string) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT source, owner FROM "+Schema+".stream WHERE workflow = ?", workflow)
+	if err != nil {
+		return nil, fmt.Errorf("read the streams of %q: %w", workflow, err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var src string
+		var owner int64
+		if err := rows.Scan(&src, &owner); err != nil {
+			return nil, fmt.Errorf("read the streams of %q: %w", workflow, err)
+		}
+		out[src] = owner
+	}
+	return out, rows.Err()
 }
 
 // TakeOver makes a new run of a stream the only one whose state writes commit,

@@ -41,7 +41,23 @@ type TableVerify struct {
 	Examples     []string
 	FinishedAtUS int64
 	UpdatedAtUS  int64
+	// Outcome is how a done table's verify ended early (empty: it ran to its
+	// end, or it still runs); Message says why.
+	Outcome VerifyOutcome
+	Message string
 }
+
+// VerifyOutcome is how a table's verify ended before its last chunk.
+type VerifyOutcome string
+
+// The early ends of a table's verify.
+const (
+	// VerifyCancelled: an operator or a cutover stopped it (CancelVerify).
+	VerifyCancelled VerifyOutcome = "cancelled"
+	// VerifyFailed: its chunks could not be read any more, like a table
+	// renamed or dropped on the source (FailVerify).
+	VerifyFailed VerifyOutcome = "failed"
+)
 
 // VerifyChunk is what one verify chunk found, committed with its progress.
 type VerifyChunk struct {
@@ -103,6 +119,54 @@ func (s *Store) StartVerify(ctx context.Context, workflow string, repair, restar
 	return started, err
 }
 
+// CancelVerify ends every table of the workflow's verify that is still
+// running on this target as cancelled, saying why in message, and returns the
+// sources whose streams ran it (none: no verify was running). Tables already
+// verified keep their results. It is one state write: a restarted applier or
+// coordinator sees it cancelled, and the applier restarts those streams
+// without it (VerifyGenerations).
+func (s *Store) CancelVerify(ctx context.Context, workflow, message string) ([]string, error) {
+	var sources []string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, "SELECT DISTINCT source FROM "+Schema+".verify WHERE workflow = ? AND NOT done FOR UPDATE", workflow)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var src string
+			if err := rows.Scan(&src); err != nil {
+				return err
+			}
+			sources = append(sources, src)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		now := time.Now().UnixMicro()
+		_, err = tx.ExecContext(ctx, "UPDATE "+Schema+".verify SET done = 1, outcome = ?, message = ?, finished_at_us = ?, updated_at_us = ? "+
+			"WHERE workflow = ? AND NOT done", string(VerifyCancelled), message, now, now, workflow)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cancel verify of %q: %w", workflow, err)
+	}
+	return sources, nil
+}
+
+// FailVerify ends one table's running verify as failed with message, for a
+// table whose verify chunks cannot be read any more: the stream opens again
+// without it instead of failing on it forever. A table whose verify ended
+// meanwhile keeps how it ended.
+func (s *Store) FailVerify(ctx context.Context, workflow, source, table, message string) error {
+	now := time.Now().UnixMicro()
+	if _, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".verify SET done = 1, outcome = ?, message = ?, finished_at_us = ?, updated_at_us = ? "+
+		"WHERE workflow = ? AND source = ? AND table_name = ? AND NOT done", string(VerifyFailed), message, now, now, workflow, source, table); err != nil {
+		return fmt.Errorf("record the failed verify of %s: %w", table, err)
+	}
+	return nil
+}
+
 // Verify returns the verify of a workflow's tables from one source, or from
 // every source when source is empty; none when no verify was ever started.
 func (s *Store) Verify(ctx context.Context, workflow, source string) ([]TableVerify, error) {
@@ -116,7 +180,8 @@ func (s *Store) Verify(ctx context.Context, workflow, source string) ([]TableVer
 // verifies returns the verify rows where says, by workflow.
 func (s *Store) verifies(ctx context.Context, where string, args ...any) (map[string][]TableVerify, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, table_name, started_at_us, repair, last_pk, done, rows_compared, missing, extra, different, "+
-		"repaired, examples, finished_at_us, updated_at_us FROM "+Schema+".verify "+where+" ORDER BY workflow, source, table_name", args...)
+		"repaired, examples, finished_at_us, updated_at_us, outcome, COALESCE(message, '') FROM "+Schema+".verify "+where+
+		" ORDER BY workflow, source, table_name", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +192,7 @@ func (s *Store) verifies(ctx context.Context, where string, args ...any) (map[st
 		var v TableVerify
 		var lastPK, examples []byte
 		if err := rows.Scan(&workflow, &v.Source, &v.Table, &v.StartedAtUS, &v.Repair, &lastPK, &v.Done, &v.RowsCompared, &v.Missing, &v.Extra,
-			&v.Different, &v.Repaired, &examples, &v.FinishedAtUS, &v.UpdatedAtUS); err != nil {
+			&v.Different, &v.Repaired, &examples, &v.FinishedAtUS, &v.UpdatedAtUS, &v.Outcome, &v.Message); err != nil {
 			return nil, err
 		}
 		if lastPK != nil {
@@ -144,23 +209,32 @@ func (s *Store) verifies(ctx context.Context, where string, args ...any) (map[st
 	return out, rows.Err()
 }
 
-// VerifyGenerations returns, per (workflow, source) stream with a verify that
-// is not done, when that verify started: the applier restarts a stream whose
-// value changed, so the streamer learns of the verify.
-func (s *Store) VerifyGenerations(ctx context.Context) (map[[2]string]int64, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, MAX(started_at_us) FROM "+Schema+".verify WHERE NOT done GROUP BY workflow, source")
+// VerifyGeneration is what the applier restarts a stream on: a verify that
+// started (the streamer learns of it with the stream's request), or the
+// cancel of the one the stream runs (the streamer must stop sending its
+// chunks). Running is when the stream's running verify started (0: none);
+// Cancelled when its last cancelled one did (0: none).
+type VerifyGeneration struct {
+	Running, Cancelled int64
+}
+
+// VerifyGenerations returns the verify generation of every (workflow, source)
+// stream that has verify rows.
+func (s *Store) VerifyGenerations(ctx context.Context) (map[[2]string]VerifyGeneration, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, MAX(IF(NOT done, started_at_us, 0)), MAX(IF(outcome = ?, started_at_us, 0)) FROM "+
+		Schema+".verify GROUP BY workflow, source", string(VerifyCancelled))
 	if err != nil {
 		return nil, fmt.Errorf("read verifies: %w", err)
 	}
 	defer rows.Close()
-	out := map[[2]string]int64{}
+	out := map[[2]string]VerifyGeneration{}
 	for rows.Next() {
 		var w, src string
-		var at int64
-		if err := rows.Scan(&w, &src, &at); err != nil {
+		var g VerifyGeneration
+		if err := rows.Scan(&w, &src, &g.Running, &g.Cancelled); err != nil {
 			return nil, fmt.Errorf("read verifies: %w", err)
 		}
-		out[[2]string{w, src}] = at
+		out[[2]string{w, src}] = g
 	}
 	return out, rows.Err()
 }
@@ -175,10 +249,12 @@ func SaveVerifyChunk(ctx context.Context, tx Execer, workflow, source string, ow
 		return err
 	}
 	var examples []byte
-	if err := tx.QueryRowContext(ctx, "SELECT examples FROM "+Schema+".verify WHERE workflow = ? AND source = ? AND table_name = ? AND started_at_us = ? FOR UPDATE",
-		workflow, source, table, started).Scan(&examples); err != nil {
+	// A cancelled (or failed) table stays so: its row is done, and a chunk
+	// checked meanwhile must not make it run again.
+	if err := tx.QueryRowContext(ctx, "SELECT examples FROM "+Schema+".verify WHERE workflow = ? AND source = ? AND table_name = ? AND started_at_us = ? "+
+		"AND outcome = '' FOR UPDATE", workflow, source, table, started).Scan(&examples); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("save verify of %s: the verify was replaced or removed meanwhile: %w", table, ErrNotOwner)
+			return fmt.Errorf("save verify of %s: the verify was replaced, cancelled or removed meanwhile: %w", table, ErrNotOwner)
 		}
 		return fmt.Errorf("save verify of %s: %w", table, err)
 	}

@@ -95,3 +95,65 @@ func TestVerifyProgress(t *testing.T) {
 		require.Empty(t, rows, "delete removes the verify")
 	})
 }
+
+// TestVerifyCancelAndFail: a cancel ends every running table of a verify as
+// cancelled and keeps the finished ones, tells the applier to restart the
+// streams that ran it (VerifyGenerations), and no chunk checked meanwhile
+// makes it run again; a second cancel finds nothing. A failed table ends alone
+// and keeps its outcome against a later cancel.
+func TestVerifyCancelAndFail(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		store, db := openStore(t, flavor)
+		ctx := context.Background()
+		require.NoError(t, store.CreateWorkflow(ctx, spec("v"), "main"))
+		_, err := store.StartVerify(ctx, "v", false, false)
+		require.NoError(t, err)
+		rows, err := store.Verify(ctx, "v", "-80")
+		require.NoError(t, err)
+		started := rows[0].StartedAtUS
+		owner, err := store.TakeOver(ctx, "v", "-80")
+		require.NoError(t, err)
+		save := func(table string) error {
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+			if err := state.SaveVerifyChunk(ctx, tx, "v", "-80", owner, table, started, state.VerifyChunk{Done: true,
+				VerifyCounts: state.VerifyCounts{RowsCompared: 10}}); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
+		require.NoError(t, save("orders"), "orders finishes before the cancel")
+		require.NoError(t, store.FailVerify(ctx, "v", "80-", "orders", "table gone"))
+
+		sources, err := store.CancelVerify(ctx, "v", "cancelled by a test")
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"-80", "80-"}, sources)
+		gens, err := store.VerifyGenerations(ctx)
+		require.NoError(t, err)
+		for _, src := range []string{"-80", "80-"} {
+			require.Equal(t, state.VerifyGeneration{Cancelled: started}, gens[[2]string{"v", src}], src)
+		}
+		require.ErrorIs(t, save("users"), state.ErrNotOwner, "a chunk checked after the cancel commits nothing")
+
+		rows, err = store.Verify(ctx, "v", "")
+		require.NoError(t, err)
+		outcome := map[string]state.VerifyOutcome{}
+		for _, r := range rows {
+			require.True(t, r.Done, r.Source+" "+r.Table)
+			outcome[r.Source+" "+r.Table] = r.Outcome
+			if r.Outcome != "" {
+				require.NotEmpty(t, r.Message)
+			}
+		}
+		require.Equal(t, map[string]state.VerifyOutcome{"-80 orders": "", "-80 users": state.VerifyCancelled,
+			"80- orders": state.VerifyFailed, "80- users": state.VerifyCancelled}, outcome)
+
+		sources, err = store.CancelVerify(ctx, "v", "again")
+		require.NoError(t, err)
+		require.Empty(t, sources, "nothing runs: a no-op")
+		started2, err := store.StartVerify(ctx, "v", false, false)
+		require.NoError(t, err)
+		require.True(t, started2, "a cancelled verify is not running: a new one starts")
+	})
+}

@@ -322,11 +322,43 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 					return status.Errorf(codes.FailedPrecondition, "verify %s: %v", t.GetName(), err)
 				}
 				r.plan = plan.verifying(vp, t.GetVerify().GetRepair())
+				return verifyFailed(req.GetDatabase(), t.GetName(), r.run(ctx))
 			}
 			return r.run(ctx)
 		})
 	}
 	return g.Wait()
+}
+
+// Source errors after which a table's verify chunks cannot be read again.
+const (
+	errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
+	errBadDB       = 1049 // ER_BAD_DB_ERROR
+	errBadField    = 1054 // ER_BAD_FIELD_ERROR
+)
+
+// verifyFailed turns an error that will end every further verify chunk of
+// the table the same way (the table or a column it reads is gone: a cutover's
+// freeze renamed it, or someone dropped it) into one that carries a
+// VerifyFailure: the applier then ends that table's verify, saying why, and
+// the stream goes on without it instead of failing at the same position
+// forever. Other errors are returned as they are.
+func verifyFailed(database, table string, err error) error {
+	var what string
+	switch dbconn.ServerError(err) {
+	case errNoSuchTable, errBadDB:
+		what = fmt.Sprintf("table %s.%s no longer exists on the source (renamed by a cutover, or dropped?)", database, table)
+	case errBadField:
+		what = fmt.Sprintf("table %s.%s on the source no longer has a column the verify reads (altered?)", database, table)
+	default:
+		return err
+	}
+	msg := fmt.Sprintf("%s: %v; run the verify again on the workflow that now streams it", what, err)
+	st, derr := status.New(codes.Aborted, "verify "+table+": "+msg).WithDetails(&rowliftv1.VerifyFailure{Table: table, Message: msg})
+	if derr != nil {
+		return err
+	}
+	return st.Err()
 }
 
 // send packs items into messages of about packetBytes and sends them in order,

@@ -266,3 +266,38 @@ func TestRenderVerify(t *testing.T) {
     (first 2 of 3; every repaired key is in the applier's log)
 `, renderVerifyResult(v))
 }
+
+func TestRenderVerifyEndedEarly(t *testing.T) {
+	v := &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_CANCELLED, RowsCompared: 420, Percent: 42,
+		Message: "cancelled by `rowlift workflow verify race --cancel`"}
+	require.Equal(t, "verify cancelled at 42.0%: 420 rows compared, no difference (cancelled by `rowlift workflow verify race --cancel`)", renderVerify(v))
+	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_FAILED, RowsCompared: 10, Message: "table race.ints no longer exists"}
+	require.Equal(t, "verify failed: 10 rows compared, no difference (table race.ints no longer exists)", renderVerify(v))
+	v.Tables = []*rowliftv1.VerifyTable{{Name: "ints", RowsCompared: 10, Done: true, Message: "table race.ints no longer exists"},
+		{Name: "uniq", RowsCompared: 0, Done: true}}
+	require.Equal(t, `verify failed: 10 rows compared, no difference (table race.ints no longer exists)
+  ints: stopped after 10 rows, no difference so far: table race.ints no longer exists
+  uniq: identical, 0 rows
+`, renderVerifyResult(v))
+	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_CANCELLED, RowsCompared: 30, Percent: 30, Message: "cancelled by a switch",
+		Tables: []*rowliftv1.VerifyTable{{Name: "a", RowsCompared: 20, Done: true}, {Name: "b", RowsCompared: 10, Done: true, Message: "cancelled by a switch"}}}
+	require.Equal(t, `verify cancelled at 30.0%: 30 rows compared, no difference (cancelled by a switch)
+  a: identical, 20 rows
+  b: cancelled after 10 rows, no difference so far
+`, renderVerifyResult(v))
+	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_RUNNING, RowsCompared: 10, Percent: -1}
+	require.Equal(t, "verify running: 10 rows compared, no difference", renderVerify(v), "no estimate: no percentage")
+}
+
+// TestVerifyStalls: --wait's progress line names a retrying stream and a
+// workflow that stopped, which keep a verify from moving.
+func TestVerifyStalls(t *testing.T) {
+	st := &rowliftv1.WorkflowStatus{State: rowliftv1.WorkflowState_WORKFLOW_STATE_RUNNING, Streams: []*rowliftv1.StreamStatus{
+		{Source: "main", Target: "main", Retrying: "retrying (attempt 3, next in 2s): streamer 127.0.0.1:7001 (source main): connection refused"},
+		{Source: "other", Target: "main"},
+	}}
+	require.Equal(t, "; stream main -> main retrying (attempt 3, next in 2s): streamer 127.0.0.1:7001 (source main): connection refused", verifyStalls(st))
+	st = &rowliftv1.WorkflowStatus{State: rowliftv1.WorkflowState_WORKFLOW_STATE_ERROR, Message: "DDL on race.ints"}
+	require.Equal(t, "; the verify waits for the workflow, which is error (DDL on race.ints)", verifyStalls(st))
+	require.Empty(t, verifyStalls(&rowliftv1.WorkflowStatus{State: rowliftv1.WorkflowState_WORKFLOW_STATE_RUNNING}))
+}

@@ -63,6 +63,9 @@ func workflowSwitchCommand(name string) *command {
 			}
 			done := map[string]string{"switch": "switched writes of %s to its targets\n", "reverse": "switched writes of %s back to its sources\n"}[name]
 			fmt.Fprintf(s.stdout, done, args[0])
+			if c := resp.GetCancelledVerify(); c != "" {
+				fmt.Fprintln(s.stdout, c)
+			}
 			fmt.Fprintf(s.stdout, "write pause: %d ms\n", resp.GetWritePauseMs())
 			fmt.Fprintf(s.stdout, "freeze position: %s\n", strings.Join(resp.GetFreezePositions(), ", "))
 			fmt.Fprintf(s.stdout, "following back: %s\n", map[string]string{"switch": resp.GetReverseWorkflow(), "reverse": args[0]}[name])

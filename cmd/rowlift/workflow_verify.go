@@ -13,14 +13,17 @@ import (
 
 func workflowVerifyCommand() *command {
 	var targets stringList
-	var repair, restart, wait bool
+	var repair, restart, wait, cancel bool
 	var interval time.Duration
 	return workflowLeaf("verify", "compare every table of a running workflow, source against target, chunk by chunk at exact points under live writes",
 		"NAME [flags]\n\nEach chunk is compared with the target at exactly the source snapshot it was read in: no long snapshot on either\n"+
 			"side, and writes go on. Results stay in the target's _rowlift schema (`workflow show`); a verify resumes after any\n"+
 			"restart. With --wait it prints progress, then each table's result, and exits 1 if the target differs.\n\n"+
+			"--cancel stops a running verify on every target and records it as cancelled. A switch or reverse cancels a running\n"+
+			"verify of the workflow that stops taking the writes before it freezes, and says so.\n\n"+
 			"Examples:\n  rowlift workflow verify orders --wait\n"+
-			"  rowlift workflow verify orders --repair --wait   # after a change made to the target by hand", 1,
+			"  rowlift workflow verify orders --repair --wait   # after a change made to the target by hand\n"+
+			"  rowlift workflow verify orders --cancel", 1,
 		func(fs *flag.FlagSet) {
 			targetsFlag(fs, &targets)
 			fs.BoolVar(&repair, "repair", false, "rewrite the target's differing rows from the source at the same point and report every repaired key;\n"+
@@ -28,9 +31,16 @@ func workflowVerifyCommand() *command {
 			fs.BoolVar(&restart, "restart", false, "start over even if a verify is running, e.g. --restart")
 			fs.BoolVar(&wait, "wait", false, "wait until the verify is done, printing progress, then the results, e.g. --wait")
 			fs.DurationVar(&interval, "interval", time.Second, "how often --wait prints progress, e.g. --interval 5s")
+			fs.BoolVar(&cancel, "cancel", false, "stop the running verify on every target and record it as cancelled, e.g. --cancel")
 		},
 		func(ctx context.Context, s *session, args []string) error {
 			ref := &rowliftv1.WorkflowRef{Name: args[0], Targets: targets}
+			if cancel {
+				if repair || restart || wait {
+					return usagef("--cancel takes none of --repair, --restart and --wait")
+				}
+				return cancelVerify(ctx, s, ref)
+			}
 			w, err := call(ctx, s, "verify workflow "+args[0], func(ctx context.Context) (*rowliftv1.Workflow, error) {
 				return s.client.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref, Repair: repair, Restart: restart})
 			})
@@ -45,9 +55,9 @@ func workflowVerifyCommand() *command {
 					renderVerify(w.GetStatus().GetVerify()), args[0])
 				return err
 			}
-			for w.GetStatus().GetVerify().GetState() != rowliftv1.VerifyState_VERIFY_STATE_DONE {
+			for w.GetStatus().GetVerify().GetState() == rowliftv1.VerifyState_VERIFY_STATE_RUNNING {
 				if s.flags.output != "json" {
-					fmt.Fprintf(s.stdout, "%s\n", renderVerify(w.GetStatus().GetVerify()))
+					fmt.Fprintf(s.stdout, "%s%s\n", renderVerify(w.GetStatus().GetVerify()), verifyStalls(w.GetStatus()))
 				}
 				select {
 				case <-ctx.Done():
@@ -66,12 +76,56 @@ func workflowVerifyCommand() *command {
 			} else {
 				_, err = io.WriteString(s.stdout, renderVerifyResult(v))
 			}
-			if err == nil && v.GetMissing()+v.GetExtra()+v.GetDifferent() > v.GetRepaired() {
+			switch {
+			case err != nil:
+			case v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_CANCELLED:
+				err = fmt.Errorf("the verify of %s was cancelled before its end: %s", args[0], v.GetMessage())
+			case v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_FAILED:
+				err = fmt.Errorf("the verify of %s could not verify every table: %s", args[0], v.GetMessage())
+			case v.GetMissing()+v.GetExtra()+v.GetDifferent() > v.GetRepaired():
 				err = fmt.Errorf("the target differs from the source at the keys above: if a change made to the target by hand caused it, "+
 					"`rowlift workflow verify %s --repair --wait` rewrites those rows from the source; if not, report it as a rowlift bug", args[0])
 			}
 			return err
 		})
+}
+
+// cancelVerify runs `verify --cancel`: it says what it cancelled, or that no
+// verify was running.
+func cancelVerify(ctx context.Context, s *session, ref *rowliftv1.WorkflowRef) error {
+	resp, err := call(ctx, s, "cancel the verify of workflow "+ref.GetName(), func(ctx context.Context) (*rowliftv1.CancelVerifyResponse, error) {
+		return s.client.CancelVerify(ctx, ref)
+	})
+	if err != nil {
+		return err
+	}
+	if s.flags.output == "json" {
+		return printJSON(s.stdout, resp)
+	}
+	if c := resp.GetCancelled(); c != "" {
+		_, err = fmt.Fprintf(s.stdout, "%s; the streams go on without it\n", c)
+		return err
+	}
+	_, err = fmt.Fprintf(s.stdout, "no verify of %s is running, nothing to cancel (last: %s)\n", ref.GetName(),
+		renderVerify(resp.GetWorkflow().GetStatus().GetVerify()))
+	return err
+}
+
+// verifyStalls is what keeps a running verify from moving, for --wait's
+// progress lines: each stream's retry message (the verify runs on the
+// streams), or a workflow that is not running. Empty when nothing does.
+func verifyStalls(st *rowliftv1.WorkflowStatus) string {
+	var b strings.Builder
+	for _, s := range st.GetStreams() {
+		if r := s.GetRetrying(); r != "" {
+			fmt.Fprintf(&b, "; stream %s -> %s %s", s.GetSource(), s.GetTarget(), r)
+		}
+	}
+	switch st.GetState() {
+	case rowliftv1.WorkflowState_WORKFLOW_STATE_STOPPED, rowliftv1.WorkflowState_WORKFLOW_STATE_ERROR:
+		fmt.Fprintf(&b, "; the verify waits for the workflow, which is %s", stateLine(st))
+	}
+	return b.String()
 }
 
 // renderVerify is a verify's progress on one line.
@@ -83,9 +137,20 @@ func renderVerify(v *rowliftv1.VerifyStatus) string {
 	if v.GetRepair() {
 		what = "verify with repair"
 	}
-	state := "running, " + formatPercent(v.GetPercent())
-	if v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_DONE {
+	state := "running"
+	if v.GetPercent() >= 0 {
+		state += ", " + formatPercent(v.GetPercent())
+	}
+	switch v.GetState() {
+	case rowliftv1.VerifyState_VERIFY_STATE_DONE:
 		state = "done"
+	case rowliftv1.VerifyState_VERIFY_STATE_CANCELLED:
+		state = "cancelled"
+		if v.GetPercent() >= 0 {
+			state += " at " + formatPercent(v.GetPercent())
+		}
+	case rowliftv1.VerifyState_VERIFY_STATE_FAILED:
+		state = "failed"
 	}
 	p := fmt.Sprintf("%s %s: %s rows compared", what, state, formatCount(v.GetRowsCompared()))
 	if n := v.GetMissing() + v.GetExtra() + v.GetDifferent(); n == 0 {
@@ -95,6 +160,9 @@ func renderVerify(v *rowliftv1.VerifyStatus) string {
 	}
 	if v.GetRepair() {
 		p += fmt.Sprintf(", %d repaired", v.GetRepaired())
+	}
+	if m := v.GetMessage(); m != "" {
+		p += " (" + m + ")"
 	}
 	return p
 }
@@ -106,6 +174,15 @@ func renderVerifyResult(v *rowliftv1.VerifyStatus) string {
 	b.WriteString(renderVerify(v) + "\n")
 	for _, t := range v.GetTables() {
 		n := t.GetMissing() + t.GetExtra() + t.GetDifferent()
+		if m := t.GetMessage(); m != "" && n == 0 {
+			// Not identical as far as anyone knows: it was not compared to its end.
+			if v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_CANCELLED && m == v.GetMessage() {
+				fmt.Fprintf(&b, "  %s: cancelled after %s rows, no difference so far\n", t.GetName(), formatCount(t.GetRowsCompared()))
+			} else {
+				fmt.Fprintf(&b, "  %s: stopped after %s rows, no difference so far: %s\n", t.GetName(), formatCount(t.GetRowsCompared()), m)
+			}
+			continue
+		}
 		if n == 0 {
 			fmt.Fprintf(&b, "  %s: identical, %s rows\n", t.GetName(), formatCount(t.GetRowsCompared()))
 			continue

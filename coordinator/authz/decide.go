@@ -51,6 +51,7 @@ var controlRoles = map[string]Role{
 	rowliftv1.Control_ResumeWorkflow_FullMethodName:   Admin,
 	rowliftv1.Control_DeleteWorkflow_FullMethodName:   Admin,
 	rowliftv1.Control_VerifyWorkflow_FullMethodName:   Admin,
+	rowliftv1.Control_CancelVerify_FullMethodName:     Admin,
 	rowliftv1.Control_SwitchWorkflow_FullMethodName:   Admin,
 	rowliftv1.Control_ReverseWorkflow_FullMethodName:  Admin,
 	rowliftv1.Control_CompleteWorkflow_FullMethodName: Admin,

@@ -24,6 +24,7 @@ var methodTable = map[string]Role{
 	"ResumeWorkflow":   Admin,
 	"DeleteWorkflow":   Admin,
 	"VerifyWorkflow":   Admin,
+	"CancelVerify":     Admin,
 	"SwitchWorkflow":   Admin,
 	"ReverseWorkflow":  Admin,
 	"CompleteWorkflow": Admin,

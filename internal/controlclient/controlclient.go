@@ -47,7 +47,8 @@ func WaitRunning(ctx context.Context, c rowliftv1.ControlClient, name string, in
 
 // Verify starts a verify of the workflow (VerifyWorkflow) and reads its status
 // every interval until the verify is done, and returns the verify's final
-// status: rows compared and the differences found. It fails when the workflow enters state ERROR before the verify is done.
+// status: rows compared and the differences found. It fails when the workflow enters state ERROR before the verify is done,
+// and when the verify is cancelled or fails, which it never comes back from.
 func Verify(ctx context.Context, c rowliftv1.ControlClient, name string, interval time.Duration) (*rowliftv1.VerifyStatus, error) {
 	ref := &rowliftv1.WorkflowRef{Name: name}
 	if _, err := c.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref}); err != nil {
@@ -60,8 +61,14 @@ func Verify(ctx context.Context, c rowliftv1.ControlClient, name string, interva
 		if err != nil {
 			return nil, fmt.Errorf("status of workflow %s during its verify: %s", name, status.Convert(err).Message())
 		}
-		if v := w.GetStatus().GetVerify(); v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_DONE {
+		switch v := w.GetStatus().GetVerify(); v.GetState() {
+		case rowliftv1.VerifyState_VERIFY_STATE_DONE:
 			return v, nil
+		case rowliftv1.VerifyState_VERIFY_STATE_CANCELLED, rowliftv1.VerifyState_VERIFY_STATE_FAILED:
+			// It will not be done: someone cancelled it, a cutover did, or a table went.
+			how := map[rowliftv1.VerifyState]string{rowliftv1.VerifyState_VERIFY_STATE_CANCELLED: "was cancelled",
+				rowliftv1.VerifyState_VERIFY_STATE_FAILED: "failed"}[v.GetState()]
+			return nil, fmt.Errorf("the verify of workflow %s %s before its end: %s", name, how, v.GetMessage())
 		}
 		if w.GetStatus().GetPhase() == rowliftv1.WorkflowPhase_WORKFLOW_PHASE_ERROR {
 			return nil, fmt.Errorf("workflow %s failed during its verify: %s", name, w.GetStatus().GetMessage())

@@ -74,3 +74,13 @@ func TestVerifyCancelled(t *testing.T) {
 	_, err := Verify(ctx, f, "w", time.Millisecond)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// TestVerifyEndedEarly: a verify that is cancelled (or fails) will never be
+// done: Verify says so instead of waiting forever.
+func TestVerifyEndedEarly(t *testing.T) {
+	st := verifying(rowliftv1.VerifyState_VERIFY_STATE_CANCELLED, 5)
+	st.Verify.Message = "cancelled by the switch of w before its freeze"
+	f := &fakeControl{statuses: []*rowliftv1.WorkflowStatus{verifying(rowliftv1.VerifyState_VERIFY_STATE_RUNNING, 1), st}}
+	_, err := Verify(context.Background(), f, "w", time.Millisecond)
+	require.EqualError(t, err, "the verify of workflow w was cancelled before its end: cancelled by the switch of w before its freeze")
+}

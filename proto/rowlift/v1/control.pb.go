@@ -283,6 +283,11 @@ const (
 	VerifyState_VERIFY_STATE_UNSPECIFIED VerifyState = 0
 	VerifyState_VERIFY_STATE_RUNNING     VerifyState = 1
 	VerifyState_VERIFY_STATE_DONE        VerifyState = 2
+	// Stopped before the end by CancelVerify or by a cutover; message says which.
+	VerifyState_VERIFY_STATE_CANCELLED VerifyState = 3
+	// Every table finished, and at least one could not be verified (its table
+	// was renamed or dropped on the source); the tables' messages say why.
+	VerifyState_VERIFY_STATE_FAILED VerifyState = 4
 )
 
 // Enum value maps for VerifyState.
@@ -291,11 +296,15 @@ var (
 		0: "VERIFY_STATE_UNSPECIFIED",
 		1: "VERIFY_STATE_RUNNING",
 		2: "VERIFY_STATE_DONE",
+		3: "VERIFY_STATE_CANCELLED",
+		4: "VERIFY_STATE_FAILED",
 	}
 	VerifyState_value = map[string]int32{
 		"VERIFY_STATE_UNSPECIFIED": 0,
 		"VERIFY_STATE_RUNNING":     1,
 		"VERIFY_STATE_DONE":        2,
+		"VERIFY_STATE_CANCELLED":   3,
+		"VERIFY_STATE_FAILED":      4,
 	}
 )
 
@@ -390,6 +399,60 @@ func (x *VerifyRequest) GetRestart() bool {
 	return false
 }
 
+type CancelVerifyResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow *Workflow              `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// What was cancelled, like "cancelled the running verify of orders (42.0%
+	// done)"; empty when no verify was running.
+	Cancelled     string `protobuf:"bytes,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelVerifyResponse) Reset() {
+	*x = CancelVerifyResponse{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelVerifyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelVerifyResponse) ProtoMessage() {}
+
+func (x *CancelVerifyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelVerifyResponse.ProtoReflect.Descriptor instead.
+func (*CancelVerifyResponse) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CancelVerifyResponse) GetWorkflow() *Workflow {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *CancelVerifyResponse) GetCancelled() string {
+	if x != nil {
+		return x.Cancelled
+	}
+	return ""
+}
+
 type SwitchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Workflow *WorkflowRef           `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
@@ -411,7 +474,7 @@ type SwitchRequest struct {
 
 func (x *SwitchRequest) Reset() {
 	*x = SwitchRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	mi := &file_rowlift_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +486,7 @@ func (x *SwitchRequest) String() string {
 func (*SwitchRequest) ProtoMessage() {}
 
 func (x *SwitchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[1]
+	mi := &file_rowlift_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +499,7 @@ func (x *SwitchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchRequest.ProtoReflect.Descriptor instead.
 func (*SwitchRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SwitchRequest) GetWorkflow() *WorkflowRef {
@@ -483,14 +546,19 @@ type SwitchResponse struct {
 	WritePauseMs    int64  `protobuf:"varint,3,opt,name=write_pause_ms,json=writePauseMs,proto3" json:"write_pause_ms,omitempty"`
 	ReverseWorkflow string `protobuf:"bytes,4,opt,name=reverse_workflow,json=reverseWorkflow,proto3" json:"reverse_workflow,omitempty"`
 	// The hook's combined output, or why it failed.
-	HookOutput    string `protobuf:"bytes,5,opt,name=hook_output,json=hookOutput,proto3" json:"hook_output,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HookOutput string `protobuf:"bytes,5,opt,name=hook_output,json=hookOutput,proto3" json:"hook_output,omitempty"`
+	// Set when the cutover cancelled a running verify of the workflow that
+	// stopped taking the writes' stream, before it froze anything (a verify
+	// reads the tables the freeze renames): which verify, how far it got, and
+	// to run it again after the cutover.
+	CancelledVerify string `protobuf:"bytes,6,opt,name=cancelled_verify,json=cancelledVerify,proto3" json:"cancelled_verify,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SwitchResponse) Reset() {
 	*x = SwitchResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[2]
+	mi := &file_rowlift_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +570,7 @@ func (x *SwitchResponse) String() string {
 func (*SwitchResponse) ProtoMessage() {}
 
 func (x *SwitchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[2]
+	mi := &file_rowlift_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +583,7 @@ func (x *SwitchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchResponse.ProtoReflect.Descriptor instead.
 func (*SwitchResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SwitchResponse) GetWorkflow() *Workflow {
@@ -553,6 +621,13 @@ func (x *SwitchResponse) GetHookOutput() string {
 	return ""
 }
 
+func (x *SwitchResponse) GetCancelledVerify() string {
+	if x != nil {
+		return x.CancelledVerify
+	}
+	return ""
+}
+
 type CompleteRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Workflow         *WorkflowRef           `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
@@ -563,7 +638,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[3]
+	mi := &file_rowlift_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +650,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[3]
+	mi := &file_rowlift_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +663,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompleteRequest) GetWorkflow() *WorkflowRef {
@@ -616,7 +691,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[4]
+	mi := &file_rowlift_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +703,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[4]
+	mi := &file_rowlift_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +716,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CompleteResponse) GetKeptTables() []string {
@@ -668,7 +743,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[5]
+	mi := &file_rowlift_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +755,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[5]
+	mi := &file_rowlift_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +768,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelRequest) GetWorkflow() *WorkflowRef {
@@ -720,7 +795,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[6]
+	mi := &file_rowlift_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +807,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[6]
+	mi := &file_rowlift_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +820,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelResponse) GetKeptTables() []string {
@@ -776,7 +851,7 @@ type WorkflowRef struct {
 
 func (x *WorkflowRef) Reset() {
 	*x = WorkflowRef{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	mi := &file_rowlift_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +863,7 @@ func (x *WorkflowRef) String() string {
 func (*WorkflowRef) ProtoMessage() {}
 
 func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[7]
+	mi := &file_rowlift_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +876,7 @@ func (x *WorkflowRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRef.ProtoReflect.Descriptor instead.
 func (*WorkflowRef) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkflowRef) GetName() string {
@@ -827,7 +902,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[8]
+	mi := &file_rowlift_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +914,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[8]
+	mi := &file_rowlift_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +927,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateWorkflowRequest) GetSpec() *WorkflowSpec {
@@ -881,7 +956,7 @@ type WorkflowSpec struct {
 
 func (x *WorkflowSpec) Reset() {
 	*x = WorkflowSpec{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[9]
+	mi := &file_rowlift_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +968,7 @@ func (x *WorkflowSpec) String() string {
 func (*WorkflowSpec) ProtoMessage() {}
 
 func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[9]
+	mi := &file_rowlift_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +981,7 @@ func (x *WorkflowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSpec.ProtoReflect.Descriptor instead.
 func (*WorkflowSpec) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkflowSpec) GetName() string {
@@ -980,7 +1055,7 @@ type SourceShard struct {
 
 func (x *SourceShard) Reset() {
 	*x = SourceShard{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[10]
+	mi := &file_rowlift_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1067,7 @@ func (x *SourceShard) String() string {
 func (*SourceShard) ProtoMessage() {}
 
 func (x *SourceShard) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[10]
+	mi := &file_rowlift_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1080,7 @@ func (x *SourceShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceShard.ProtoReflect.Descriptor instead.
 func (*SourceShard) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SourceShard) GetName() string {
@@ -1057,7 +1132,7 @@ type TargetShard struct {
 
 func (x *TargetShard) Reset() {
 	*x = TargetShard{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[11]
+	mi := &file_rowlift_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1144,7 @@ func (x *TargetShard) String() string {
 func (*TargetShard) ProtoMessage() {}
 
 func (x *TargetShard) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[11]
+	mi := &file_rowlift_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1157,7 @@ func (x *TargetShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetShard.ProtoReflect.Descriptor instead.
 func (*TargetShard) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TargetShard) GetName() string {
@@ -1139,7 +1214,7 @@ type TableSpec struct {
 
 func (x *TableSpec) Reset() {
 	*x = TableSpec{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[12]
+	mi := &file_rowlift_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1226,7 @@ func (x *TableSpec) String() string {
 func (*TableSpec) ProtoMessage() {}
 
 func (x *TableSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[12]
+	mi := &file_rowlift_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1239,7 @@ func (x *TableSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableSpec.ProtoReflect.Descriptor instead.
 func (*TableSpec) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TableSpec) GetName() string {
@@ -1245,7 +1320,7 @@ type WorkflowOptions struct {
 
 func (x *WorkflowOptions) Reset() {
 	*x = WorkflowOptions{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[13]
+	mi := &file_rowlift_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1332,7 @@ func (x *WorkflowOptions) String() string {
 func (*WorkflowOptions) ProtoMessage() {}
 
 func (x *WorkflowOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[13]
+	mi := &file_rowlift_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1345,7 @@ func (x *WorkflowOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowOptions.ProtoReflect.Descriptor instead.
 func (*WorkflowOptions) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkflowOptions) GetOnDdl() OnDDL {
@@ -1382,7 +1457,7 @@ type Throttle struct {
 
 func (x *Throttle) Reset() {
 	*x = Throttle{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[14]
+	mi := &file_rowlift_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1469,7 @@ func (x *Throttle) String() string {
 func (*Throttle) ProtoMessage() {}
 
 func (x *Throttle) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[14]
+	mi := &file_rowlift_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1482,7 @@ func (x *Throttle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Throttle.ProtoReflect.Descriptor instead.
 func (*Throttle) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Throttle) GetSource() *ThrottleLimits {
@@ -1445,7 +1520,7 @@ type Workflow struct {
 
 func (x *Workflow) Reset() {
 	*x = Workflow{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[15]
+	mi := &file_rowlift_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1532,7 @@ func (x *Workflow) String() string {
 func (*Workflow) ProtoMessage() {}
 
 func (x *Workflow) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[15]
+	mi := &file_rowlift_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1545,7 @@ func (x *Workflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workflow.ProtoReflect.Descriptor instead.
 func (*Workflow) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Workflow) GetSpec() *WorkflowSpec {
@@ -1540,7 +1615,7 @@ type WorkflowStatus struct {
 
 func (x *WorkflowStatus) Reset() {
 	*x = WorkflowStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[16]
+	mi := &file_rowlift_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1627,7 @@ func (x *WorkflowStatus) String() string {
 func (*WorkflowStatus) ProtoMessage() {}
 
 func (x *WorkflowStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[16]
+	mi := &file_rowlift_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1640,7 @@ func (x *WorkflowStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowStatus.ProtoReflect.Descriptor instead.
 func (*WorkflowStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkflowStatus) GetState() WorkflowState {
@@ -1703,12 +1778,16 @@ type VerifyStatus struct {
 	// When the last table finished; zero while running.
 	FinishedAtUs int64          `protobuf:"varint,4,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`
 	Tables       []*VerifyTable `protobuf:"bytes,5,rep,name=tables,proto3" json:"tables,omitempty"`
+	// Why the verify was cancelled or which tables failed; empty otherwise.
+	Message string `protobuf:"bytes,12,opt,name=message,proto3" json:"message,omitempty"`
 	// Totals over tables.
-	RowsCompared  int64   `protobuf:"varint,6,opt,name=rows_compared,json=rowsCompared,proto3" json:"rows_compared,omitempty"`
-	Missing       int64   `protobuf:"varint,7,opt,name=missing,proto3" json:"missing,omitempty"`
-	Extra         int64   `protobuf:"varint,8,opt,name=extra,proto3" json:"extra,omitempty"`
-	Different     int64   `protobuf:"varint,9,opt,name=different,proto3" json:"different,omitempty"`
-	Repaired      int64   `protobuf:"varint,10,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	RowsCompared int64 `protobuf:"varint,6,opt,name=rows_compared,json=rowsCompared,proto3" json:"rows_compared,omitempty"`
+	Missing      int64 `protobuf:"varint,7,opt,name=missing,proto3" json:"missing,omitempty"`
+	Extra        int64 `protobuf:"varint,8,opt,name=extra,proto3" json:"extra,omitempty"`
+	Different    int64 `protobuf:"varint,9,opt,name=different,proto3" json:"different,omitempty"`
+	Repaired     int64 `protobuf:"varint,10,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	// Rows compared over the copy's row estimate; negative when unknown (a
+	// reverse workflow copies nothing, so it has no estimate).
 	Percent       float64 `protobuf:"fixed64,11,opt,name=percent,proto3" json:"percent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1716,7 +1795,7 @@ type VerifyStatus struct {
 
 func (x *VerifyStatus) Reset() {
 	*x = VerifyStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[17]
+	mi := &file_rowlift_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1807,7 @@ func (x *VerifyStatus) String() string {
 func (*VerifyStatus) ProtoMessage() {}
 
 func (x *VerifyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[17]
+	mi := &file_rowlift_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1820,7 @@ func (x *VerifyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyStatus.ProtoReflect.Descriptor instead.
 func (*VerifyStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VerifyStatus) GetState() VerifyState {
@@ -1777,6 +1856,13 @@ func (x *VerifyStatus) GetTables() []*VerifyTable {
 		return x.Tables
 	}
 	return nil
+}
+
+func (x *VerifyStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 func (x *VerifyStatus) GetRowsCompared() int64 {
@@ -1833,14 +1919,16 @@ type VerifyTable struct {
 	Repaired  int64 `protobuf:"varint,6,opt,name=repaired,proto3" json:"repaired,omitempty"`
 	Done      bool  `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`
 	// The first differing (or repaired) keys, like "missing on target: (id=5)".
-	Examples      []string `protobuf:"bytes,8,rep,name=examples,proto3" json:"examples,omitempty"`
+	Examples []string `protobuf:"bytes,8,rep,name=examples,proto3" json:"examples,omitempty"`
+	// Why the table's verify was cancelled or failed; empty otherwise.
+	Message       string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VerifyTable) Reset() {
 	*x = VerifyTable{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[18]
+	mi := &file_rowlift_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1940,7 @@ func (x *VerifyTable) String() string {
 func (*VerifyTable) ProtoMessage() {}
 
 func (x *VerifyTable) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[18]
+	mi := &file_rowlift_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1953,7 @@ func (x *VerifyTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyTable.ProtoReflect.Descriptor instead.
 func (*VerifyTable) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *VerifyTable) GetName() string {
@@ -1924,6 +2012,13 @@ func (x *VerifyTable) GetExamples() []string {
 	return nil
 }
 
+func (x *VerifyTable) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // CutoverStatus is a workflow's last switch or reverse.
 type CutoverStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1943,7 +2038,7 @@ type CutoverStatus struct {
 
 func (x *CutoverStatus) Reset() {
 	*x = CutoverStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[19]
+	mi := &file_rowlift_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2050,7 @@ func (x *CutoverStatus) String() string {
 func (*CutoverStatus) ProtoMessage() {}
 
 func (x *CutoverStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[19]
+	mi := &file_rowlift_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2063,7 @@ func (x *CutoverStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CutoverStatus.ProtoReflect.Descriptor instead.
 func (*CutoverStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CutoverStatus) GetDirection() string {
@@ -2048,7 +2143,7 @@ type TableStatus struct {
 
 func (x *TableStatus) Reset() {
 	*x = TableStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[20]
+	mi := &file_rowlift_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2155,7 @@ func (x *TableStatus) String() string {
 func (*TableStatus) ProtoMessage() {}
 
 func (x *TableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[20]
+	mi := &file_rowlift_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2168,7 @@ func (x *TableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatus.ProtoReflect.Descriptor instead.
 func (*TableStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TableStatus) GetName() string {
@@ -2159,7 +2254,7 @@ type StreamStatus struct {
 
 func (x *StreamStatus) Reset() {
 	*x = StreamStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[21]
+	mi := &file_rowlift_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2266,7 @@ func (x *StreamStatus) String() string {
 func (*StreamStatus) ProtoMessage() {}
 
 func (x *StreamStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[21]
+	mi := &file_rowlift_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2279,7 @@ func (x *StreamStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStatus.ProtoReflect.Descriptor instead.
 func (*StreamStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamStatus) GetSource() string {
@@ -2275,7 +2370,7 @@ type DeleteWorkflowResponse struct {
 
 func (x *DeleteWorkflowResponse) Reset() {
 	*x = DeleteWorkflowResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[22]
+	mi := &file_rowlift_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2382,7 @@ func (x *DeleteWorkflowResponse) String() string {
 func (*DeleteWorkflowResponse) ProtoMessage() {}
 
 func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[22]
+	mi := &file_rowlift_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2395,7 @@ func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteWorkflowResponse) GetKeptTables() []string {
@@ -2321,7 +2416,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[23]
+	mi := &file_rowlift_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2428,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[23]
+	mi := &file_rowlift_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2441,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListWorkflowsRequest) GetTargets() []string {
@@ -2377,7 +2472,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[24]
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2484,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[24]
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2497,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -2443,7 +2538,7 @@ type TargetError struct {
 
 func (x *TargetError) Reset() {
 	*x = TargetError{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	mi := &file_rowlift_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2550,7 @@ func (x *TargetError) String() string {
 func (*TargetError) ProtoMessage() {}
 
 func (x *TargetError) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	mi := &file_rowlift_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2563,7 @@ func (x *TargetError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetError.ProtoReflect.Descriptor instead.
 func (*TargetError) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TargetError) GetTarget() string {
@@ -2503,7 +2598,7 @@ type WatchWorkflowRequest struct {
 
 func (x *WatchWorkflowRequest) Reset() {
 	*x = WatchWorkflowRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[26]
+	mi := &file_rowlift_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2610,7 @@ func (x *WatchWorkflowRequest) String() string {
 func (*WatchWorkflowRequest) ProtoMessage() {}
 
 func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[26]
+	mi := &file_rowlift_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2623,7 @@ func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchWorkflowRequest) GetWorkflow() *WorkflowRef {
@@ -2554,21 +2649,25 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\rVerifyRequest\x123\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12\x16\n" +
 	"\x06repair\x18\x02 \x01(\bR\x06repair\x12\x18\n" +
-	"\arestart\x18\x03 \x01(\bR\arestart\"\xd6\x01\n" +
+	"\arestart\x18\x03 \x01(\bR\arestart\"f\n" +
+	"\x14CancelVerifyResponse\x120\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x14.rowlift.v1.WorkflowR\bworkflow\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\tR\tcancelled\"\xd6\x01\n" +
 	"\rSwitchRequest\x123\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12&\n" +
 	"\x0fmax_lag_seconds\x18\x02 \x01(\x01R\rmaxLagSeconds\x12.\n" +
 	"\x06freeze\x18\x03 \x01(\x0e2\x16.rowlift.v1.FreezeModeR\x06freeze\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x19\n" +
-	"\bhook_cmd\x18\x05 \x01(\tR\ahookCmd\"\xdf\x01\n" +
+	"\bhook_cmd\x18\x05 \x01(\tR\ahookCmd\"\x8a\x02\n" +
 	"\x0eSwitchResponse\x120\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x14.rowlift.v1.WorkflowR\bworkflow\x12)\n" +
 	"\x10freeze_positions\x18\x02 \x03(\tR\x0ffreezePositions\x12$\n" +
 	"\x0ewrite_pause_ms\x18\x03 \x01(\x03R\fwritePauseMs\x12)\n" +
 	"\x10reverse_workflow\x18\x04 \x01(\tR\x0freverseWorkflow\x12\x1f\n" +
 	"\vhook_output\x18\x05 \x01(\tR\n" +
-	"hookOutput\"t\n" +
+	"hookOutput\x12)\n" +
+	"\x10cancelled_verify\x18\x06 \x01(\tR\x0fcancelledVerify\"t\n" +
 	"\x0fCompleteRequest\x123\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x17.rowlift.v1.WorkflowRefR\bworkflow\x12,\n" +
 	"\x12drop_source_tables\x18\x02 \x01(\bR\x10dropSourceTables\"Z\n" +
@@ -2660,20 +2759,21 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\apercent\x18\x0f \x01(\x01R\apercent\x12&\n" +
 	"\x0frows_per_second\x18\x10 \x01(\x01R\rrowsPerSecond\x120\n" +
 	"\x06verify\x18\x11 \x01(\v2\x18.rowlift.v1.VerifyStatusR\x06verify\x123\n" +
-	"\acutover\x18\x12 \x01(\v2\x19.rowlift.v1.CutoverStatusR\acutover\"\xf9\x02\n" +
+	"\acutover\x18\x12 \x01(\v2\x19.rowlift.v1.CutoverStatusR\acutover\"\x93\x03\n" +
 	"\fVerifyStatus\x12-\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x17.rowlift.v1.VerifyStateR\x05state\x12\x16\n" +
 	"\x06repair\x18\x02 \x01(\bR\x06repair\x12\"\n" +
 	"\rstarted_at_us\x18\x03 \x01(\x03R\vstartedAtUs\x12$\n" +
 	"\x0efinished_at_us\x18\x04 \x01(\x03R\ffinishedAtUs\x12/\n" +
-	"\x06tables\x18\x05 \x03(\v2\x17.rowlift.v1.VerifyTableR\x06tables\x12#\n" +
+	"\x06tables\x18\x05 \x03(\v2\x17.rowlift.v1.VerifyTableR\x06tables\x12\x18\n" +
+	"\amessage\x18\f \x01(\tR\amessage\x12#\n" +
 	"\rrows_compared\x18\x06 \x01(\x03R\frowsCompared\x12\x18\n" +
 	"\amissing\x18\a \x01(\x03R\amissing\x12\x14\n" +
 	"\x05extra\x18\b \x01(\x03R\x05extra\x12\x1c\n" +
 	"\tdifferent\x18\t \x01(\x03R\tdifferent\x12\x1a\n" +
 	"\brepaired\x18\n" +
 	" \x01(\x03R\brepaired\x12\x18\n" +
-	"\apercent\x18\v \x01(\x01R\apercent\"\xe0\x01\n" +
+	"\apercent\x18\v \x01(\x01R\apercent\"\xfa\x01\n" +
 	"\vVerifyTable\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rrows_compared\x18\x02 \x01(\x03R\frowsCompared\x12\x18\n" +
@@ -2682,7 +2782,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\tdifferent\x18\x05 \x01(\x03R\tdifferent\x12\x1a\n" +
 	"\brepaired\x18\x06 \x01(\x03R\brepaired\x12\x12\n" +
 	"\x04done\x18\a \x01(\bR\x04done\x12\x1a\n" +
-	"\bexamples\x18\b \x03(\tR\bexamples\"\xa1\x02\n" +
+	"\bexamples\x18\b \x03(\tR\bexamples\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\xa1\x02\n" +
 	"\rCutoverStatus\x12\x1c\n" +
 	"\tdirection\x18\x01 \x01(\tR\tdirection\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12)\n" +
@@ -2762,11 +2863,13 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x14WORKFLOW_PHASE_ERROR\x10\x06\x12\x1a\n" +
 	"\x16WORKFLOW_PHASE_CUTOVER\x10\a\x12\x17\n" +
 	"\x13WORKFLOW_PHASE_DONE\x10\b\x12\x1b\n" +
-	"\x17WORKFLOW_PHASE_SWITCHED\x10\t*\\\n" +
+	"\x17WORKFLOW_PHASE_SWITCHED\x10\t*\x91\x01\n" +
 	"\vVerifyState\x12\x1c\n" +
 	"\x18VERIFY_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14VERIFY_STATE_RUNNING\x10\x01\x12\x15\n" +
-	"\x11VERIFY_STATE_DONE\x10\x022\xb0\a\n" +
+	"\x11VERIFY_STATE_DONE\x10\x02\x12\x1a\n" +
+	"\x16VERIFY_STATE_CANCELLED\x10\x03\x12\x17\n" +
+	"\x13VERIFY_STATE_FAILED\x10\x042\xfb\a\n" +
 	"\aControl\x12I\n" +
 	"\x0eCreateWorkflow\x12!.rowlift.v1.CreateWorkflowRequest\x1a\x14.rowlift.v1.Workflow\x12>\n" +
 	"\rStartWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12=\n" +
@@ -2776,7 +2879,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\vGetWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12T\n" +
 	"\rListWorkflows\x12 .rowlift.v1.ListWorkflowsRequest\x1a!.rowlift.v1.ListWorkflowsResponse\x12I\n" +
 	"\rWatchWorkflow\x12 .rowlift.v1.WatchWorkflowRequest\x1a\x14.rowlift.v1.Workflow0\x01\x12A\n" +
-	"\x0eVerifyWorkflow\x12\x19.rowlift.v1.VerifyRequest\x1a\x14.rowlift.v1.Workflow\x12G\n" +
+	"\x0eVerifyWorkflow\x12\x19.rowlift.v1.VerifyRequest\x1a\x14.rowlift.v1.Workflow\x12I\n" +
+	"\fCancelVerify\x12\x17.rowlift.v1.WorkflowRef\x1a .rowlift.v1.CancelVerifyResponse\x12G\n" +
 	"\x0eSwitchWorkflow\x12\x19.rowlift.v1.SwitchRequest\x1a\x1a.rowlift.v1.SwitchResponse\x12H\n" +
 	"\x0fReverseWorkflow\x12\x19.rowlift.v1.SwitchRequest\x1a\x1a.rowlift.v1.SwitchResponse\x12M\n" +
 	"\x10CompleteWorkflow\x12\x1b.rowlift.v1.CompleteRequest\x1a\x1c.rowlift.v1.CompleteResponse\x12G\n" +
@@ -2795,7 +2899,7 @@ func file_rowlift_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_rowlift_v1_control_proto_goTypes = []any{
 	(OnDDL)(0),                     // 0: rowlift.v1.OnDDL
 	(CopyMethod)(0),                // 1: rowlift.v1.CopyMethod
@@ -2803,98 +2907,102 @@ var file_rowlift_v1_control_proto_goTypes = []any{
 	(WorkflowPhase)(0),             // 3: rowlift.v1.WorkflowPhase
 	(VerifyState)(0),               // 4: rowlift.v1.VerifyState
 	(*VerifyRequest)(nil),          // 5: rowlift.v1.VerifyRequest
-	(*SwitchRequest)(nil),          // 6: rowlift.v1.SwitchRequest
-	(*SwitchResponse)(nil),         // 7: rowlift.v1.SwitchResponse
-	(*CompleteRequest)(nil),        // 8: rowlift.v1.CompleteRequest
-	(*CompleteResponse)(nil),       // 9: rowlift.v1.CompleteResponse
-	(*CancelRequest)(nil),          // 10: rowlift.v1.CancelRequest
-	(*CancelResponse)(nil),         // 11: rowlift.v1.CancelResponse
-	(*WorkflowRef)(nil),            // 12: rowlift.v1.WorkflowRef
-	(*CreateWorkflowRequest)(nil),  // 13: rowlift.v1.CreateWorkflowRequest
-	(*WorkflowSpec)(nil),           // 14: rowlift.v1.WorkflowSpec
-	(*SourceShard)(nil),            // 15: rowlift.v1.SourceShard
-	(*TargetShard)(nil),            // 16: rowlift.v1.TargetShard
-	(*TableSpec)(nil),              // 17: rowlift.v1.TableSpec
-	(*WorkflowOptions)(nil),        // 18: rowlift.v1.WorkflowOptions
-	(*Throttle)(nil),               // 19: rowlift.v1.Throttle
-	(*Workflow)(nil),               // 20: rowlift.v1.Workflow
-	(*WorkflowStatus)(nil),         // 21: rowlift.v1.WorkflowStatus
-	(*VerifyStatus)(nil),           // 22: rowlift.v1.VerifyStatus
-	(*VerifyTable)(nil),            // 23: rowlift.v1.VerifyTable
-	(*CutoverStatus)(nil),          // 24: rowlift.v1.CutoverStatus
-	(*TableStatus)(nil),            // 25: rowlift.v1.TableStatus
-	(*StreamStatus)(nil),           // 26: rowlift.v1.StreamStatus
-	(*DeleteWorkflowResponse)(nil), // 27: rowlift.v1.DeleteWorkflowResponse
-	(*ListWorkflowsRequest)(nil),   // 28: rowlift.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),  // 29: rowlift.v1.ListWorkflowsResponse
-	(*TargetError)(nil),            // 30: rowlift.v1.TargetError
-	(*WatchWorkflowRequest)(nil),   // 31: rowlift.v1.WatchWorkflowRequest
-	(FreezeMode)(0),                // 32: rowlift.v1.FreezeMode
-	(*ThrottleLimits)(nil),         // 33: rowlift.v1.ThrottleLimits
-	(*Position)(nil),               // 34: rowlift.v1.Position
+	(*CancelVerifyResponse)(nil),   // 6: rowlift.v1.CancelVerifyResponse
+	(*SwitchRequest)(nil),          // 7: rowlift.v1.SwitchRequest
+	(*SwitchResponse)(nil),         // 8: rowlift.v1.SwitchResponse
+	(*CompleteRequest)(nil),        // 9: rowlift.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 10: rowlift.v1.CompleteResponse
+	(*CancelRequest)(nil),          // 11: rowlift.v1.CancelRequest
+	(*CancelResponse)(nil),         // 12: rowlift.v1.CancelResponse
+	(*WorkflowRef)(nil),            // 13: rowlift.v1.WorkflowRef
+	(*CreateWorkflowRequest)(nil),  // 14: rowlift.v1.CreateWorkflowRequest
+	(*WorkflowSpec)(nil),           // 15: rowlift.v1.WorkflowSpec
+	(*SourceShard)(nil),            // 16: rowlift.v1.SourceShard
+	(*TargetShard)(nil),            // 17: rowlift.v1.TargetShard
+	(*TableSpec)(nil),              // 18: rowlift.v1.TableSpec
+	(*WorkflowOptions)(nil),        // 19: rowlift.v1.WorkflowOptions
+	(*Throttle)(nil),               // 20: rowlift.v1.Throttle
+	(*Workflow)(nil),               // 21: rowlift.v1.Workflow
+	(*WorkflowStatus)(nil),         // 22: rowlift.v1.WorkflowStatus
+	(*VerifyStatus)(nil),           // 23: rowlift.v1.VerifyStatus
+	(*VerifyTable)(nil),            // 24: rowlift.v1.VerifyTable
+	(*CutoverStatus)(nil),          // 25: rowlift.v1.CutoverStatus
+	(*TableStatus)(nil),            // 26: rowlift.v1.TableStatus
+	(*StreamStatus)(nil),           // 27: rowlift.v1.StreamStatus
+	(*DeleteWorkflowResponse)(nil), // 28: rowlift.v1.DeleteWorkflowResponse
+	(*ListWorkflowsRequest)(nil),   // 29: rowlift.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),  // 30: rowlift.v1.ListWorkflowsResponse
+	(*TargetError)(nil),            // 31: rowlift.v1.TargetError
+	(*WatchWorkflowRequest)(nil),   // 32: rowlift.v1.WatchWorkflowRequest
+	(FreezeMode)(0),                // 33: rowlift.v1.FreezeMode
+	(*ThrottleLimits)(nil),         // 34: rowlift.v1.ThrottleLimits
+	(*Position)(nil),               // 35: rowlift.v1.Position
 }
 var file_rowlift_v1_control_proto_depIdxs = []int32{
-	12, // 0: rowlift.v1.VerifyRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	12, // 1: rowlift.v1.SwitchRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	32, // 2: rowlift.v1.SwitchRequest.freeze:type_name -> rowlift.v1.FreezeMode
-	20, // 3: rowlift.v1.SwitchResponse.workflow:type_name -> rowlift.v1.Workflow
-	12, // 4: rowlift.v1.CompleteRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	12, // 5: rowlift.v1.CancelRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	14, // 6: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
-	15, // 7: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
-	16, // 8: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
-	17, // 9: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
-	18, // 10: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
-	0,  // 11: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
-	1,  // 12: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
-	19, // 13: rowlift.v1.WorkflowOptions.throttle:type_name -> rowlift.v1.Throttle
-	33, // 14: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
-	33, // 15: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
-	14, // 16: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
-	21, // 17: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
-	2,  // 18: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
-	25, // 19: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
-	26, // 20: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
-	3,  // 21: rowlift.v1.WorkflowStatus.phase:type_name -> rowlift.v1.WorkflowPhase
-	22, // 22: rowlift.v1.WorkflowStatus.verify:type_name -> rowlift.v1.VerifyStatus
-	24, // 23: rowlift.v1.WorkflowStatus.cutover:type_name -> rowlift.v1.CutoverStatus
-	4,  // 24: rowlift.v1.VerifyStatus.state:type_name -> rowlift.v1.VerifyState
-	23, // 25: rowlift.v1.VerifyStatus.tables:type_name -> rowlift.v1.VerifyTable
-	34, // 26: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
-	20, // 27: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
-	30, // 28: rowlift.v1.ListWorkflowsResponse.target_errors:type_name -> rowlift.v1.TargetError
-	12, // 29: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	13, // 30: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
-	12, // 31: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 32: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 33: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 34: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
-	12, // 35: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
-	28, // 36: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
-	31, // 37: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
-	5,  // 38: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
-	6,  // 39: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
-	6,  // 40: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
-	8,  // 41: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
-	10, // 42: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
-	20, // 43: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 44: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 45: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 46: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
-	27, // 47: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
-	20, // 48: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
-	29, // 49: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
-	20, // 50: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
-	20, // 51: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
-	7,  // 52: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
-	7,  // 53: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
-	9,  // 54: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
-	11, // 55: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
-	43, // [43:56] is the sub-list for method output_type
-	30, // [30:43] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	13, // 0: rowlift.v1.VerifyRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	21, // 1: rowlift.v1.CancelVerifyResponse.workflow:type_name -> rowlift.v1.Workflow
+	13, // 2: rowlift.v1.SwitchRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	33, // 3: rowlift.v1.SwitchRequest.freeze:type_name -> rowlift.v1.FreezeMode
+	21, // 4: rowlift.v1.SwitchResponse.workflow:type_name -> rowlift.v1.Workflow
+	13, // 5: rowlift.v1.CompleteRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	13, // 6: rowlift.v1.CancelRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	15, // 7: rowlift.v1.CreateWorkflowRequest.spec:type_name -> rowlift.v1.WorkflowSpec
+	16, // 8: rowlift.v1.WorkflowSpec.sources:type_name -> rowlift.v1.SourceShard
+	17, // 9: rowlift.v1.WorkflowSpec.targets:type_name -> rowlift.v1.TargetShard
+	18, // 10: rowlift.v1.WorkflowSpec.tables:type_name -> rowlift.v1.TableSpec
+	19, // 11: rowlift.v1.WorkflowSpec.options:type_name -> rowlift.v1.WorkflowOptions
+	0,  // 12: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
+	1,  // 13: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
+	20, // 14: rowlift.v1.WorkflowOptions.throttle:type_name -> rowlift.v1.Throttle
+	34, // 15: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
+	34, // 16: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
+	15, // 17: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
+	22, // 18: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
+	2,  // 19: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
+	26, // 20: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
+	27, // 21: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
+	3,  // 22: rowlift.v1.WorkflowStatus.phase:type_name -> rowlift.v1.WorkflowPhase
+	23, // 23: rowlift.v1.WorkflowStatus.verify:type_name -> rowlift.v1.VerifyStatus
+	25, // 24: rowlift.v1.WorkflowStatus.cutover:type_name -> rowlift.v1.CutoverStatus
+	4,  // 25: rowlift.v1.VerifyStatus.state:type_name -> rowlift.v1.VerifyState
+	24, // 26: rowlift.v1.VerifyStatus.tables:type_name -> rowlift.v1.VerifyTable
+	35, // 27: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
+	21, // 28: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
+	31, // 29: rowlift.v1.ListWorkflowsResponse.target_errors:type_name -> rowlift.v1.TargetError
+	13, // 30: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	14, // 31: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
+	13, // 32: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 33: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 34: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 35: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 36: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
+	29, // 37: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
+	32, // 38: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
+	5,  // 39: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
+	13, // 40: rowlift.v1.Control.CancelVerify:input_type -> rowlift.v1.WorkflowRef
+	7,  // 41: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
+	7,  // 42: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
+	9,  // 43: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
+	11, // 44: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
+	21, // 45: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 46: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 47: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 48: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
+	28, // 49: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
+	21, // 50: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
+	30, // 51: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
+	21, // 52: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 53: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
+	6,  // 54: rowlift.v1.Control.CancelVerify:output_type -> rowlift.v1.CancelVerifyResponse
+	8,  // 55: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
+	8,  // 56: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
+	10, // 57: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
+	12, // 58: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
+	45, // [45:59] is the sub-list for method output_type
+	31, // [31:45] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_control_proto_init() }
@@ -2909,7 +3017,7 @@ func file_rowlift_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_control_proto_rawDesc), len(file_rowlift_v1_control_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

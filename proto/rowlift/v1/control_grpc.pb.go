@@ -28,6 +28,7 @@ const (
 	Control_ListWorkflows_FullMethodName    = "/rowlift.v1.Control/ListWorkflows"
 	Control_WatchWorkflow_FullMethodName    = "/rowlift.v1.Control/WatchWorkflow"
 	Control_VerifyWorkflow_FullMethodName   = "/rowlift.v1.Control/VerifyWorkflow"
+	Control_CancelVerify_FullMethodName     = "/rowlift.v1.Control/CancelVerify"
 	Control_SwitchWorkflow_FullMethodName   = "/rowlift.v1.Control/SwitchWorkflow"
 	Control_ReverseWorkflow_FullMethodName  = "/rowlift.v1.Control/ReverseWorkflow"
 	Control_CompleteWorkflow_FullMethodName = "/rowlift.v1.Control/CompleteWorkflow"
@@ -79,6 +80,12 @@ type ControlClient interface {
 	// every process. Calling it again while a verify runs changes nothing;
 	// restart=true starts over. FailedPrecondition before the copy is done.
 	VerifyWorkflow(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*Workflow, error)
+	// CancelVerify stops the workflow's running verify on every target and
+	// records it as cancelled (status.verify.state CANCELLED), in the targets'
+	// state, so it stays cancelled whatever process restarts. The appliers
+	// restart the streams without it. Without a running verify it changes
+	// nothing, and cancelled says so by being empty.
+	CancelVerify(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*CancelVerifyResponse, error)
 	// SwitchWorkflow moves writes from the sources to the targets: it checks lag,
 	// freezes the moved tables on every source, waits until every stream has
 	// applied the freeze position, starts the reverse workflow (targets ->
@@ -205,6 +212,16 @@ func (c *controlClient) VerifyWorkflow(ctx context.Context, in *VerifyRequest, o
 	return out, nil
 }
 
+func (c *controlClient) CancelVerify(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*CancelVerifyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelVerifyResponse)
+	err := c.cc.Invoke(ctx, Control_CancelVerify_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) SwitchWorkflow(ctx context.Context, in *SwitchRequest, opts ...grpc.CallOption) (*SwitchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SwitchResponse)
@@ -290,6 +307,12 @@ type ControlServer interface {
 	// every process. Calling it again while a verify runs changes nothing;
 	// restart=true starts over. FailedPrecondition before the copy is done.
 	VerifyWorkflow(context.Context, *VerifyRequest) (*Workflow, error)
+	// CancelVerify stops the workflow's running verify on every target and
+	// records it as cancelled (status.verify.state CANCELLED), in the targets'
+	// state, so it stays cancelled whatever process restarts. The appliers
+	// restart the streams without it. Without a running verify it changes
+	// nothing, and cancelled says so by being empty.
+	CancelVerify(context.Context, *WorkflowRef) (*CancelVerifyResponse, error)
 	// SwitchWorkflow moves writes from the sources to the targets: it checks lag,
 	// freezes the moved tables on every source, waits until every stream has
 	// applied the freeze position, starts the reverse workflow (targets ->
@@ -343,6 +366,9 @@ func (UnimplementedControlServer) WatchWorkflow(*WatchWorkflowRequest, grpc.Serv
 }
 func (UnimplementedControlServer) VerifyWorkflow(context.Context, *VerifyRequest) (*Workflow, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyWorkflow not implemented")
+}
+func (UnimplementedControlServer) CancelVerify(context.Context, *WorkflowRef) (*CancelVerifyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelVerify not implemented")
 }
 func (UnimplementedControlServer) SwitchWorkflow(context.Context, *SwitchRequest) (*SwitchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SwitchWorkflow not implemented")
@@ -532,6 +558,24 @@ func _Control_VerifyWorkflow_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_CancelVerify_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkflowRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).CancelVerify(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_CancelVerify_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).CancelVerify(ctx, req.(*WorkflowRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_SwitchWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SwitchRequest)
 	if err := dec(in); err != nil {
@@ -642,6 +686,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VerifyWorkflow",
 			Handler:    _Control_VerifyWorkflow_Handler,
+		},
+		{
+			MethodName: "CancelVerify",
+			Handler:    _Control_CancelVerify_Handler,
 		},
 		{
 			MethodName: "SwitchWorkflow",

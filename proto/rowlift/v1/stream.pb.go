@@ -624,6 +624,65 @@ func (x *VerifyProgress) GetRepair() bool {
 	return false
 }
 
+// VerifyFailure is the detail of a Stream error that ends one table's verify
+// rather than the stream: the table's verify chunks cannot be read any more
+// (the table was renamed or dropped on the source, by a cutover's freeze or by
+// hand). Retrying the stream would fail on the same chunk forever, so the
+// applier records the table's verify as failed with message and opens the
+// stream again without it.
+type VerifyFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// What happened and what to do, for the operator.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyFailure) Reset() {
+	*x = VerifyFailure{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyFailure) ProtoMessage() {}
+
+func (x *VerifyFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyFailure.ProtoReflect.Descriptor instead.
+func (*VerifyFailure) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *VerifyFailure) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *VerifyFailure) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // CopyProgress is a table's copy state as the target last committed it.
 type CopyProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -638,7 +697,7 @@ type CopyProgress struct {
 
 func (x *CopyProgress) Reset() {
 	*x = CopyProgress{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +709,7 @@ func (x *CopyProgress) String() string {
 func (*CopyProgress) ProtoMessage() {}
 
 func (x *CopyProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[8]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +722,7 @@ func (x *CopyProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyProgress.ProtoReflect.Descriptor instead.
 func (*CopyProgress) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{8}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CopyProgress) GetDone() bool {
@@ -703,7 +762,7 @@ type StreamOptions struct {
 
 func (x *StreamOptions) Reset() {
 	*x = StreamOptions{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +774,7 @@ func (x *StreamOptions) String() string {
 func (*StreamOptions) ProtoMessage() {}
 
 func (x *StreamOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[9]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +787,7 @@ func (x *StreamOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOptions.ProtoReflect.Descriptor instead.
 func (*StreamOptions) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamOptions) GetChunkRows() int64 {
@@ -799,7 +858,7 @@ type ThrottleLimits struct {
 
 func (x *ThrottleLimits) Reset() {
 	*x = ThrottleLimits{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +870,7 @@ func (x *ThrottleLimits) String() string {
 func (*ThrottleLimits) ProtoMessage() {}
 
 func (x *ThrottleLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[10]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +883,7 @@ func (x *ThrottleLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThrottleLimits.ProtoReflect.Descriptor instead.
 func (*ThrottleLimits) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ThrottleLimits) GetThreadsRunning() int64 {
@@ -870,7 +929,7 @@ type Position struct {
 
 func (x *Position) Reset() {
 	*x = Position{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +941,7 @@ func (x *Position) String() string {
 func (*Position) ProtoMessage() {}
 
 func (x *Position) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[11]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +954,7 @@ func (x *Position) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Position.ProtoReflect.Descriptor instead.
 func (*Position) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{11}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Position) GetGtidSet() string {
@@ -932,7 +991,7 @@ type KeyRange struct {
 
 func (x *KeyRange) Reset() {
 	*x = KeyRange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1003,7 @@ func (x *KeyRange) String() string {
 func (*KeyRange) ProtoMessage() {}
 
 func (x *KeyRange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[12]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1016,7 @@ func (x *KeyRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRange.ProtoReflect.Descriptor instead.
 func (*KeyRange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{12}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeyRange) GetStart() []byte {
@@ -991,7 +1050,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1062,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1075,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ValidateResponse) GetTables() []*TableFields {
@@ -1055,7 +1114,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1126,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1139,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamResponse) GetItems() []*StreamItem {
@@ -1114,7 +1173,7 @@ type StreamItem struct {
 
 func (x *StreamItem) Reset() {
 	*x = StreamItem{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1185,7 @@ func (x *StreamItem) String() string {
 func (*StreamItem) ProtoMessage() {}
 
 func (x *StreamItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1198,7 @@ func (x *StreamItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamItem.ProtoReflect.Descriptor instead.
 func (*StreamItem) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StreamItem) GetItem() isStreamItem_Item {
@@ -1246,7 +1305,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1317,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1330,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Row) GetLengths() []int64 {
@@ -1307,7 +1366,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1378,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1391,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Field) GetName() string {
@@ -1397,7 +1456,7 @@ type TableFields struct {
 
 func (x *TableFields) Reset() {
 	*x = TableFields{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1468,7 @@ func (x *TableFields) String() string {
 func (*TableFields) ProtoMessage() {}
 
 func (x *TableFields) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1481,7 @@ func (x *TableFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableFields.ProtoReflect.Descriptor instead.
 func (*TableFields) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TableFields) GetTable() string {
@@ -1502,7 +1561,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1573,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1586,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Chunk) GetTable() string {
@@ -1605,7 +1664,7 @@ type RowChange struct {
 
 func (x *RowChange) Reset() {
 	*x = RowChange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1676,7 @@ func (x *RowChange) String() string {
 func (*RowChange) ProtoMessage() {}
 
 func (x *RowChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1689,7 @@ func (x *RowChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowChange.ProtoReflect.Descriptor instead.
 func (*RowChange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RowChange) GetBefore() *Row {
@@ -1658,7 +1717,7 @@ type RowEvent struct {
 
 func (x *RowEvent) Reset() {
 	*x = RowEvent{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1729,7 @@ func (x *RowEvent) String() string {
 func (*RowEvent) ProtoMessage() {}
 
 func (x *RowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1742,7 @@ func (x *RowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowEvent.ProtoReflect.Descriptor instead.
 func (*RowEvent) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RowEvent) GetTable() string {
@@ -1716,7 +1775,7 @@ type Transaction struct {
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1787,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1800,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Transaction) GetGtid() string {
@@ -1792,7 +1851,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1863,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1876,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Heartbeat) GetPosition() *Position {
@@ -1863,7 +1922,7 @@ type DDL struct {
 
 func (x *DDL) Reset() {
 	*x = DDL{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +1934,7 @@ func (x *DDL) String() string {
 func (*DDL) ProtoMessage() {}
 
 func (x *DDL) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +1947,7 @@ func (x *DDL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DDL.ProtoReflect.Descriptor instead.
 func (*DDL) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{24}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DDL) GetGtid() string {
@@ -1980,7 +2039,10 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x0eVerifyProgress\x12(\n" +
 	"\alast_pk\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x16\n" +
-	"\x06repair\x18\x03 \x01(\bR\x06repair\"L\n" +
+	"\x06repair\x18\x03 \x01(\bR\x06repair\"?\n" +
+	"\rVerifyFailure\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"L\n" +
 	"\fCopyProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12(\n" +
 	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\x81\x02\n" +
@@ -2104,7 +2166,7 @@ func file_rowlift_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_rowlift_v1_stream_proto_goTypes = []any{
 	(FreezeMode)(0),             // 0: rowlift.v1.FreezeMode
 	(*CheckFreezeResponse)(nil), // 1: rowlift.v1.CheckFreezeResponse
@@ -2115,63 +2177,64 @@ var file_rowlift_v1_stream_proto_goTypes = []any{
 	(*StreamRequest)(nil),       // 6: rowlift.v1.StreamRequest
 	(*TableRequest)(nil),        // 7: rowlift.v1.TableRequest
 	(*VerifyProgress)(nil),      // 8: rowlift.v1.VerifyProgress
-	(*CopyProgress)(nil),        // 9: rowlift.v1.CopyProgress
-	(*StreamOptions)(nil),       // 10: rowlift.v1.StreamOptions
-	(*ThrottleLimits)(nil),      // 11: rowlift.v1.ThrottleLimits
-	(*Position)(nil),            // 12: rowlift.v1.Position
-	(*KeyRange)(nil),            // 13: rowlift.v1.KeyRange
-	(*ValidateResponse)(nil),    // 14: rowlift.v1.ValidateResponse
-	(*StreamResponse)(nil),      // 15: rowlift.v1.StreamResponse
-	(*StreamItem)(nil),          // 16: rowlift.v1.StreamItem
-	(*Row)(nil),                 // 17: rowlift.v1.Row
-	(*Field)(nil),               // 18: rowlift.v1.Field
-	(*TableFields)(nil),         // 19: rowlift.v1.TableFields
-	(*Chunk)(nil),               // 20: rowlift.v1.Chunk
-	(*RowChange)(nil),           // 21: rowlift.v1.RowChange
-	(*RowEvent)(nil),            // 22: rowlift.v1.RowEvent
-	(*Transaction)(nil),         // 23: rowlift.v1.Transaction
-	(*Heartbeat)(nil),           // 24: rowlift.v1.Heartbeat
-	(*DDL)(nil),                 // 25: rowlift.v1.DDL
-	nil,                         // 26: rowlift.v1.Chunk.TraceContextEntry
+	(*VerifyFailure)(nil),       // 9: rowlift.v1.VerifyFailure
+	(*CopyProgress)(nil),        // 10: rowlift.v1.CopyProgress
+	(*StreamOptions)(nil),       // 11: rowlift.v1.StreamOptions
+	(*ThrottleLimits)(nil),      // 12: rowlift.v1.ThrottleLimits
+	(*Position)(nil),            // 13: rowlift.v1.Position
+	(*KeyRange)(nil),            // 14: rowlift.v1.KeyRange
+	(*ValidateResponse)(nil),    // 15: rowlift.v1.ValidateResponse
+	(*StreamResponse)(nil),      // 16: rowlift.v1.StreamResponse
+	(*StreamItem)(nil),          // 17: rowlift.v1.StreamItem
+	(*Row)(nil),                 // 18: rowlift.v1.Row
+	(*Field)(nil),               // 19: rowlift.v1.Field
+	(*TableFields)(nil),         // 20: rowlift.v1.TableFields
+	(*Chunk)(nil),               // 21: rowlift.v1.Chunk
+	(*RowChange)(nil),           // 22: rowlift.v1.RowChange
+	(*RowEvent)(nil),            // 23: rowlift.v1.RowEvent
+	(*Transaction)(nil),         // 24: rowlift.v1.Transaction
+	(*Heartbeat)(nil),           // 25: rowlift.v1.Heartbeat
+	(*DDL)(nil),                 // 26: rowlift.v1.DDL
+	nil,                         // 27: rowlift.v1.Chunk.TraceContextEntry
 }
 var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: rowlift.v1.FreezeRequest.mode:type_name -> rowlift.v1.FreezeMode
-	12, // 1: rowlift.v1.FreezeResponse.position:type_name -> rowlift.v1.Position
-	12, // 2: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
+	13, // 1: rowlift.v1.FreezeResponse.position:type_name -> rowlift.v1.Position
+	13, // 2: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
 	7,  // 3: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
-	13, // 4: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
-	10, // 5: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
-	9,  // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
+	14, // 4: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
+	11, // 5: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
+	10, // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
 	8,  // 7: rowlift.v1.TableRequest.verify:type_name -> rowlift.v1.VerifyProgress
-	17, // 8: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
-	17, // 9: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
-	11, // 10: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
-	19, // 11: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
-	16, // 12: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
-	19, // 13: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
-	20, // 14: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
-	23, // 15: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
-	24, // 16: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
-	25, // 17: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
-	18, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
-	12, // 19: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	17, // 20: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	26, // 21: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
-	17, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	17, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	21, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	12, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	22, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	12, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	12, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	18, // 8: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
+	18, // 9: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
+	12, // 10: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
+	20, // 11: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
+	17, // 12: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
+	20, // 13: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
+	21, // 14: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
+	24, // 15: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
+	25, // 16: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
+	26, // 17: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
+	19, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
+	13, // 19: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
+	18, // 20: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	27, // 21: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
+	18, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	18, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	22, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	13, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	23, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	13, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	13, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
 	6,  // 29: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
 	6,  // 30: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
 	4,  // 31: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
 	2,  // 32: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
 	2,  // 33: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
 	2,  // 34: rowlift.v1.Streamer.CheckFreeze:input_type -> rowlift.v1.FreezeRequest
-	15, // 35: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	14, // 36: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	16, // 35: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	15, // 36: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
 	5,  // 37: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
 	3,  // 38: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
 	3,  // 39: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
@@ -2188,7 +2251,7 @@ func file_rowlift_v1_stream_proto_init() {
 	if File_rowlift_v1_stream_proto != nil {
 		return
 	}
-	file_rowlift_v1_stream_proto_msgTypes[15].OneofWrappers = []any{
+	file_rowlift_v1_stream_proto_msgTypes[16].OneofWrappers = []any{
 		(*StreamItem_Fields)(nil),
 		(*StreamItem_Chunk)(nil),
 		(*StreamItem_Transaction)(nil),
@@ -2201,7 +2264,7 @@ func file_rowlift_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_stream_proto_rawDesc), len(file_rowlift_v1_stream_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,7 +26,8 @@ import (
 // TestCutoverSoak sends random sequences of operator commands to a move
 // under writers that follow the live side through a route file, which the
 // cutovers' routing hook rewrites, as an application's routing layer would:
-// verify, switch, reverse (with the rename or the lock freeze), switches
+// verify (to its end, cancelled, or left running under a cutover, which must
+// cancel it), switch, reverse (with the rename or the lock freeze), switches
 // forced to roll back (the applier that must apply the freeze position is
 // down and --timeout is short), commands that must be refused (the wrong
 // direction, a switch of a stopped workflow), and kill -9 of a random role
@@ -87,10 +88,11 @@ func testCutoverSoak(t *testing.T, flavor sandbox.Flavor) {
 	if len(s.pauses) > 0 {
 		pause = fmt.Sprintf("p50 %d ms, max %d ms", s.pauses[len(s.pauses)/2], s.pauses[len(s.pauses)-1])
 	}
-	t.Logf("soak: %d commands (%d cutovers, %d rolled back, %d refused, %d verifies, %d kills inside a cutover step, %d kills between "+
-		"commands), %d invariant checks, %d transactions committed (%d logged), write pause %s", s.counts["command"], s.counts["cutover"],
-		s.counts["rolled back"], s.counts["refused"], s.counts["verify"], s.counts["kill in step"], s.counts["kill between"],
-		s.counts["check"], writes, len(s.ledger.committed), pause)
+	t.Logf("soak: %d commands (%d cutovers, %d rolled back, %d refused, %d verifies, %d verifies cancelled, %d cancelled by a cutover, "+
+		"%d kills inside a cutover step, %d kills between commands), %d invariant checks, %d transactions committed (%d logged), write pause %s",
+		s.counts["command"], s.counts["cutover"], s.counts["rolled back"], s.counts["refused"], s.counts["verify"], s.counts["verify cancelled"],
+		s.counts["verify cancelled by a cutover"], s.counts["kill in step"], s.counts["kill between"], s.counts["check"], writes,
+		len(s.ledger.committed), pause)
 }
 
 // writers starts race writers that send each transaction where the route
@@ -151,8 +153,12 @@ func (s *soak) step() {
 		s.killInStep()
 	case n < 65:
 		s.rollBack()
-	case n < 75:
+	case n < 70:
 		s.verify()
+	case n < 75:
+		s.verifyCancelled()
+	case n < 80:
+		s.verifyUnderCutover()
 	case n < 83:
 		s.refused()
 	case n < 90:
@@ -259,6 +265,33 @@ func (s *soak) verify() {
 	require.Zero(s.t, r.code, "verify %s: %s %s", name, r.stdout, r.stderr)
 	require.Contains(s.t, r.stdout, "no difference")
 	s.counts["verify"]++
+}
+
+// verifyCancelled starts a verify of the workflow that follows the writes
+// and cancels it: it must end, cancelled or (if it was quicker) done.
+func (s *soak) verifyCancelled() {
+	s.t.Helper()
+	name, _ := s.follower()
+	s.cli.ok("workflow", "verify", name)
+	out := s.cli.ok("workflow", "verify", name, "--cancel")
+	require.Regexp(s.t, "cancelled|nothing to cancel", out)
+	s.counts["verify cancelled"]++
+}
+
+// verifyUnderCutover starts a verify of the workflow that follows the writes
+// and, without waiting for it, moves the writes: the cutover must cancel the
+// verify (if it still runs) and say so, and succeed.
+func (s *soak) verifyUnderCutover() {
+	s.t.Helper()
+	name, _ := s.follower()
+	s.cli.ok("workflow", "verify", name)
+	dir := s.direction()
+	r := s.cli.run(s.cutoverArgs(dir, "60s", "rename")...)
+	require.Zero(s.t, r.code, "%s with a verify of %s running: %s", dir, name, r.stderr)
+	if strings.Contains(r.stdout, "cancelled the running verify of "+name) {
+		s.counts["verify cancelled by a cutover"]++
+	}
+	s.moved(dir)
 }
 
 // refused runs the cutover that goes the wrong way: it must refuse, say what
@@ -372,6 +405,17 @@ func (s *soak) check() {
 	require.Equal(s.t, map[bool]string{true: "target", false: "source"}[s.onTarget], strings.TrimSpace(string(b)),
 		"the routing hook points the writers at the live side")
 	name, store := s.follower()
+	// A verify never outlives the stream it runs on: the parked workflow
+	// (if it exists) has none running.
+	parked, parkedStore := "race", s.store
+	if name == parked {
+		parked, parkedStore = "race_reverse", s.srcStore
+	}
+	tvs, err := parkedStore.Verify(context.Background(), parked, "")
+	require.NoError(s.t, err)
+	for _, tv := range tvs {
+		require.True(s.t, tv.Done, "a verify of the parked workflow %s still runs on table %s", parked, tv.Table)
+	}
 	s.waitFor(name+" to run", time.Minute, func() (bool, string) {
 		w, err := store.Workflow(context.Background(), name)
 		if err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"regexp"
 	"testing"
@@ -24,20 +25,29 @@ import (
 // differences verify must name, exactly.
 func plantDifferences(p *pairEnv, keys int) []string {
 	p.t.Helper()
+	return p.plantOn(keys, p.srcDB, p.dstDB, func(n string) string { return n })
+}
+
+// plantOn is plantDifferences for any workflow: live is the server whose
+// tables take the writes, follower the one the workflow applies them to, in
+// the tables twin names (a reverse workflow's are the frozen twins).
+func (p *pairEnv) plantOn(keys int, live, follower *sql.DB, twin func(string) string) []string {
+	p.t.Helper()
 	k := keys + 1000
-	p.sourceExec(
+	ints, composite := "race."+twin("ints"), "race."+twin("composite")
+	sandboxtest.Exec(p.t, live,
 		fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'missing', 1), (%d, 'abcdef', 3)", k+1, k+3),
 		fmt.Sprintf("INSERT INTO race.composite VALUES ('eu', %d, 'respelled', NULL)", k+4))
 	p.waitFor("the planted rows on the target", time.Minute, func() (bool, string) {
-		return count(p.t, p.dstDB, fmt.Sprintf("race.composite WHERE id = %d", k+4)) == 1, "not yet"
+		return count(p.t, follower, fmt.Sprintf("%s WHERE id = %d", composite, k+4)) == 1, "not yet"
 	})
 	for _, q := range []string{
-		fmt.Sprintf("DELETE FROM race.ints WHERE id = %d", k+1),
-		fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'extra', 2)", k+2),
-		fmt.Sprintf("UPDATE race.ints SET v = 'abcdeF' WHERE id = %d", k+3),
-		fmt.Sprintf("UPDATE race.composite SET region = 'EU' WHERE region = 'eu' AND id = %d", k+4),
+		fmt.Sprintf("DELETE FROM %s WHERE id = %d", ints, k+1),
+		fmt.Sprintf("INSERT INTO %s VALUES (%d, 'extra', 2)", ints, k+2),
+		fmt.Sprintf("UPDATE %s SET v = 'abcdeF' WHERE id = %d", ints, k+3),
+		fmt.Sprintf("UPDATE %s SET region = 'EU' WHERE region = 'eu' AND id = %d", composite, k+4),
 	} {
-		_, err := p.dstDB.Exec(q)
+		_, err := follower.Exec(q)
 		require.NoError(p.t, err, q)
 	}
 	return []string{
@@ -54,7 +64,14 @@ var verifyExample = regexp.MustCompile(`(?m)^    ((?:missing|extra|different).*)
 // listed and its exit code.
 func (p *pairEnv) verifyWait(args ...string) (found []string, code int) {
 	p.t.Helper()
-	r := p.cli.run(append([]string{"workflow", "verify", "race", "--wait", "--interval", "200ms"}, args...)...)
+	return p.verifyWorkflow("race", args...)
+}
+
+// verifyWorkflow runs `workflow verify NAME --wait` and returns the
+// differences it listed and its exit code.
+func (p *pairEnv) verifyWorkflow(name string, args ...string) (found []string, code int) {
+	p.t.Helper()
+	r := p.cli.run(append([]string{"workflow", "verify", name, "--wait", "--interval", "200ms"}, args...)...)
 	for _, m := range verifyExample.FindAllStringSubmatch(r.stdout, -1) {
 		found = append(found, m[1])
 	}
@@ -97,6 +114,54 @@ func testVerifyFindsPlantedDifferences(t *testing.T, flavor sandbox.Flavor) {
 		require.NoError(t, err)
 		require.True(t, res.Identical(), res.String())
 	}
+}
+
+// TestVerifyFollowingWorkflowsIsExact verifies, under live writers that
+// follow the live side, each kind of workflow that follows writes: the
+// reverse workflow a switch creates, the forward one a reverse resumes, and
+// the reverse one the next switch resumes, each several times. Every verify
+// must be clean (issue 23: a verify chunk of race_reverse was placed after a
+// transaction its snapshot did not see yet, and named that transaction's
+// uniq keys as different). Then differences planted in the source's frozen
+// tables, uniq's included, must be named exactly.
+func TestVerifyFollowingWorkflowsIsExact(t *testing.T) {
+	sandboxtest.EachFlavor(t, testVerifyFollowingWorkflowsIsExact)
+}
+
+func testVerifyFollowingWorkflowsIsExact(t *testing.T, flavor sandbox.Flavor) {
+	const keys = 1500
+	p := newPairEnv(t, flavor, keys, nil)
+	stop := p.writers(keys)
+	clean := func(workflow string, times int) {
+		t.Helper()
+		for i := range times {
+			p.waitWrites("the writers to write to the live side")
+			found, code := p.verifyWorkflow(workflow)
+			require.Zero(t, code, "verify %d of %s under live writes: a false difference", i+1, workflow)
+			require.Empty(t, found)
+		}
+	}
+	p.cutover("switch")
+	clean("race_reverse", 3)
+	p.cutover("reverse")
+	clean("race", 2)
+	p.cutover("switch")
+	clean("race_reverse", 2)
+
+	planted := p.plantOn(keys, p.dstDB, p.srcDB, p.twin)
+	k := keys + 1000
+	sandboxtest.Exec(t, p.dstDB, fmt.Sprintf("INSERT INTO race.uniq VALUES (%d, 'planted', NULL)", k+5))
+	uniq := "race." + p.twin("uniq")
+	p.waitFor("the planted uniq row on the source", time.Minute, func() (bool, string) {
+		return count(t, p.srcDB, fmt.Sprintf("%s WHERE id = %d", uniq, k+5)) == 1, "not yet"
+	})
+	sandboxtest.Exec(t, p.srcDB, fmt.Sprintf("UPDATE %s SET email = 'planted, changed' WHERE id = %d", uniq, k+5))
+	planted = append(planted, fmt.Sprintf("different: (id=%d)", k+5))
+
+	found, code := p.verifyWorkflow("race_reverse")
+	require.Equal(t, 1, code, "verify of changed frozen tables exits 1")
+	require.ElementsMatch(t, planted, found)
+	t.Logf("%d writes during the verifies", stop())
 }
 
 // TestVerifySurvivesKills slows every verify chunk down and kills the applier,

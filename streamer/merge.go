@@ -32,6 +32,12 @@ type mergeTable struct {
 	compare func(a, b [][]byte) (int, error)
 	// copying is true until the chunk that ends the table's copy is emitted.
 	copying bool
+	// verifying is true until the chunk that ends the table's verify is
+	// emitted. A verify chunk is compared with a target that has applied
+	// everything placed before it, so like a copy chunk its fence must cover
+	// every change of the table the stream has emitted: those changes wait
+	// until a snapshot shows them visible, and are placed.
+	verifying bool
 	// lastPK is the key of the last row the emitted chunks scanned (nil: none
 	// yet). While the table copies, only changes to rows at or below it are
 	// forwarded.
@@ -42,10 +48,10 @@ type mergeTable struct {
 	chunks []*mergeChunk
 	// placed are the positions every later chunk's fence must cover: the
 	// stream's start, the fences of the table's chunks, and every transaction
-	// touching the table emitted while it copies (even one whose changes were
-	// all dropped above the copied boundary). A chunk fenced before one of them
-	// would lack changes the stream has already placed ahead of it. No entry
-	// covers another, so there is about one per GTID domain.
+	// touching the table emitted while it takes chunks (even one whose changes
+	// were all dropped above the copied boundary). A chunk fenced before one
+	// of them would lack changes the stream has already placed ahead of it. No
+	// entry covers another, so there is about one per GTID domain.
 	placed []position
 }
 
@@ -186,12 +192,16 @@ func (m *merger) observeVisible(pos position) {
 // waitsForVisibility reports whether queued transactions wait for a snapshot
 // to prove them visible, so the streamer knows to take a probe snapshot.
 func (m *merger) waitsForVisibility() bool {
-	return len(m.queue) > 0 && !m.visible.covers(m.queue[0].pos) && m.touchesCopying(m.queue[0])
+	return len(m.queue) > 0 && !m.visible.covers(m.queue[0].pos) && m.touchesChunked(m.queue[0])
 }
 
-func (m *merger) touchesCopying(tx *mergeTx) bool {
+// chunked reports whether the table takes more chunks: it copies, or a
+// verify runs on it.
+func (t *mergeTable) chunked() bool { return t.copying || t.verifying }
+
+func (m *merger) touchesChunked(tx *mergeTx) bool {
 	for _, name := range tx.tables {
-		if t := m.tables[name]; t != nil && t.copying {
+		if t := m.tables[name]; t != nil && t.chunked() {
 			return true
 		}
 	}
@@ -276,6 +286,9 @@ func (m *merger) emitDueChunks() (bool, error) {
 			m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Chunk{Chunk: part}})
 			progressed = true
 			if part.GetVerify() {
+				if part.GetTableDone() {
+					t.verifying = false
+				}
 				continue // a verify's rows are hashes of a copied table: nothing to filter by
 			}
 			// The copied boundary is the last row scanned (LastPk), which is
@@ -321,8 +334,10 @@ func (m *merger) emitTxs() (bool, error) {
 
 func (m *merger) blocked(tx *mergeTx) bool {
 	// Whether a change of a copying table is already copied, or will be by the
-	// next chunk, is only known once the transaction is visible to snapshots.
-	if !m.visible.covers(tx.pos) && m.touchesCopying(tx) {
+	// next chunk, and whether the next verify chunk of a table compares rows
+	// with or without it, is only known once the transaction is visible to
+	// snapshots.
+	if !m.visible.covers(tx.pos) && m.touchesChunked(tx) {
 		return true
 	}
 	for _, name := range tx.tables {
@@ -341,7 +356,7 @@ func (m *merger) blocked(tx *mergeTx) bool {
 // if anything is left (a DDL always goes out).
 func (m *merger) emitTx(tx *mergeTx) error {
 	for _, name := range tx.tables {
-		if t := m.tables[name]; t != nil && t.copying {
+		if t := m.tables[name]; t != nil && t.chunked() {
 			t.place(tx.pos)
 		}
 	}

@@ -286,7 +286,7 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 	spanAttrs := []attribute.KeyValue{tracing.Workflow.String(req.GetWorkflow()), tracing.SourceAddress.String(s.cfg.Addr)}
 	for i, t := range req.GetTables() {
 		progress := t.GetCopy().GetLastPk()
-		verifying := t.GetCopy().GetDone() && t.GetVerify() != nil && !t.GetVerify().GetDone()
+		verifying := verifies(t)
 		switch {
 		case t.GetCopy().GetDone() && !verifying:
 			continue
@@ -359,6 +359,12 @@ func verifyFailed(database, table string, err error) error {
 		return err
 	}
 	return st.Err()
+}
+
+// verifies reports whether the stream sends verify chunks of a table: its
+// copy is done and a verify of it is not.
+func verifies(t *rowliftv1.TableRequest) bool {
+	return t.GetCopy().GetDone() && t.GetVerify() != nil && !t.GetVerify().GetDone()
 }
 
 // send packs items into messages of about packetBytes and sends them in order,

@@ -348,8 +348,9 @@ func (s *Server) mergeTables(ctx context.Context, m *merger, req *rowliftv1.Stre
 				}
 				return key
 			},
-			compare: func(a, b [][]byte) (int, error) { return order.Compare(ctx, a, b) },
-			copying: !req.GetTables()[i].GetCopy().GetDone(),
+			compare:   func(a, b [][]byte) (int, error) { return order.Compare(ctx, a, b) },
+			copying:   !req.GetTables()[i].GetCopy().GetDone(),
+			verifying: verifies(req.GetTables()[i]),
 		}
 		if pk := req.GetTables()[i].GetCopy().GetLastPk(); pk != nil {
 			t.lastPK = rowKey(pk)

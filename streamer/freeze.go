@@ -240,6 +240,18 @@ func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest,
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// An unfreeze answers the position right before its rename: the workflow
+	// that starts there streams every write the unfrozen tables take, and a
+	// position read after the rename could already hold a writer's first
+	// (and lose it). Nothing writes the tables between the two: they do not
+	// exist under their own names, and the workflow that wrote into their
+	// frozen names was parked. The rename itself streams as a freeze, no DDL.
+	var before *rowliftv1.Position
+	if !freeze {
+		if before, err = s.position(ctx, conn); err != nil {
+			return nil, err
+		}
+	}
 	if held == nil {
 		_, err = conn.ExecContext(ctx, stmt)
 	} else {
@@ -251,6 +263,9 @@ func (s *Server) renameTables(ctx context.Context, req *rowliftv1.FreezeRequest,
 			return nil, status.Errorf(codes.FailedPrecondition, "%s on source %s: %v: the tables changed meanwhile; retry", stmt, s.cfg.Addr, err)
 		}
 		return nil, s.lockError("rename", db, req.GetTables(), secs, err)
+	}
+	if !freeze {
+		return &rowliftv1.FreezeResponse{Position: before, Changed: true}, nil
 	}
 	// The same session: its position includes the rename.
 	pos, err := s.position(ctx, conn)

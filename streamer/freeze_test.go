@@ -25,14 +25,14 @@ import (
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// freezeSource starts a server (with extra options args) with d.t1 and d.t2
+// freezeSource starts a server (with extra options args) with d.t1, d.t2 and d.t3
 // and a streamer Server on it.
 func freezeSource(t *testing.T, args ...string) (*Server, *sql.DB) {
 	t.Helper()
 	srv := sandboxtest.Start(t, sandbox.Options{Args: args})
 	admin := sandboxtest.Open(t, srv, "")
 	sandboxtest.Exec(t, admin, "CREATE DATABASE d",
-		"CREATE TABLE d.t1 (id INT PRIMARY KEY, v INT)", "CREATE TABLE d.t2 (id INT PRIMARY KEY, v INT)",
+		"CREATE TABLE d.t1 (id INT PRIMARY KEY, v INT)", "CREATE TABLE d.t2 (id INT PRIMARY KEY, v INT)", "CREATE TABLE d.t3 (id INT PRIMARY KEY)",
 		"INSERT INTO d.t1 VALUES (1, 1)", "INSERT INTO d.t2 VALUES (1, 1)")
 	s, err := New(Config{SourceDSN: srv.DSN(""), Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
@@ -150,10 +150,17 @@ func TestFreezeRenameRoundTrip(t *testing.T) {
 	require.ErrorContains(t, err, "both d.t1 and d._t1_frozen exist")
 	sandboxtest.Exec(t, admin, "DROP TABLE d.t1")
 
+	// The unfreeze answers the position right before its rename, which a
+	// workflow starting there streams as a freeze: a writer that gets into
+	// the unfrozen tables before the answer is streamed all the same.
+	sandboxtest.Exec(t, admin, "INSERT INTO d.t3 VALUES (1)")
+	beforeUnfreeze := currentPos(t, admin)
 	resp, err = s.Unfreeze(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resp.GetChanged())
-	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contains(gtidSet(t, lastRenameGTID(t, admin))))
+	require.True(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contains(gtidSet(t, beforeUnfreeze)), "the unfreeze position covers what came before")
+	require.False(t, gtidSet(t, resp.GetPosition().GetGtidSet()).Contains(gtidSet(t, lastRenameGTID(t, admin))),
+		"the unfreeze position %s is before its rename", resp.GetPosition().GetGtidSet())
 	sandboxtest.Exec(t, admin, "INSERT INTO d.t1 VALUES (2, 2)")
 	again, err = s.Unfreeze(ctx, req)
 	require.NoError(t, err)

@@ -284,8 +284,19 @@ func (p *pairEnv) twin(n string) string {
 func (p *pairEnv) identical(active *sql.DB, follower *state.Store, workflow string, other *sql.DB) {
 	p.t.Helper()
 	p.followed(active, follower, workflow)
+	p.sameRows(active, other, p.twin)
+}
+
+// sameRows compares every race table on from with its copy on to, named by
+// twin (nil: under its own name).
+func (p *pairEnv) sameRows(from, to *sql.DB, twin func(string) string) {
+	p.t.Helper()
 	for _, n := range p.names {
-		r, err := verify.Table(context.Background(), active, other, "race", "race", n, verify.Options{TargetTable: p.twin(n)})
+		opts := verify.Options{}
+		if twin != nil {
+			opts.TargetTable = twin(n)
+		}
+		r, err := verify.Table(context.Background(), from, to, "race", "race", n, opts)
 		require.NoError(p.t, err)
 		require.True(p.t, r.Identical(), r.String())
 	}
@@ -341,12 +352,7 @@ func testSwitchReverseCycles(t *testing.T, flavor sandbox.Flavor) {
 	out := p.cli.ok("workflow", "switch", "race", "--timeout", "60s")
 	require.Contains(t, out, "following back: race_reverse")
 	p.frozenSide(p.srcDB)
-	for _, n := range p.names {
-		fz, _ := frozen.Name(n)
-		r, err := verify.Table(context.Background(), p.dstDB, p.srcDB, "race", "race", n, verify.Options{TargetTable: fz})
-		require.NoError(t, err)
-		require.True(t, r.Identical(), "target at the freeze: %s", r.String())
-	}
+	p.sameRows(p.dstDB, p.srcDB, p.twin) // the target, at the freeze
 	p.reroute("switch")
 	require.Contains(t, p.cli.fails(1, "workflow", "verify", "race"), "verify the workflow that replicates the writes now (`rowlift workflow verify race_reverse`)")
 	out = p.cli.ok("workflow", "verify", "race_reverse", "--wait", "--interval", "200ms")
@@ -471,11 +477,7 @@ func TestSwitchTimeoutUnfreezes(t *testing.T) {
 	time.Sleep(time.Second)
 	stop()
 	p.waitCaughtUp("race", time.Minute)
-	for _, n := range p.names {
-		r, err := verify.Table(context.Background(), p.srcDB, p.dstDB, "race", "race", n, verify.Options{})
-		require.NoError(t, err)
-		require.True(t, r.Identical(), r.String())
-	}
+	p.sameRows(p.srcDB, p.dstDB, nil)
 	w, err := p.store.Workflow(context.Background(), "race")
 	require.NoError(t, err)
 	require.Equal(t, state.Running, w.State)

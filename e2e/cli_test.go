@@ -53,10 +53,18 @@ func newCLIAt(t *testing.T, addr string) *cli {
 	return &cli{t: t, env: []string{"ROWLIFT_COORDINATOR=" + addr, "XDG_CONFIG_HOME=" + t.TempDir()}}
 }
 
-// run runs the binary with args and returns its output and exit code.
+// run runs the binary with args and returns its output and exit code; it
+// kills the binary after two minutes.
 func (c *cli) run(args ...string) result {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return c.runWithin(2*time.Minute, args...)
+}
+
+// runWithin is run for a command that may take longer: a verify of tables
+// that grow with the test's length.
+func (c *cli) runWithin(limit time.Duration, args ...string) result {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, rowliftBin, args...)
 	cmd.Env = append(os.Environ(), c.env...)

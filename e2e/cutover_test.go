@@ -62,14 +62,37 @@ type pairEnv struct {
 	strays int
 }
 
+// pairSetup is what newPairEnv sets up beyond the race tables.
+type pairSetup struct {
+	// tables are empty tables to move too: name and CREATE TABLE.
+	tables [][2]string
+	// chunkRows is the workflow's --chunk-rows.
+	chunkRows int
+}
+
+// pairOption changes newPairEnv's setup.
+type pairOption func(*pairSetup)
+
+// withTable moves an empty table too.
+func withTable(name, ddl string) pairOption {
+	return func(s *pairSetup) { s.tables = append(s.tables, [2]string{name, ddl}) }
+}
+
+// withChunkRows sets the workflow's --chunk-rows (500 by default).
+func withChunkRows(n int) pairOption { return func(s *pairSetup) { s.chunkRows = n } }
+
 // newPairEnv starts everything and a workflow "race" over the race tables
-// (keys keys) and the empty tables that extra creates (name: CREATE TABLE),
-// and waits until it runs. coordHooks are test hooks for the coordinator.
-func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []string, extra ...[2]string) *pairEnv {
+// (keys keys) and what opts add, and waits until it runs. coordHooks are test
+// hooks for the coordinator.
+func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []string, opts ...pairOption) *pairEnv {
 	t.Helper()
+	setup := pairSetup{chunkRows: 500}
+	for _, o := range opts {
+		o(&setup)
+	}
 	p := &pairEnv{env: newEnvWith(t, sandbox.Options{Flavor: flavor}), keys: keys}
 	p.names = createRaceTables(p.env, keys)
-	for _, x := range extra {
+	for _, x := range setup.tables {
 		p.sourceExec(x[1])
 		p.names = append(p.names, x[0])
 	}
@@ -95,7 +118,7 @@ func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []stri
 	require.NoError(t, err)
 	p.route.Store(p.appSrc)
 	p.cli.ok("workflow", "create", "--name", "race", "--source", "main="+p.streamerAddr, "--target", "main", "--source-database", "race",
-		"--tables", strings.Join(p.names, ","), "--chunk-rows", "500", "--reverse-target", "main=origin", "--reverse-streamer", "main="+p.revAddr, "--start")
+		"--tables", strings.Join(p.names, ","), "--chunk-rows", strconv.Itoa(setup.chunkRows), "--reverse-target", "main=origin", "--reverse-streamer", "main="+p.revAddr, "--start")
 	p.cli.ok("workflow", "watch", "race", "--until", "running", "--interval", "200ms", "--timeout", "2m")
 	return p
 }

@@ -390,6 +390,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 		}
 		return fmt.Errorf("replay %s: %w", g.txs[0].GetGtid(), err)
 	}
+	testhook.Delay(ctx, testhook.SlowTarget)
 	r.mu.Lock()
 	r.sched.Executed(seq)
 	g.running = false

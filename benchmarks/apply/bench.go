@@ -38,6 +38,9 @@ type bench struct {
 	clkTck       float64
 	version      string // SELECT VERSION() of the servers
 	seedPos      string // the source's GTID position after the seed
+	// slowEnd is the source's GTID position after the first -slow-k backlog
+	// transactions, which the slowed targets replay.
+	slowEnd string
 	// backlog is each backlog transaction's statements, joined by ';'.
 	backlog []string
 }
@@ -45,7 +48,7 @@ type bench struct {
 // node is a configuration's target server.
 type node struct {
 	name string // as printed
-	kind string // "rowlift", "native" or "floor"
+	kind string // "rowlift", "slowed" (rowlift on a slowed target), "native" or "floor"
 	key  string // short name for logs
 	srv  *sandbox.Server
 	db   *sql.DB
@@ -65,8 +68,9 @@ type replayer interface {
 	// the target has committed it: what is timed.
 	replay(ctx context.Context, end string) error
 	// afterReplay returns the CPU seconds that replay used outside the servers
-	// and stops what replay started; it is not timed.
-	afterReplay() (float64, error)
+	// and the replay groups it rolled back to run again, and stops what replay
+	// started; it is not timed.
+	afterReplay() (float64, int64, error)
 	close() error
 }
 
@@ -111,10 +115,14 @@ func setup(ctx context.Context, cfg config, threads []int) (b *bench, err error)
 	if b.streamer, err = benchkit.StartStreamer(ctx, b.bin, b.tmp, b.streamerAddr, b.source.DSN("")); err != nil {
 		return b, err
 	}
-	for _, o := range b.rowliftConfigs() {
-		t := &rowliftTarget{b: b, opts: o.opts}
+	for _, o := range append(b.rowliftConfigs(), b.slowedConfigs()...) {
+		t := &rowliftTarget{b: b, opts: o.opts, slowed: o.slowed}
 		b.targets = append(b.targets, t)
-		if t.n, err = b.startNode(ctx, o.name, "rowlift", o.key); err != nil {
+		kind := "rowlift"
+		if o.slowed {
+			kind = "slowed"
+		}
+		if t.n, err = b.startNode(ctx, o.name, kind, o.key); err != nil {
 			return b, err
 		}
 	}
@@ -214,7 +222,11 @@ func (b *bench) measureAll(ctx context.Context) (*report, error) {
 		}
 	}
 	for _, t := range b.targets {
-		res, err := b.timeReplay(ctx, t, end)
+		end, k := end, b.cfg.K
+		if rt, ok := t.(*rowliftTarget); ok && rt.slowed {
+			end, k = b.slowEnd, b.cfg.SlowK
+		}
+		res, err := b.timeReplay(ctx, t, end, k)
 		if err != nil {
 			return nil, err
 		}
@@ -235,11 +247,12 @@ func (b *bench) replayTimeout() time.Duration {
 	return setupTimeout + time.Duration(b.cfg.K)*5*time.Millisecond
 }
 
-// timeReplay waits until every server has flushed, then times one catch-up and
-// the CPU the servers and the client processes used in it.
-func (b *bench) timeReplay(ctx context.Context, t replayer, end string) (result, error) {
+// timeReplay waits until every server has flushed, then times one catch-up of
+// k transactions up to end and the CPU the servers and the client processes
+// used in it.
+func (b *bench) timeReplay(ctx context.Context, t replayer, end string, k int64) (result, error) {
 	n := t.node()
-	res := result{Name: n.name, Kind: n.kind}
+	res := result{Name: n.name, Kind: n.kind, Transactions: k}
 	progress("%s: catching up", n.name)
 	if err := benchkit.Quiesce(ctx, maxDirty, b.dbs()...); err != nil {
 		return res, err
@@ -256,13 +269,13 @@ func (b *bench) timeReplay(ctx context.Context, t replayer, end string) (result,
 	cancel()
 	src1, err1 := benchkit.ServerCPU(b.source, b.clkTck)
 	tgt1, err2 := benchkit.ServerCPU(n.srv, b.clkTck)
-	client, err3 := t.afterReplay()
+	client, rollbacks, err3 := t.afterReplay()
 	if err := errors.Join(err, err1, err2, err3); err != nil {
 		return res, fmt.Errorf("%s: %w", n.name, err)
 	}
 	res.WallS = wall.Seconds()
-	res.PerS = float64(b.cfg.K) / res.WallS
-	res.SourceCPUS, res.TargetCPUS, res.ClientCPUS = src1-src0, tgt1-tgt0, client
-	progress("  %.2f s, %.0f transactions/s", res.WallS, res.PerS)
+	res.PerS = float64(k) / res.WallS
+	res.SourceCPUS, res.TargetCPUS, res.ClientCPUS, res.Rollbacks = src1-src0, tgt1-tgt0, client, rollbacks
+	progress("  %.2f s, %.0f transactions/s, %d groups rolled back", res.WallS, res.PerS, res.Rollbacks)
 	return res, nil
 }

@@ -162,6 +162,11 @@ func (b *bench) writeBacklog(ctx context.Context) (loadResult, error) {
 			return r, fmt.Errorf("backlog transaction %d: commit: %w", n, err)
 		}
 		b.backlog = append(b.backlog, strings.Join(steps, ";"))
+		if n+1 == b.cfg.SlowK && b.cfg.Slow != "" {
+			if b.slowEnd, err = b.sourcePosition(ctx); err != nil {
+				return r, err
+			}
+		}
 	}
 	r.WallS = time.Since(start).Seconds()
 	r.PerS = float64(r.Transactions) / r.WallS

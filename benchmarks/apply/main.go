@@ -27,6 +27,15 @@
 //     does per transaction;
 //  5. compares every table of every target with the source row by row.
 //
+// The slowed-target case (-slow, a delay range) replays the first -slow-k
+// transactions of the same backlog into two more rowlift targets whose every
+// replay group is held that long after its statements ran, its locks taken, as a
+// loaded server is slow over every statement: once with 1 worker, once with
+// -workers. It prints each one's rate and the replay groups it rolled back (the
+// applier's rowlift_replay_conflicts_total), and the fraction of the serial
+// rate the parallel replayer keeps there: a stuck-group rule that mistakes a
+// slow target for a deadlock rolls back group after group.
+//
 // It prints seconds, transactions/s, the speed-up over serial rowlift and
 // whether the target is identical, per configuration, and the best rowlift
 // beside the best replica; and writes the same as JSON.
@@ -56,6 +65,8 @@ type config struct {
 	BatchMs    int    `json:"batch_ms"`
 	Native     string `json:"native_threads"`
 	Seed       uint64 `json:"seed"`
+	Slow       string `json:"slow_target"`
+	SlowK      int64  `json:"slow_k"`
 	benchkit.ServerConfig
 	Out string `json:"out"`
 }
@@ -69,6 +80,8 @@ func main() {
 	flag.IntVar(&cfg.BatchItems, "batch-items", 64, "rowlift commit_batch_items of the batching configurations")
 	flag.IntVar(&cfg.BatchMs, "batch-ms", 5, "rowlift commit_batch_ms of the batching configurations")
 	flag.StringVar(&cfg.Native, "native", "0,4,16", "parallel appliers of the native replicas: slave_parallel_threads on MariaDB, each above 0 in optimistic and in conservative mode; replica_parallel_workers on MySQL, commit order preserved (empty: none)")
+	flag.StringVar(&cfg.Slow, "slow", "20-160ms", "delay range held after every replay group's statements on the slowed targets (empty: no slowed-target case)")
+	flag.Int64Var(&cfg.SlowK, "slow-k", 800, "transactions of the backlog (its first ones) the slowed targets replay")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated rows and transactions")
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/apply.json, apply-mysql.json with -flavor mysql)")
@@ -86,6 +99,9 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if cfg.K < 1 || cfg.Tables < 1 || cfg.Rows < 1 || cfg.Workers < 1 || cfg.BatchItems < 0 || cfg.BatchMs < 0 {
 		return fmt.Errorf("-k, -tables, -rows and -workers must be positive, -batch-items and -batch-ms not negative")
+	}
+	if cfg.Slow != "" && (cfg.SlowK < 1 || cfg.SlowK > cfg.K) {
+		return fmt.Errorf("-slow-k must be between 1 and -k (%d)", cfg.K)
 	}
 	b, err := setup(ctx, cfg, threads)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
 )
 
@@ -28,18 +29,27 @@ type report struct {
 	// client is from the server's own replication.
 	SerialOverFloor       float64 `json:"rowlift_serial_over_floor,omitempty"`
 	NativeSerialOverFloor float64 `json:"native_serial_over_floor,omitempty"`
+	// SlowedParallelOverSerial is the parallel replayer's rate over the
+	// serial worker's on the slowed target: the fraction of the serial rate it
+	// keeps there (above 1: faster).
+	SlowedParallelOverSerial float64 `json:"slowed_parallel_over_serial,omitempty"`
 	// LogProblems are the warning and error lines of the rowlift logs, by process.
 	LogProblems map[string][]string `json:"log_problems"`
 }
 
 // result is one configuration's catch-up.
 type result struct {
-	Name  string  `json:"name"`
-	Kind  string  `json:"kind"` // rowlift, native or floor
-	WallS float64 `json:"wall_s"`
-	PerS  float64 `json:"trx_per_s"`
-	// SpeedUp is serial rowlift's time over this one's.
-	SpeedUp    float64 `json:"speed_up_over_rowlift_serial"`
+	Name string `json:"name"`
+	Kind string `json:"kind"` // rowlift, slowed, native or floor
+	// Transactions are those replayed: -k, or -slow-k on a slowed target.
+	Transactions int64   `json:"transactions"`
+	WallS        float64 `json:"wall_s"`
+	PerS         float64 `json:"trx_per_s"`
+	// SpeedUp is serial rowlift's rate over this one's, on a slowed target the
+	// slowed serial rowlift's.
+	SpeedUp float64 `json:"speed_up_over_rowlift_serial"`
+	// Rollbacks are the replay groups rowlift rolled back to run again.
+	Rollbacks  int64   `json:"rollbacks"`
 	Identical  bool    `json:"identical"`
 	SourceCPUS float64 `json:"source_server_cpu_s"`
 	TargetCPUS float64 `json:"target_server_cpu_s"`
@@ -94,16 +104,23 @@ func (b *bench) logProblems() (map[string][]string, error) {
 	return out, nil
 }
 
-// summarize computes the speed-ups over serial rowlift (the first result) and
-// picks the best of each kind.
+// summarize computes the speed-ups over serial rowlift (the first result, or
+// the first slowed one on a slowed target) and picks the best of each kind.
 func (r *report) summarize() {
 	serial := r.Results[0].WallS
-	var bestRowlift, bestNative, floor, nativeSerial *result
+	var bestRowlift, bestNative, floor, nativeSerial, slowedSerial *result
 	for i := range r.Results {
 		res := &r.Results[i]
 		res.SpeedUp = serial / res.WallS
 		best := &bestRowlift
 		switch res.Kind {
+		case "slowed":
+			if slowedSerial == nil {
+				slowedSerial = res
+			}
+			res.SpeedUp = res.PerS / slowedSerial.PerS
+			r.SlowedParallelOverSerial = res.SpeedUp
+			continue
 		case "floor":
 			floor = res
 			continue
@@ -145,6 +162,24 @@ func (r *report) mismatch() error {
 	return nil
 }
 
+// printTable prints the results that pick keeps, one a line, under title.
+func (r *report) printTable(w io.Writer, width int, title string, pick func(result) bool) {
+	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s %9s\n", width, title, "seconds", "trx/s", "speed-up", "identical",
+		"target", "source", "client", "rolled")
+	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s %9s\n", width, "", "", "", "", "", "CPU s", "CPU s", "CPU s", "back")
+	for _, res := range r.Results {
+		if !pick(res) {
+			continue
+		}
+		same := "yes"
+		if !res.Identical {
+			same = "NO"
+		}
+		fmt.Fprintf(w, "%-*s %8.2f %8.0f %8.2fx %10s %9.2f %9.2f %9.2f %9d\n", width, res.Name, res.WallS, res.PerS, res.SpeedUp, same,
+			res.TargetCPUS, res.SourceCPUS, res.ClientCPUS, res.Rollbacks)
+	}
+}
+
 func (r *report) print(w io.Writer) {
 	f, bl := r.Flags, r.Backlog
 	r.Header.Print(w)
@@ -155,16 +190,12 @@ func (r *report) print(w io.Writer) {
 	for _, res := range r.Results {
 		width = max(width, len(res.Name))
 	}
-	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s\n", width, "catch-up of the backlog", "seconds", "trx/s", "speed-up", "identical",
-		"target", "source", "client")
-	fmt.Fprintf(w, "%-*s %8s %8s %9s %10s %9s %9s %9s\n", width, "", "", "", "", "", "CPU s", "CPU s", "CPU s")
-	for _, res := range r.Results {
-		same := "yes"
-		if !res.Identical {
-			same = "NO"
-		}
-		fmt.Fprintf(w, "%-*s %8.2f %8.0f %8.2fx %10s %9.2f %9.2f %9.2f\n", width, res.Name, res.WallS, res.PerS, res.SpeedUp, same,
-			res.TargetCPUS, res.SourceCPUS, res.ClientCPUS)
+	r.printTable(w, width, "catch-up of the backlog", func(res result) bool { return res.Kind != "slowed" })
+	if r.SlowedParallelOverSerial > 0 {
+		fmt.Fprintf(w, "\nslowed target: the first %d transactions of the backlog, every replay group held %s after its statements ran,"+
+			" with its locks (test hook %s)\n", f.SlowK, f.Slow, testhook.SlowTarget)
+		r.printTable(w, width, "catch-up on a slowed target", func(res result) bool { return res.Kind == "slowed" })
+		fmt.Fprintf(w, "on the slowed target the parallel replayer keeps %.2fx the serial worker's rate\n", r.SlowedParallelOverSerial)
 	}
 	if r.BestNative != "" {
 		fmt.Fprintf(w, "\nbest rowlift (%s) vs best native (%s): %.2fx (native seconds / rowlift seconds; above 1 rowlift is faster)\n",

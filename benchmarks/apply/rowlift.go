@@ -4,11 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -25,6 +33,9 @@ const (
 type rowliftConfig struct {
 	key, name string
 	opts      *rowliftv1.WorkflowOptions
+	// slowed: the target is slowed by the test hook (-slow) and replays the
+	// first -slow-k transactions only.
+	slowed bool
 }
 
 // rowliftConfigs are the serial baseline (one worker, each source transaction
@@ -35,22 +46,40 @@ func (b *bench) rowliftConfigs() []rowliftConfig {
 	items, ms := int32(b.cfg.BatchItems), int32(b.cfg.BatchMs)
 	batch := fmt.Sprintf("batch %d trx/%d ms", items, ms)
 	return []rowliftConfig{
-		{"rowlift-serial", "rowlift, 1 worker (serial)", &rowliftv1.WorkflowOptions{ApplyWorkers: 1, CommitBatchItems: 1}},
-		{"rowlift-workers", fmt.Sprintf("rowlift, %d workers", n), &rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: 1}},
+		{"rowlift-serial", "rowlift, 1 worker (serial)", &rowliftv1.WorkflowOptions{ApplyWorkers: 1, CommitBatchItems: 1}, false},
+		{"rowlift-workers", fmt.Sprintf("rowlift, %d workers", n), &rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: 1}, false},
 		{"rowlift-batch", fmt.Sprintf("rowlift, %d workers, %s", n, batch),
-			&rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: items, CommitBatchMs: ms}},
+			&rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: items, CommitBatchMs: ms}, false},
 		{"rowlift-ooo", fmt.Sprintf("rowlift, %d workers, %s, out of order", n, batch),
-			&rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: items, CommitBatchMs: ms, OutOfOrderCommit: true}},
+			&rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: items, CommitBatchMs: ms, OutOfOrderCommit: true}, false},
+	}
+}
+
+// slowedConfigs are the slowed-target case: the serial baseline and -workers
+// workers, each source transaction committed on its own, on targets slowed by
+// -slow; none without -slow.
+func (b *bench) slowedConfigs() []rowliftConfig {
+	if b.cfg.Slow == "" {
+		return nil
+	}
+	n := int32(b.cfg.Workers)
+	return []rowliftConfig{
+		{"slowed-serial", "rowlift, 1 worker (serial), slowed target", &rowliftv1.WorkflowOptions{ApplyWorkers: 1, CommitBatchItems: 1}, true},
+		{"slowed-workers", fmt.Sprintf("rowlift, %d workers, slowed target", n), &rowliftv1.WorkflowOptions{ApplyWorkers: n, CommitBatchItems: 1}, true},
 	}
 }
 
 // rowliftTarget is a target that a rowlift workflow fills by its copy, and
 // then replays the backlog into with an applier started for the timing.
 type rowliftTarget struct {
-	b     *bench
-	n     *node
-	opts  *rowliftv1.WorkflowOptions
-	store *state.Store
+	b      *bench
+	n      *node
+	opts   *rowliftv1.WorkflowOptions
+	slowed bool
+	store  *state.Store
+	// metrics is where the replaying applier serves its metrics, for the
+	// replay groups it rolled back.
+	metrics string
 	// copier copied the seed; replayer replays the backlog.
 	copier, replayer *benchkit.Proc
 	streamerCPU      float64 // the streamer's CPU seconds when replay started
@@ -127,7 +156,17 @@ func (t *rowliftTarget) replay(ctx context.Context, end string) error {
 	if err != nil {
 		return err
 	}
-	if t.replayer, err = benchkit.StartApplier(t.b.bin, dir, t.n.srv.DSN("")); err != nil {
+	port, err := sandbox.FreePort()
+	if err != nil {
+		return err
+	}
+	t.metrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var env []string
+	if t.slowed {
+		env = []string{fmt.Sprintf("%s=%s=%s,seed=%d", testhook.EnvVar, testhook.SlowTarget, t.b.cfg.Slow, t.b.cfg.Seed)}
+	}
+	if t.replayer, err = benchkit.StartProcEnv(t.b.bin, dir, "applier", env, "--target-dsn", t.n.srv.DSN(""),
+		"--poll-interval", benchkit.PollInterval.String(), "--metrics-listen", t.metrics); err != nil {
 		return err
 	}
 	if err := benchkit.WaitApplied(ctx, t.store, workflowName, end, pollInterval, t.b.streamer, t.replayer); err != nil {
@@ -137,15 +176,37 @@ func (t *rowliftTarget) replay(ctx context.Context, end string) error {
 }
 
 // afterReplay returns the CPU seconds of the applier and of the streamer during
-// the replay, and stops the applier, so it does not write its position on the
-// target while the next configuration is timed.
-func (t *rowliftTarget) afterReplay() (float64, error) {
+// the replay and the replay groups the applier rolled back, and stops the
+// applier, so it does not write its position on the target while the next
+// configuration is timed.
+func (t *rowliftTarget) afterReplay() (float64, int64, error) {
 	if t.replayer == nil {
-		return 0, nil
+		return 0, 0, nil
 	}
 	a, err1 := t.replayer.CPU(t.b.clkTck)
 	s, err2 := t.b.streamer.CPU(t.b.clkTck)
-	return a + s - t.streamerCPU, errors.Join(err1, err2, t.replayer.Stop())
+	rollbacks, err3 := rolledBack(t.metrics)
+	return a + s - t.streamerCPU, rollbacks, errors.Join(err1, err2, err3, t.replayer.Stop())
+}
+
+// rolledBack reads the replay groups rolled back to run again from the
+// metrics an applier serves at addr.
+func rolledBack(addr string) (int64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("scrape applier metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("scrape applier metrics: %w", err)
+	}
+	var n float64
+	for _, m := range families["rowlift_replay_conflicts_total"].GetMetric() {
+		n += m.GetCounter().GetValue()
+	}
+	return int64(n), nil
 }
 
 func (t *rowliftTarget) close() error {

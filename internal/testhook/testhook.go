@@ -32,6 +32,11 @@ const (
 	// ReplayExec is before a replay worker runs a group's statements: a long
 	// delay makes the oldest group look stuck behind later ones.
 	ReplayExec Point = "replay_exec"
+	// SlowTarget is after a replay worker has run a group's statements, while
+	// the group holds its row locks: a target slowed on purpose, as a loaded
+	// server is slow over every statement, for the tests and the benchmark that
+	// show a slow target causes no rollback storm.
+	SlowTarget Point = "slow_target"
 	// VerifyCheck is before the applier checks a verify chunk: a slow verify
 	// that a test can kill processes in the middle of.
 	VerifyCheck Point = "verify_check"
@@ -80,7 +85,7 @@ func parse(s string) (*config, error) {
 				return nil, fmt.Errorf("seed %q: %w", v, err)
 			}
 			c.rng = rand.New(rand.NewPCG(seed, 1))
-		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(CutoverStep), string(VerifyCheck):
+		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(SlowTarget), string(CutoverStep), string(VerifyCheck):
 			lo, hi, ok := strings.Cut(v, "-")
 			if !ok {
 				return nil, fmt.Errorf("%s=%q: want a range like 0-30ms", k, v)

@@ -8,10 +8,11 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	c, err := parse("chunk_read=0-30ms, chunk_apply=1ms-2ms,unsafe_fence=1,seed=7")
+	c, err := parse("chunk_read=0-30ms, chunk_apply=1ms-2ms,slow_target=50-150ms,unsafe_fence=1,seed=7")
 	require.NoError(t, err)
 	require.Equal(t, [2]time.Duration{0, 30 * time.Millisecond}, c.delays[ChunkRead])
 	require.Equal(t, [2]time.Duration{time.Millisecond, 2 * time.Millisecond}, c.delays[ChunkApply])
+	require.Equal(t, [2]time.Duration{50 * time.Millisecond, 150 * time.Millisecond}, c.delays[SlowTarget])
 	require.True(t, c.unsafe)
 
 	off, err := parse("")

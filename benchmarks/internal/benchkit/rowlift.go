@@ -65,6 +65,12 @@ type Proc struct {
 
 // StartProc starts bin with the role and args, logging to logDir/<role>.log.
 func StartProc(bin, logDir, role string, args ...string) (*Proc, error) {
+	return StartProcEnv(bin, logDir, role, nil, args...)
+}
+
+// StartProcEnv is StartProc with env (KEY=value) added to the benchmark's own
+// environment: test hooks that slow a role down on purpose.
+func StartProcEnv(bin, logDir, role string, env []string, args ...string) (*Proc, error) {
 	p := &Proc{Role: role, log: filepath.Join(logDir, role+".log"), done: make(chan struct{})}
 	f, err := os.Create(p.log)
 	if err != nil {
@@ -73,6 +79,9 @@ func StartProc(bin, logDir, role string, args ...string) (*Proc, error) {
 	defer f.Close()
 	p.cmd = exec.Command(bin, append([]string{role}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start rowlift %s: %w", role, err)
 	}

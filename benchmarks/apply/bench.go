@@ -232,6 +232,13 @@ func (b *bench) measureAll(ctx context.Context) (*report, error) {
 		}
 		rep.Results = append(rep.Results, res)
 	}
+	for _, t := range b.targets {
+		if rt, ok := t.(*rowliftTarget); ok && rt.slowed {
+			if err := rt.finish(ctx, end); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for i, t := range b.targets {
 		if err := b.verify(ctx, t.node(), &rep.Results[i]); err != nil {
 			return nil, err

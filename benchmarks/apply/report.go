@@ -193,7 +193,7 @@ func (r *report) print(w io.Writer) {
 	r.printTable(w, width, "catch-up of the backlog", func(res result) bool { return res.Kind != "slowed" })
 	if r.SlowedParallelOverSerial > 0 {
 		fmt.Fprintf(w, "\nslowed target: the first %d transactions of the backlog, every replay group held %s after its statements ran,"+
-			" with its locks (test hook %s)\n", f.SlowK, f.Slow, testhook.SlowTarget)
+			" with its locks (test hook %s); identical: after the rest of the backlog, replayed untimed and not slowed\n", f.SlowK, f.Slow, testhook.SlowTarget)
 		r.printTable(w, width, "catch-up on a slowed target", func(res result) bool { return res.Kind == "slowed" })
 		fmt.Fprintf(w, "on the slowed target the parallel replayer keeps %.2fx the serial worker's rate\n", r.SlowedParallelOverSerial)
 	}

@@ -80,9 +80,10 @@ type rowliftTarget struct {
 	// metrics is where the replaying applier serves its metrics, for the
 	// replay groups it rolled back.
 	metrics string
-	// copier copied the seed; replayer replays the backlog.
-	copier, replayer *benchkit.Proc
-	streamerCPU      float64 // the streamer's CPU seconds when replay started
+	// copier copied the seed; replayer replays the backlog; finisher replays
+	// the rest of it on a slowed target.
+	copier, replayer, finisher *benchkit.Proc
+	streamerCPU                float64 // the streamer's CPU seconds when replay started
 }
 
 func (t *rowliftTarget) node() *node { return t.n }
@@ -209,9 +210,29 @@ func rolledBack(addr string) (int64, error) {
 	return int64(n), nil
 }
 
+// finish brings a slowed target, timed on the first -slow-k transactions, to
+// the end of the backlog with an applier that is not slowed, so that it is
+// compared with the source like the others; it is not timed.
+func (t *rowliftTarget) finish(ctx context.Context, end string) error {
+	dir, err := t.logDir("finish")
+	if err != nil {
+		return err
+	}
+	if t.finisher, err = benchkit.StartApplier(t.b.bin, dir, t.n.srv.DSN("")); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.b.replayTimeout())
+	defer cancel()
+	err = benchkit.WaitApplied(ctx, t.store, workflowName, end, 50*time.Millisecond, t.b.streamer, t.finisher)
+	if err = errors.Join(err, t.finisher.Stop()); err != nil {
+		return fmt.Errorf("%s: finish the backlog: %w\n%s", t.n.name, err, t.finisher.LogTail())
+	}
+	return nil
+}
+
 func (t *rowliftTarget) close() error {
 	var errs []error
-	for _, p := range []*benchkit.Proc{t.copier, t.replayer} {
+	for _, p := range []*benchkit.Proc{t.copier, t.replayer, t.finisher} {
 		if p != nil {
 			errs = append(errs, p.Stop())
 		}
@@ -225,7 +246,7 @@ func (t *rowliftTarget) logProblems(out map[string][]string) error {
 	for _, p := range []struct {
 		phase string
 		proc  *benchkit.Proc
-	}{{"copy", t.copier}, {"replay", t.replayer}} {
+	}{{"copy", t.copier}, {"replay", t.replayer}, {"finish", t.finisher}} {
 		if p.proc == nil {
 			continue
 		}

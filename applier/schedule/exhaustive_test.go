@@ -143,6 +143,28 @@ func (e *exploration) explore(s *Scheduler, m *refModel, history []string) error
 		}
 		return nil
 	}})
+	// A worker that may start only the items within a window of 1 or 2
+	// items after the low watermark (Window's limit).
+	for _, window := range []int{1, 2} {
+		moves = append(moves, move{fmt.Sprint("next within ", window), func(s *Scheduler, m *refModel) error {
+			var want []Seq
+			for _, q := range m.startable() {
+				if q <= m.low()+Seq(window) {
+					want = append(want, q)
+				}
+			}
+			seq, ok := s.NextWithin(window)
+			switch {
+			case !ok && len(want) > 0:
+				return fmt.Errorf("NextWithin(%d) = none, want %d", window, want[0])
+			case ok && (len(want) == 0 || seq != want[0]):
+				return fmt.Errorf("NextWithin(%d) = %d, want the lowest of %v", window, seq, want)
+			case ok:
+				m.start(seq)
+			}
+			return nil
+		}})
+	}
 	for q := Seq(1); q <= Seq(len(m.items)); q++ {
 		it := m.item(q)
 		if it.running {

@@ -217,7 +217,14 @@ func (s *Scheduler) grow() {
 // waiting for a commit turn that never comes. Each item is returned once per
 // start: again only after a Requeue.
 func (s *Scheduler) Next() (Seq, bool) {
-	if len(s.readyHeap) == 0 {
+	return s.NextWithin(0)
+}
+
+// NextWithin is Next restricted to the window items after the low watermark
+// (0: no limit), which Window sets: the oldest uncommitted item is always
+// within, so a window never starves it.
+func (s *Scheduler) NextWithin(window int) (Seq, bool) {
+	if len(s.readyHeap) == 0 || (window > 0 && s.readyHeap[0] > s.low+Seq(window)) {
 		return 0, false
 	}
 	seq := s.popReady()

@@ -79,6 +79,11 @@ func runScriptCall(t *testing.T, s *Scheduler, call, where string) (out string) 
 			return fmt.Sprint(q)
 		}
 		return "none"
+	case "within":
+		if q, ok := s.NextWithin(int(seq())); ok {
+			return fmt.Sprint(q)
+		}
+		return "none"
 	case "exec":
 		s.Executed(seq())
 	case "may":

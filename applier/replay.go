@@ -31,11 +31,10 @@ const (
 	// maxPendingGroups bounds the groups read ahead of the oldest uncommitted
 	// one: enough to keep every worker busy, few enough to bound memory.
 	maxPendingGroups = 1024
-	// stuckAfter is how long the oldest uncommitted group may run before the
-	// later groups that wait for their commit turn are rolled back: it may be
-	// waiting for a lock one of them holds (a commit-order deadlock, which the
-	// server cannot see because the later group waits in rowlift, not InnoDB).
-	stuckAfter = 100 * time.Millisecond
+	// unstickEvery is how often the stuck-group rule looks at the replay's
+	// state (schedule.Unstick): a sampling rate, not a threshold; the server
+	// is asked for lock waits at most as often as lockProbe allows.
+	unstickEvery = 10 * time.Millisecond
 	// maxQuery bounds the statements sent in one query.
 	maxQuery = 1 << 20
 )
@@ -74,13 +73,19 @@ type group struct {
 	rows     int
 	position *gtid.Set
 	sourceUS int64
-	// running is set while a worker executes it. since is when it last
-	// started running, or was queued to run (added, or rolled back).
-	running bool
+	// since is when it last started running, or was queued to run (added, or
+	// rolled back); attempt counts its starts. headAt is when it became the
+	// oldest uncommitted group.
 	since   time.Time
+	headAt  time.Time
+	attempt uint64
 	// abort asks the worker holding it executed to roll it back: an earlier
 	// group is stuck, perhaps on its locks.
 	abort bool
+	// stuck is set when later groups were rolled back for it in this attempt:
+	// its execution time says how long it was stuck, not how fast the target
+	// is, and stays out of the latency the timing fallback learns from.
+	stuck bool
 }
 
 // groupEnd is the position after a group and its source commit time.
@@ -123,6 +128,17 @@ type replayer struct {
 	// scratch holds the writeset of the transaction being submitted; only the
 	// stream's goroutine submits.
 	scratch []uint64
+	// held is what each worker holds, by slot, for the stuck-group rule
+	// (Seq 0: nothing); window bounds how far ahead of the oldest uncommitted
+	// group the workers start groups (in order), and latency keeps recent
+	// groups' execution times for the rule's timing fallback.
+	held    []schedule.Held
+	window  *schedule.Window
+	latency schedule.Latency
+	// unstuck counts the rollbacks the stuck-group rule decided, by reason.
+	unstuck map[schedule.Reason]int
+	// probe asks the target for lock waits; nil when the target user may not.
+	probe *lockProbe
 
 	cancel context.CancelFunc
 	g      *errgroup.Group
@@ -137,7 +153,8 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 	g, ctx := errgroup.WithContext(ctx)
 	r := &replayer{play: play, outOfOrder: opts.GetOutOfOrderCommit(), limits: limitsOf(opts), keys: keys, maxPacket: min(maxPacket, maxQuery), log: log,
 		sched: schedule.New(opts.GetOutOfOrderCommit()), groups: map[schedule.Seq]*group{}, done: map[schedule.Seq]groupEnd{},
-		maybeApplied: play.maybeApplied.Clone(), cancel: cancel, g: g}
+		maybeApplied: play.maybeApplied.Clone(), cancel: cancel, g: g,
+		held: make([]schedule.Held, workers), window: schedule.NewWindow(workers), unstuck: map[schedule.Reason]int{}}
 	r.cond = sync.NewCond(&r.mu)
 	context.AfterFunc(ctx, func() { r.fail(ctx.Err()) })
 	for slot := range workers {
@@ -153,12 +170,21 @@ func newReplayer(ctx context.Context, db *sql.DB, play *player, opts *rowliftv1.
 			cancel()
 			return nil, fmt.Errorf("replay connection: %w", err)
 		}
+		if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&r.held[slot].Conn); err != nil {
+			conn.Close()
+			cancel()
+			return nil, fmt.Errorf("replay connection: %w", err)
+		}
 		g.Go(func() error {
 			defer release(ctx, conn)
 			return r.work(ctx, conn, slot)
 		})
 	}
 	if !r.outOfOrder {
+		if r.probe, err = newLockProbe(ctx, db, log); err != nil {
+			cancel()
+			return nil, err
+		}
 		g.Go(func() error { return r.breakDeadlocks(ctx) })
 	}
 	return r, nil
@@ -335,17 +361,19 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 	w := &rowWriter{p: r.play, keys: r.keys}
 	for {
 		r.mu.Lock()
-		seq, ok := r.sched.Next()
+		seq, ok := r.sched.NextWithin(r.allowed())
 		for r.err == nil && !ok {
 			r.cond.Wait()
-			seq, ok = r.sched.Next()
+			seq, ok = r.sched.NextWithin(r.allowed())
 		}
 		if r.err != nil {
 			r.mu.Unlock()
 			return nil
 		}
 		g := r.groups[seq]
-		g.running, g.since, g.abort = true, time.Now(), false
+		g.since, g.abort, g.stuck = time.Now(), false, false
+		g.attempt++
+		r.held[slot].Seq, r.held[slot].Attempt, r.held[slot].Executed = seq, g.attempt, false
 		r.mu.Unlock()
 		if err := r.run(ctx, conn, w, slot, seq, g); err != nil {
 			r.fail(err)
@@ -354,9 +382,24 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 	}
 }
 
+// allowed is how many groups after the low watermark the workers may start:
+// the window's limit in order, any out of order. r.mu is held.
+func (r *replayer) allowed() int {
+	if r.outOfOrder {
+		return 0
+	}
+	return r.window.Limit()
+}
+
 // run applies one group. A lock conflict or a stuck earlier group rolls it
-// back and puts it back in the queue; any other error ends the stream.
+// back and puts it back in the queue; any other error ends the stream. The
+// worker holds nothing once it returns.
 func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, seq schedule.Seq, g *group) (err error) {
+	defer func() {
+		r.mu.Lock()
+		r.held[slot].Seq = 0
+		r.mu.Unlock()
+	}()
 	began := time.Now()
 	span := r.play.startSpan(ctx, "rowlift.applier.replay_group", nil, "")
 	defer func() {
@@ -393,7 +436,13 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	testhook.Delay(ctx, testhook.SlowTarget)
 	r.mu.Lock()
 	r.sched.Executed(seq)
-	g.running = false
+	if seq == r.sched.LowWatermark()+1 && !g.stuck {
+		// How long the oldest group takes to execute, from when it started or
+		// became the oldest: the same measure the timing fallback applies to
+		// it. A later group's time also counts its waits for earlier groups'
+		// locks, which says nothing of the target.
+		r.latency.Observe(time.Since(later(g.since, g.headAt)))
+	}
 	watermark := g.position
 	if r.outOfOrder {
 		watermark = r.play.position() // the low watermark's
@@ -411,6 +460,10 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 		return err
 	}
 	r.mu.Lock()
+	// Only now does it wait for its commit turn alone: recording its progress
+	// takes a share lock on the stream row, which a stop's fence may make it
+	// wait for, behind later groups' own share locks.
+	r.held[slot].Executed = true
 	for r.err == nil && !g.abort && !r.sched.MayCommit(seq) {
 		r.cond.Wait()
 	}
@@ -459,8 +512,13 @@ func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, seq schedule.Seq
 	r.play.stats.Conflict()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !g.abort {
+		// The server rolled it back (a deadlock, a lock wait timeout): a
+		// conflict the writesets missed, which fewer groups at once avoid.
+		r.window.RolledBack()
+	}
 	r.sched.Requeue(seq)
-	g.running, g.abort, g.since = false, false, time.Now()
+	g.abort, g.since = false, time.Now()
 	r.cond.Broadcast()
 	return nil
 }
@@ -471,6 +529,7 @@ func (r *replayer) committed(seq schedule.Seq, g *group) {
 	defer r.mu.Unlock()
 	before := r.sched.LowWatermark()
 	r.sched.Committed(seq)
+	r.window.Committed()
 	delete(r.groups, seq)
 	r.done[seq] = groupEnd{g.position, g.sourceUS}
 	var watermark groupEnd
@@ -481,14 +540,23 @@ func (r *replayer) committed(seq schedule.Seq, g *group) {
 	if watermark.position != nil {
 		r.play.committed(watermark.position, watermark.sourceUS)
 	}
+	if head := r.groups[r.sched.LowWatermark()+1]; head != nil {
+		head.headAt = time.Now()
+	}
 	r.cond.Broadcast()
 }
 
-// breakDeadlocks rolls back the groups waiting for their commit turn when the
-// oldest group has run, or waited to run, for longer than stuckAfter: it may
-// wait for their locks, or for one of the workers they hold.
+// breakDeadlocks runs the stuck-group rule (schedule.Unstick): it rolls back
+// the later groups waiting for their commit turn only when the oldest group
+// waits for their locks, by the server's evidence, or has no worker while
+// they hold every one; without the evidence, when the oldest group has run
+// far longer than groups do on this target lately. Each rollback it decides
+// shrinks the window of groups started ahead, which clean commits widen again.
 func (r *replayer) breakDeadlocks(ctx context.Context) error {
-	tick := time.NewTicker(stuckAfter / 2)
+	if r.probe != nil {
+		defer r.probe.close()
+	}
+	tick := time.NewTicker(unstickEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -497,23 +565,101 @@ func (r *replayer) breakDeadlocks(ctx context.Context) error {
 		case <-tick.C:
 		}
 		r.mu.Lock()
-		head := r.groups[r.sched.LowWatermark()+1]
-		// The oldest group may be stuck running (waiting for the later ones'
-		// locks), or stuck waiting for a worker: rolled back after a lock
-		// conflict while every worker holds a later group waiting for it.
-		if head != nil && time.Since(head.since) > stuckAfter {
-			if later := r.sched.ExecutedAfter(r.sched.LowWatermark() + 1); len(later) > 0 {
-				for _, seq := range later {
-					r.groups[seq].abort = true
+		o := r.observe()
+		r.mu.Unlock()
+		if r.probe != nil {
+			// No news is no wait: the lock-wait case is decided on probes.
+			o.Waits.Known = true
+			if r.probeWanted(o) && r.probe.due(time.Now()) {
+				waits, known, err := r.probe.waits(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					err = fmt.Errorf("replay: %w", err)
+					r.fail(err)
+					return err
 				}
-				r.log.Info("the oldest replay group has not committed; rolling back the later ones waiting to commit, "+
-					"in case it waits for their locks or for a worker they hold", zap.Bool("running", head.running),
-					zap.Duration("since", time.Since(head.since)), zap.Int("rolled_back", len(later)))
-				r.cond.Broadcast()
+				before := o.Held
+				r.mu.Lock()
+				o = r.observe()
+				r.mu.Unlock()
+				o.Waits = schedule.LockWaits{Known: known, Before: before, Waits: waits}
 			}
+		}
+		r.mu.Lock()
+		// The groups may have moved since o was observed: decide on the state
+		// now, with the evidence taken.
+		now := r.observe()
+		now.Waits = o.Waits
+		if v := schedule.Unstick(now); len(v.Rollback) > 0 {
+			r.unstick(now, v)
 		}
 		r.mu.Unlock()
 	}
+}
+
+// probeWanted reports whether the server's lock waits could decide anything:
+// the oldest group runs while later ones wait for their commit turn, or it
+// has no worker while a worker runs a later one.
+func (r *replayer) probeWanted(o schedule.Observation) bool {
+	headRunning, laterExecuted, laterRunning := false, false, false
+	for _, h := range o.Held {
+		switch {
+		case h.Seq == o.Head:
+			headRunning = !h.Executed
+		case h.Executed:
+			laterExecuted = true
+		default:
+			laterRunning = true
+		}
+	}
+	return laterExecuted && (headRunning || laterRunning)
+}
+
+// observe returns what the stuck-group rule looks at, with no evidence from
+// the server. r.mu is held.
+func (r *replayer) observe() schedule.Observation {
+	o := schedule.Observation{Workers: len(r.held), Patience: r.latency.Patience()}
+	for _, h := range r.held {
+		if h.Seq != 0 {
+			o.Held = append(o.Held, h)
+		}
+	}
+	if r.sched.Pending() == 0 {
+		return o
+	}
+	o.Head = r.sched.LowWatermark() + 1
+	for _, h := range o.Held {
+		if head := r.groups[h.Seq]; h.Seq == o.Head && !h.Executed && head != nil {
+			o.HeadFor = time.Since(later(head.since, head.headAt))
+		}
+	}
+	return o
+}
+
+// unstick rolls back the groups of a verdict. r.mu is held.
+func (r *replayer) unstick(o schedule.Observation, v schedule.Verdict) {
+	for _, seq := range v.Rollback {
+		r.groups[seq].abort = true
+	}
+	if head := r.groups[o.Head]; head != nil {
+		head.stuck = true
+	}
+	r.window.RolledBack()
+	r.unstuck[v.Reason] += len(v.Rollback)
+	r.log.Info("the oldest replay group cannot commit; rolling back later ones waiting to commit", zap.Stringer("why", v.Reason),
+		zap.Int("rolled_back", len(v.Rollback)), zap.Duration("running_for", o.HeadFor), zap.Duration("patience", o.Patience),
+		zap.Int("window", r.window.Limit()))
+	r.cond.Broadcast()
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // retryable reports lock conflicts, which another attempt resolves.

@@ -73,7 +73,9 @@ const (
 	initialPatience = time.Second
 )
 
-// Observe records how long an item took from its start to executed.
+// Observe records how long the oldest item took to execute, from when it
+// started or became the oldest, whichever came later: what Patience is
+// compared with.
 func (l *Latency) Observe(d time.Duration) {
 	l.ring[l.next] = d
 	l.next = (l.next + 1) % len(l.ring)

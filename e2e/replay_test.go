@@ -184,15 +184,14 @@ func TestStopLeavesNoTransactionOpen(t *testing.T) {
 
 // stalledReplay runs workflow name over the race tables (keys keys) with four
 // replay workers, one transaction per group, and each group stalled before it
-// runs for a time in stall ("0-250ms"), and waits until it runs. The applier
-// starts with applierArgs added.
-func stalledReplay(t *testing.T, seed uint64, name, stall string, keys int, applierArgs ...string) (*env, []string) {
+// runs for a time in stall ("0-250ms"), and waits until it runs.
+func stalledReplay(t *testing.T, seed uint64, name, stall string, keys int) (*env, []string) {
 	t.Helper()
 	e := newEnv(t)
 	e.hooks = []string{testhook.EnvVar + fmt.Sprintf("=replay_exec=%s,seed=%d", stall, seed)}
 	names := createRaceTables(e, keys)
 	e.startStreamer()
-	e.startApplier(applierArgs...)
+	e.startApplier()
 	spec := e.workflow(name, "race", names...)
 	spec.Options.ApplyWorkers, spec.Options.CommitBatchItems = 4, 1
 	e.start(spec)

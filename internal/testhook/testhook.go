@@ -29,8 +29,8 @@ const (
 	ChunkEmit Point = "chunk_emit"
 	// ChunkApply is before the applier writes a chunk part.
 	ChunkApply Point = "chunk_apply"
-	// ReplayExec is before a replay worker runs a group's statements: a long
-	// delay makes the oldest group look stuck behind later ones.
+	// ReplayExec is before a replay worker runs a group's statements, before
+	// it takes any lock: groups stay in flight longer, for a stop to end.
 	ReplayExec Point = "replay_exec"
 	// SlowTarget is after a replay worker has run a group's statements, while
 	// the group holds its row locks: a target slowed on purpose, as a loaded

@@ -420,14 +420,14 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 			return rerr
 		}
 		if retryable(err) {
-			return r.requeue(ctx, conn, seq, g)
+			return r.requeue(ctx, conn, slot, seq, g)
 		}
 		if IsPermanent(err) {
 			return err
 		}
 		if derr := w.diagnose(ctx, conn); derr != nil {
 			if retryable(derr) {
-				return r.requeue(ctx, conn, seq, g)
+				return r.requeue(ctx, conn, slot, seq, g)
 			}
 			return derr
 		}
@@ -455,7 +455,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	}
 	if err := state.SaveSlot(ctx, conn, r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS); err != nil {
 		if retryable(err) {
-			return r.requeue(ctx, conn, seq, g)
+			return r.requeue(ctx, conn, slot, seq, g)
 		}
 		return err
 	}
@@ -473,13 +473,13 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	case stopped:
 		return rollback(ctx, conn)
 	case abort:
-		return r.requeue(ctx, conn, seq, g)
+		return r.requeue(ctx, conn, slot, seq, g)
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("replay: commit %s: %w", g.txs[len(g.txs)-1].GetGtid(), err)
 	}
 	r.play.stats.GroupCommitted(len(g.txs), g.rows, time.Since(began))
-	r.committed(seq, g)
+	r.committed(slot, seq, g)
 	return nil
 }
 
@@ -505,7 +505,7 @@ func rollback(ctx context.Context, conn *sql.Conn) error {
 
 // requeue rolls a group back and returns it to the scheduler, which restarts
 // it once every earlier group has committed.
-func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, seq schedule.Seq, g *group) error {
+func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, slot int, seq schedule.Seq, g *group) error {
 	if err := rollback(ctx, conn); err != nil {
 		return err
 	}
@@ -518,15 +518,17 @@ func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, seq schedule.Seq
 		r.window.RolledBack()
 	}
 	r.sched.Requeue(seq)
+	r.held[slot].Seq = 0
 	g.abort, g.since = false, time.Now()
 	r.cond.Broadcast()
 	return nil
 }
 
 // committed records a group's commit and moves the watermark.
-func (r *replayer) committed(seq schedule.Seq, g *group) {
+func (r *replayer) committed(slot int, seq schedule.Seq, g *group) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.held[slot].Seq = 0
 	before := r.sched.LowWatermark()
 	r.sched.Committed(seq)
 	r.window.Committed()
@@ -618,11 +620,12 @@ func (r *replayer) probeWanted(o schedule.Observation) bool {
 }
 
 // observe returns what the stuck-group rule looks at, with no evidence from
-// the server. r.mu is held.
+// the server. A group already asked to roll back is leaving its worker: it
+// is not decided on twice. r.mu is held.
 func (r *replayer) observe() schedule.Observation {
 	o := schedule.Observation{Workers: len(r.held), Patience: r.latency.Patience()}
 	for _, h := range r.held {
-		if h.Seq != 0 {
+		if g := r.groups[h.Seq]; h.Seq != 0 && g != nil && !g.abort {
 			o.Held = append(o.Held, h)
 		}
 	}

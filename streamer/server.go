@@ -34,7 +34,8 @@ import (
 
 // Defaults for zero StreamOptions, chosen on benchmarks/copy: large chunks and
 // packets mean few target transactions, which is most of what a copy costs the
-// target beyond the rows themselves.
+// target beyond the rows themselves. DefaultChunkRows bounds a chunk of narrow
+// rows; chunks of wider rows are sized by DefaultChunkBytes.
 const (
 	DefaultChunkRows      = 100000
 	DefaultPacketBytes    = 4 << 20
@@ -310,10 +311,18 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			defer conn.Close()
 			fence := fencers()
 			defer fence.close()
-			r := &rowStreamer{plan: plan, conn: conn, fence: fence, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
-				start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs}
+			// A verify's rows are hashes, as narrow whatever the table: its
+			// first chunk measures them.
+			var avg int64
+			if !verifying {
+				if avg, err = avgRowBytes(ctx, conn, plan.table.Database, plan.table.Name); err != nil {
+					return status.Errorf(codes.Unavailable, "average row length of %s: %v", t.GetName(), err)
+				}
+			}
+			r := &rowStreamer{plan: plan, conn: conn, fence: fence, sizer: newChunkSizer(opts.ChunkBytes, opts.ChunkRows, avg),
+				packetBytes: int(opts.PacketBytes), sink: sink, start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs}
 			if plan.filter != nil && !verifying {
-				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts.ChunkRows))
+				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts), sharedChunkBytes(opts.ChunkBytes))
 				defer r.shared.leave()
 			}
 			if verifying {
@@ -328,6 +337,21 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 		})
 	}
 	return g.Wait()
+}
+
+// avgRowBytes is the table's average row length by the source's statistics
+// (0: none gathered yet), where the copy's chunk sizes start from.
+func avgRowBytes(ctx context.Context, conn *sql.Conn, database, table string) (int64, error) {
+	var avg sql.NullInt64
+	err := conn.QueryRowContext(ctx, "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+		database, table).Scan(&avg)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read information_schema.TABLES: %w", err)
+	}
+	return avg.Int64, nil
 }
 
 // Source errors after which a table's verify chunks cannot be read again.
@@ -439,6 +463,7 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	}
 	o := &rowliftv1.StreamOptions{
 		ChunkRows:       req.GetOptions().GetChunkRows(),
+		ChunkBytes:      req.GetOptions().GetChunkBytes(),
 		PacketBytes:     req.GetOptions().GetPacketBytes(),
 		ParallelTables:  req.GetOptions().GetParallelTables(),
 		HeartbeatMs:     req.GetOptions().GetHeartbeatMs(),
@@ -450,6 +475,9 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	}
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = DefaultChunkRows
+	}
+	if o.ChunkBytes <= 0 {
+		o.ChunkBytes = DefaultChunkBytes
 	}
 	if o.PacketBytes <= 0 {
 		o.PacketBytes = DefaultPacketBytes

@@ -42,8 +42,18 @@ const (
 	DefaultParallelTables = 4
 	DefaultHeartbeatMs    = 1000
 	// sendQueue is how many items wait for the gRPC sender; it bounds memory to
-	// about sendQueue packets per stream (32 MiB at the default packet size).
+	// about sendQueue packets per stream (32 MiB at the default packet size):
+	// a chunk's part holds at most a packet and one row, a transaction is
+	// held whole.
 	sendQueue = 8
+	// maxQueuedTxBytes bounds the binlog transactions the merger holds while
+	// they wait for a chunk of their table (its fence, its rows) or for a
+	// snapshot that shows them visible: past it the reader waits, unless a
+	// chunk waits for the reader (merger.holdsReader).
+	maxQueuedTxBytes = 64 << 20
+	// readQueue is how many transactions the reader hands over ahead of the
+	// merge loop.
+	readQueue = 16
 )
 
 // Config configures a Server.
@@ -238,6 +248,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	g, ctx := errgroup.WithContext(ctx)
 	items := make(chan *rowliftv1.StreamItem, sendQueue)
 	inputs := make(chan mergeInput, 64)
+	reads := make(chan mergeInput, readQueue)
 	gate := s.newGate(req.GetWorkflow(), opts, log)
 	tables := make([]string, len(plans))
 	for i, p := range plans {
@@ -246,7 +257,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	sent := metrics.NewSendStream(req.GetWorkflow(), tables)
 	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes, sent) })
 	g.Go(func() error {
-		return s.mergeLoop(ctx, m, inputs, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
+		return s.mergeLoop(ctx, m, inputs, reads, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
 	})
 	g.Go(func() error {
 		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone())
@@ -261,7 +272,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 				}
 				return binlogError(err, r.pos)
 			}
-			if err := (mergeSink{inputs}).send(ctx, mergeInput{read: &res}); err != nil {
+			if err := (mergeSink{reads}).send(ctx, mergeInput{read: &res}); err != nil {
 				return err
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -102,4 +103,46 @@ func testWideCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	require.NoError(t, err)
 	require.True(t, res.Identical(), "%s", res)
 	require.EqualValues(t, wideRows, res.TargetRows)
+}
+
+// TestWideReshardSurvivesKills splits a table of 10-200 KiB rows 1→2 with the
+// default chunk settings, where each chunk is read whole and shared by the two
+// streams (the chunk cache, bounded in bytes), while the streamer and an
+// applier are killed with SIGKILL in turn every 10-20 s; each target must
+// hold exactly its range's rows.
+func TestWideReshardSurvivesKills(t *testing.T) {
+	sandboxtest.EachFlavor(t, testWideReshardSurvivesKills)
+}
+
+func testWideReshardSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
+	const rows = 2000
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	// Two appliers write at once, each a part per 1-1.4 s: about a minute.
+	e := newShardEnv(t, flavor, 10, []string{testhook.EnvVar + "=chunk_apply=1000-1400ms"}, []string{""}, []string{"-80", "80-"}, false)
+	fillWide(t, e.sources[0].db, "race", rows)
+	spec := e.spec("widesplit", []*rowliftv1.TableSpec{{Name: "blobs", ShardingColumn: "id", ShardingFunction: "hash"}})
+	spec.Options = &rowliftv1.WorkflowOptions{}
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return e.ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+	})
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return e.ctl.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "widesplit"})
+	})
+	copied := func() (int64, bool) {
+		st := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+			return e.ctl.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "widesplit"})
+		}).GetStatus()
+		return st.GetRowsCopied(), st.GetPhase() == rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING
+	}
+	waitFor := func(what string, timeout time.Duration, cond func() (bool, string)) {
+		t.Helper()
+		require.Eventually(t, func() bool { ok, _ := cond(); return ok }, timeout, 50*time.Millisecond, what)
+	}
+	kills := killEvery(t, rng, []*proc{e.sources[0].proc, e.targets[1].proc}, copied, waitFor)
+	require.GreaterOrEqual(t, kills, 2, "the copy finished before the streamer and an applier were both killed; the test proves nothing")
+	e.waitState("widesplit", state.Running, 2*time.Minute)
+	e.checkShards(spec, false)
+	n, _ := copied()
+	require.EqualValues(t, rows, n, "rows_copied counts every row exactly once")
 }

@@ -115,7 +115,7 @@ func TestWideReshardSurvivesKills(t *testing.T) {
 }
 
 func testWideReshardSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
-	const rows = 2000
+	const rows = 1500
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	// Two appliers write at once, each a part per 1-1.4 s: about a minute.

@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard soak soak-reshard soak-cutover clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide soak soak-reshard soak-cutover clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
@@ -72,7 +72,7 @@ proto-check: proto
 ## The programs that run rowlift (copy, apply, lag, cutover, reshard) take -flavor mysql (through their
 ## flags variables, e.g. COPYFLAGS="-flavor mysql") to run on MySQL servers beside MySQL's own tools;
 ## results then land in <name>-mysql.json
-bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard
+bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
@@ -112,6 +112,14 @@ bench-cutover:
 RESHARDFLAGS ?=
 bench-reshard:
 	$(GO) run ./benchmarks/reshard -rows $(ROWS) $(RESHARDFLAGS)
+
+## bench-wide: a table of blobs of ~200 KiB (WIDE_MB= MiB in all, full size 2048) copied 1→1 and split 1→4
+## with the default chunk settings, beside the target's LOAD DATA of the same rows, with the peak RSS of
+## every role (WIDEFLAGS=more flags, e.g. -flavor mysql -row-kb 1024)
+WIDE_MB ?= 2048
+WIDEFLAGS ?=
+bench-wide:
+	$(GO) run ./benchmarks/wide -mb $(WIDE_MB) $(WIDEFLAGS)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
 ## the applier, streamer and source server each (a failing

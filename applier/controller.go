@@ -494,7 +494,7 @@ func StreamRequest(st reshard.Stream, position string, progress map[string]state
 		Workflow: spec.GetName(),
 		Position: &rowliftv1.Position{GtidSet: position},
 		Database: spec.GetSourceDatabase(),
-		Options: &rowliftv1.StreamOptions{ChunkRows: opts.GetChunkRows(), PacketBytes: opts.GetPacketBytes(),
+		Options: &rowliftv1.StreamOptions{ChunkRows: opts.GetChunkRows(), ChunkBytes: opts.GetChunkBytes(), PacketBytes: opts.GetPacketBytes(),
 			ParallelTables: opts.GetParallelTables(), Throttle: opts.GetThrottle().GetSource(),
 			ThrottleCheckMs: opts.GetThrottle().GetCheckIntervalMs()},
 	}

@@ -29,8 +29,13 @@ const (
 	defaultBatchBytes = 4 << 20
 	defaultBatchWait  = 5 * time.Millisecond
 	// maxPendingGroups bounds the groups read ahead of the oldest uncommitted
-	// one: enough to keep every worker busy, few enough to bound memory.
+	// one: enough to keep every worker busy.
 	maxPendingGroups = 1024
+	// maxPendingBytes bounds the same groups by their row images, so memory
+	// does not grow with the width of the rows (1024 groups of 4 MiB would
+	// be 4 GiB): 16 full groups keep every worker busy. A transaction is held
+	// whole, so one larger than this still goes, alone.
+	maxPendingBytes = 64 << 20
 	// unstickEvery is how often the stuck-group rule looks at the replay's
 	// state (schedule.Unstick): a sampling rate, not a threshold; the server
 	// is asked for lock waits at most as often as lockProbe allows.
@@ -38,6 +43,14 @@ const (
 	// maxQuery bounds the statements sent in one query.
 	maxQuery = 1 << 20
 )
+
+// readAheadFull reports whether the stream must wait before it submits
+// another transaction: groups scheduled and not committed reach
+// maxPendingGroups, or their bytes maxPendingBytes. Bytes count only
+// scheduled groups, so a full read-ahead always has a group to commit.
+func readAheadFull(groups, bytes int) bool {
+	return groups >= maxPendingGroups || (groups > 0 && bytes >= maxPendingBytes)
+}
 
 // batchLimits end a commit group.
 type batchLimits struct {
@@ -139,6 +152,9 @@ type replayer struct {
 	unstuck map[schedule.Reason]int
 	// probe asks the target for lock waits; nil when the target user may not.
 	probe *lockProbe
+	// pendingBytes are the bytes of the groups handed to the scheduler and
+	// not committed yet.
+	pendingBytes int
 
 	cancel context.CancelFunc
 	g      *errgroup.Group
@@ -254,7 +270,7 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 	size := proto.Size(trx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for r.err == nil && r.sched.Pending() >= maxPendingGroups {
+	for r.err == nil && readAheadFull(r.sched.Pending(), r.pendingBytes) {
 		r.cond.Wait()
 	}
 	if r.err != nil {
@@ -309,6 +325,7 @@ func (r *replayer) closeOpen() {
 	seq := r.sched.Add(g.keys, g.barrier)
 	g.keys = nil
 	r.groups[seq] = g
+	r.pendingBytes += g.bytes
 	g.since = time.Now()
 	r.cond.Broadcast()
 }
@@ -533,6 +550,7 @@ func (r *replayer) committed(slot int, seq schedule.Seq, g *group) {
 	r.sched.Committed(seq)
 	r.window.Committed()
 	delete(r.groups, seq)
+	r.pendingBytes -= g.bytes
 	r.done[seq] = groupEnd{g.position, g.sourceUS}
 	var watermark groupEnd
 	for s := before + 1; s <= r.sched.LowWatermark(); s++ {

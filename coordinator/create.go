@@ -370,7 +370,7 @@ func checkSpec(spec *rowliftv1.WorkflowSpec) error {
 	for _, n := range []struct {
 		name  string
 		value int64
-	}{{"chunk_rows", o.GetChunkRows()}, {"packet_bytes", o.GetPacketBytes()}, {"parallel_tables", int64(o.GetParallelTables())},
+	}{{"chunk_rows", o.GetChunkRows()}, {"chunk_bytes", o.GetChunkBytes()}, {"packet_bytes", o.GetPacketBytes()}, {"parallel_tables", int64(o.GetParallelTables())},
 		{"apply_workers", int64(o.GetApplyWorkers())}, {"commit_batch_items", int64(o.GetCommitBatchItems())},
 		{"commit_batch_bytes", o.GetCommitBatchBytes()}, {"commit_batch_ms", int64(o.GetCommitBatchMs())}} {
 		if n.value < 0 {

@@ -167,6 +167,9 @@ func TestCreateRefusesBadWorkflows(t *testing.T) {
 						Source: &rowliftv1.ThrottleLimits{LagQuery: "SELECT lag FROM nowhere.replicas", MaxLagSeconds: 10}}}
 				},
 				want: []string{"source lag unreadable", "nowhere.replicas", "fix the source throttle's lag setting"}},
+			{name: "negative-chunk-bytes", tables: []string{"orders"}, code: codes.InvalidArgument,
+				edit: func(s *rowliftv1.WorkflowSpec) { s.Options = &rowliftv1.WorkflowOptions{ChunkBytes: -1} },
+				want: []string{"option chunk_bytes is -1: use a positive number, or 0 for the default"}},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {

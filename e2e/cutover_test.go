@@ -66,8 +66,11 @@ type pairEnv struct {
 type pairSetup struct {
 	// tables are empty tables to move too: name and CREATE TABLE.
 	tables [][2]string
-	// chunkRows is the workflow's --chunk-rows.
+	// chunkRows is the workflow's --chunk-rows (0: rowlift's default chunks,
+	// sized by their bytes).
 	chunkRows int
+	// chunkBytes is the workflow's --chunk-bytes (0: the default).
+	chunkBytes int
 }
 
 // pairOption changes newPairEnv's setup.
@@ -78,8 +81,14 @@ func withTable(name, ddl string) pairOption {
 	return func(s *pairSetup) { s.tables = append(s.tables, [2]string{name, ddl}) }
 }
 
-// withChunkRows sets the workflow's --chunk-rows (500 by default).
-func withChunkRows(n int) pairOption { return func(s *pairSetup) { s.chunkRows = n } }
+// withDefaultChunks gives the workflow rowlift's default chunks instead of
+// newPairEnv's 500-row ones, which make many chunks to widen the race
+// windows of the copy.
+func withDefaultChunks() pairOption { return func(s *pairSetup) { s.chunkRows = 0 } }
+
+// withChunkBytes sets the workflow's --chunk-bytes: a small budget makes
+// chunks of few rows, the first of each table ending by its bytes.
+func withChunkBytes(n int) pairOption { return func(s *pairSetup) { s.chunkBytes = n } }
 
 // newPairEnv starts everything and a workflow "race" over the race tables
 // (keys keys) and what opts add, and waits until it runs. coordHooks are test
@@ -117,8 +126,15 @@ func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []stri
 	p.srcStore, err = state.Open(context.Background(), p.srcDB)
 	require.NoError(t, err)
 	p.route.Store(p.appSrc)
-	p.cli.ok("workflow", "create", "--name", "race", "--source", "main="+p.streamerAddr, "--target", "main", "--source-database", "race",
-		"--tables", strings.Join(p.names, ","), "--chunk-rows", strconv.Itoa(setup.chunkRows), "--reverse-target", "main=origin", "--reverse-streamer", "main="+p.revAddr, "--start")
+	create := []string{"workflow", "create", "--name", "race", "--source", "main=" + p.streamerAddr, "--target", "main", "--source-database", "race",
+		"--tables", strings.Join(p.names, ","), "--reverse-target", "main=origin", "--reverse-streamer", "main=" + p.revAddr, "--start"}
+	if setup.chunkRows > 0 {
+		create = append(create, "--chunk-rows", strconv.Itoa(setup.chunkRows))
+	}
+	if setup.chunkBytes > 0 {
+		create = append(create, "--chunk-bytes", strconv.Itoa(setup.chunkBytes))
+	}
+	p.cli.ok(create...)
 	p.cli.ok("workflow", "watch", "race", "--until", "running", "--interval", "200ms", "--timeout", "2m")
 	return p
 }

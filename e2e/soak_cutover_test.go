@@ -67,8 +67,9 @@ func testCutoverSoak(t *testing.T, flavor sandbox.Flavor) {
 	const keys = 900
 	p := newPairEnv(t, flavor, keys, []string{"ROWLIFT_TEST_HOOKS=cutover_step=150-400ms"}, withTable("txlog", txlogTable),
 		// race.txlog grows by every transaction, hundreds of thousands of rows
-		// in a long soak: verify chunks of 500 rows fell behind its writers.
-		withChunkRows(5000))
+		// in a long soak: verify chunks of 500 rows fell behind its writers,
+		// chunks sized by their bytes keep up.
+		withDefaultChunks())
 	seed := testSeed(t)
 	s := &soak{pairEnv: p, rng: rand.New(rand.NewPCG(seed, 23)), seed: seed, dir: t.TempDir(), ledger: &txLedger{}, counts: map[string]int{}}
 	for file, side := range map[string]string{"switch": "target", "reverse": "source", "route": "source"} {

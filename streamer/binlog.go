@@ -270,6 +270,9 @@ func (r *binlogReader) commit() (readResult, bool, error) {
 	res.tx = &mergeTx{pos: gtidPos{own}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: trx}}}
 	for _, ev := range tx.events {
 		res.tx.tables = append(res.tx.tables, ev.GetTable())
+		for _, ch := range ev.GetChanges() {
+			res.tx.bytes += rowBytes(ch.GetBefore()) + rowBytes(ch.GetAfter())
+		}
 	}
 	return res, true, nil
 }
@@ -339,4 +342,13 @@ func (r *binlogReader) ddlTables(schema, q string) []string {
 		}
 	}
 	return tables
+}
+
+// rowBytes is about what a row image holds in memory: its values and their
+// lengths (nil: none).
+func rowBytes(row *rowliftv1.Row) int {
+	if row == nil {
+		return 0
+	}
+	return len(row.GetValues()) + 8*len(row.GetLengths())
 }

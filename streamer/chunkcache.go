@@ -10,12 +10,18 @@ import (
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// maxSharedChunks bounds the chunks a chunk group keeps for its streams. A
-// chunk is held whole, so a group holds at most maxSharedChunks × chunk_rows
-// rows (40 MB at the default 100000 rows of 100 bytes; tables of wide rows
-// want a smaller chunk_rows), plus the one chunk each of its streams is
-// emitting, which may have been evicted meanwhile.
-const maxSharedChunks = 4
+// sharedChunkBudgets is how many chunk budgets (chunk_bytes) of read chunks a
+// chunk group keeps for its streams: enough for streams a chunk or two apart
+// to share every read. A chunk is held whole, so a group holds at most
+// sharedChunkBudgets × chunk_bytes of kept chunks (64 MiB at the default),
+// plus the chunk each of its streams is emitting, which may have been evicted
+// meanwhile, and the one its leader is reading (each at most chunkOvershoot
+// budgets and a row).
+const sharedChunkBudgets = 4
+
+// sharedChunkBytes is the byte limit of a group's kept chunks for a chunk
+// budget.
+func sharedChunkBytes(chunkBytes int64) int64 { return sharedChunkBudgets * chunkBytes }
 
 // chunkCache lets the streams of one workflow on this streamer share their
 // chunk reads: a reshard from one source to M target shards runs M streams
@@ -26,8 +32,8 @@ const maxSharedChunks = 4
 // range. Whether a stream may place a chunk another stream read is the
 // merger's decision (merger.canFence); when it may not, or the leader failed,
 // the stream reads the chunk itself. A chunk is dropped once every stream of
-// the group took it, or when the group holds maxSharedChunks newer ones: a
-// stream that falls that far behind reads for itself.
+// the group took it, or, oldest first, when the group's read chunks pass its
+// byte limit: a stream that falls that far behind reads for itself.
 type chunkCache struct {
 	mu     sync.Mutex
 	groups map[string]*chunkGroup
@@ -37,6 +43,9 @@ type chunkCache struct {
 type chunkGroup struct {
 	members map[int]bool
 	chunks  []*sharedChunk // oldest first
+	// bytes counts the rows of the read chunks in chunks, at most limit but
+	// for the newest one.
+	bytes, limit int64
 }
 
 // sharedChunk is one chunk read in one snapshot, with every row it scanned
@@ -57,6 +66,8 @@ type sharedChunk struct {
 	lastPK   *rowliftv1.Row
 	more     bool
 	consumed map[int]bool
+	// size is what the chunk counts in its group's bytes (0 until read).
+	size int64
 }
 
 func newChunkCache() *chunkCache { return &chunkCache{groups: map[string]*chunkGroup{}} }
@@ -69,19 +80,21 @@ type chunkMember struct {
 }
 
 // chunkGroupKey names the group of streams that read the same chunks: same
-// workflow, same SELECT (database, table, columns) and same chunk size.
-func chunkGroupKey(workflow string, plan *tablePlan, chunkRows int64) string {
-	return workflow + "\x00" + plan.selectFrom + "\x00" + strconv.FormatInt(chunkRows, 10)
+// workflow, same SELECT (database, table, columns) and same chunk sizes.
+func chunkGroupKey(workflow string, plan *tablePlan, opts *rowliftv1.StreamOptions) string {
+	return workflow + "\x00" + plan.selectFrom + "\x00" + strconv.FormatInt(opts.GetChunkRows(), 10) +
+		"\x00" + strconv.FormatInt(opts.GetChunkBytes(), 10)
 }
 
 // join registers a stream in a group until leave: the group keeps each chunk
-// until every registered stream took it.
-func (c *chunkCache) join(group string) *chunkMember {
+// until every registered stream took it, or until its read chunks pass limit
+// bytes (the first member's limit holds for the group).
+func (c *chunkCache) join(group string, limit int64) *chunkMember {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.groups[group]
 	if g == nil {
-		g = &chunkGroup{members: map[int]bool{}}
+		g = &chunkGroup{members: map[int]bool{}, limit: limit}
 		c.groups[group] = g
 	}
 	c.nextID++
@@ -100,7 +113,11 @@ func (m *chunkMember) leave() {
 		delete(c.groups, m.group)
 		return
 	}
-	g.chunks = slices.DeleteFunc(g.chunks, g.takenByAll)
+	for _, ch := range slices.Clone(g.chunks) {
+		if g.takenByAll(ch) {
+			g.remove(ch)
+		}
+	}
 }
 
 func (g *chunkGroup) takenByAll(ch *sharedChunk) bool {
@@ -127,23 +144,39 @@ func (m *chunkMember) acquire(lastPK [][]byte) (ch *sharedChunk, lead bool) {
 		}
 	}
 	ch = &sharedChunk{start: start, done: make(chan struct{}), consumed: map[int]bool{}}
-	if len(g.chunks) == maxSharedChunks {
-		g.chunks = slices.Delete(g.chunks, 0, 1)
-	}
 	g.chunks = append(g.chunks, ch)
 	return ch, true
 }
 
 // finish ends the leader's read of ch; a failed read leaves the group, so the
-// next stream asking for the chunk reads it.
+// next stream asking for the chunk reads it. A read chunk counts its rows in
+// the group's bytes, and the oldest other read chunks go while the group is
+// over its limit.
 func (m *chunkMember) finish(ch *sharedChunk, err error) {
+	m.cache.mu.Lock()
+	g := m.cache.groups[m.group]
 	if err != nil {
 		ch.err = err
-		m.cache.mu.Lock()
-		m.cache.groups[m.group].remove(ch)
-		m.cache.mu.Unlock()
+		g.remove(ch)
+	} else {
+		ch.size = int64(len(ch.rows))
+		g.bytes += ch.size
+		g.evict(ch)
 	}
+	m.cache.mu.Unlock()
 	close(ch.done)
+}
+
+// evict drops the oldest read chunks but keep while the group holds more
+// than its limit.
+func (g *chunkGroup) evict(keep *sharedChunk) {
+	for i := 0; g.bytes > g.limit && i < len(g.chunks); {
+		if ch := g.chunks[i]; ch != keep && ch.size > 0 {
+			g.remove(ch)
+			continue
+		}
+		i++
+	}
 }
 
 // wait waits until ch is read; its error is the read's.
@@ -171,6 +204,7 @@ func (m *chunkMember) took(ch *sharedChunk) {
 func (g *chunkGroup) remove(ch *sharedChunk) {
 	if i := slices.Index(g.chunks, ch); i >= 0 {
 		g.chunks = slices.Delete(g.chunks, i, i+1)
+		g.bytes -= ch.size
 	}
 }
 

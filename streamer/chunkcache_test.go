@@ -26,7 +26,7 @@ import (
 
 func TestChunkCacheKeepsAChunkUntilEveryStreamTookIt(t *testing.T) {
 	c := newChunkCache()
-	a, b := c.join("g"), c.join("g")
+	a, b := c.join("g", 1<<30), c.join("g", 1<<30)
 	ch, lead := a.acquire(nil)
 	require.True(t, lead)
 	again, lead := b.acquire(nil)
@@ -49,29 +49,63 @@ func TestChunkCacheKeepsAChunkUntilEveryStreamTookIt(t *testing.T) {
 	require.Empty(t, c.groups)
 }
 
-func TestChunkCacheHoldsAtMostMaxSharedChunks(t *testing.T) {
+// readChunk is a chunk a leader read, of size bytes of rows.
+func readChunk(t *testing.T, m *chunkMember, start string, size int) *sharedChunk {
+	ch, lead := m.acquire([][]byte{[]byte(start)})
+	require.True(t, lead, "chunk %s", start)
+	ch.rows = make([]byte, size)
+	m.finish(ch, nil)
+	return ch
+}
+
+func TestChunkCacheHoldsAtMostItsBytes(t *testing.T) {
 	c := newChunkCache()
-	a, b := c.join("g"), c.join("g")
+	a, b := c.join("g", 100), c.join("g", 1<<30)
 	var chunks []*sharedChunk
-	for i := range maxSharedChunks + 2 {
-		ch, lead := a.acquire([][]byte{[]byte(strconv.Itoa(i))})
-		require.True(t, lead)
-		a.finish(ch, nil)
+	for i, size := range []int{40, 40, 20, 30} {
+		ch := readChunk(t, a, strconv.Itoa(i), size)
 		a.took(ch)
 		chunks = append(chunks, ch)
 	}
-	require.Equal(t, chunks[2:], c.groups["g"].chunks, "the oldest went, though b never took them")
+	g := c.groups["g"]
+	require.Equal(t, chunks[1:], g.chunks, "the oldest went once the group passed its 100 bytes, though b never took it")
+	require.EqualValues(t, 90, g.bytes)
 	_, lead := b.acquire([][]byte{[]byte("0")})
 	require.True(t, lead, "a stream that fell behind reads for itself")
-	ch, lead := b.acquire([][]byte{[]byte("3")})
+	ch, lead := b.acquire([][]byte{[]byte("2")})
 	require.False(t, lead)
-	require.Same(t, chunks[3], ch)
-	require.Len(t, c.groups["g"].chunks, maxSharedChunks)
+	require.Same(t, chunks[2], ch)
+
+	wide := readChunk(t, a, "wide", 500)
+	require.Equal(t, []*sharedChunk{g.chunks[0], wide}, g.chunks, "a chunk above the limit stays alone with the one b reads")
+	require.Zero(t, g.chunks[0].size, "b's chunk is still being read: it counts nothing and stays")
+	require.EqualValues(t, 500, g.bytes)
+	b.took(wide)
+	a.took(wide)
+	require.Zero(t, g.bytes, "taken by both, dropped")
+}
+
+func TestChunkCacheCountsBytesThroughEveryExit(t *testing.T) {
+	c := newChunkCache()
+	a, b := c.join("g", 1000), c.join("g", 1000)
+	g := c.groups["g"]
+	x := readChunk(t, a, "x", 10)
+	y := readChunk(t, a, "y", 20)
+	failed, _ := a.acquire([][]byte{[]byte("z")})
+	a.finish(failed, context.Canceled)
+	require.EqualValues(t, 30, g.bytes, "a failed read counts nothing")
+	a.took(x)
+	b.took(x)
+	require.EqualValues(t, 20, g.bytes, "taken by all")
+	b.took(y)
+	a.leave()
+	require.EqualValues(t, 0, g.bytes, "taken by the only member left")
+	require.Empty(t, g.chunks)
 }
 
 func TestChunkCacheFailedReadLeavesTheGroup(t *testing.T) {
 	c := newChunkCache()
-	a, b := c.join("g"), c.join("g")
+	a, b := c.join("g", 1<<30), c.join("g", 1<<30)
 	ch, _ := a.acquire(nil)
 	waiter, lead := b.acquire(nil)
 	require.False(t, lead)
@@ -84,7 +118,7 @@ func TestChunkCacheFailedReadLeavesTheGroup(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	pending, _ := c.join("h").acquire(nil)
+	pending, _ := c.join("h", 1<<30).acquire(nil)
 	require.ErrorIs(t, pending.wait(ctx), context.Canceled, "a waiter cancelled does not wait for the read")
 }
 

@@ -103,6 +103,8 @@ type mergeTx struct {
 	item *rowliftv1.StreamItem // a Transaction or a DDL
 	// tables lists the streamed tables it touches; a DDL touches its tables.
 	tables []string
+	// bytes is about what its row images hold in memory.
+	bytes int
 }
 
 // merger puts copy chunks and binlog transactions into one stream order, so that
@@ -115,8 +117,10 @@ type merger struct {
 	tables map[string]*mergeTable
 	// start is the stream's start position, which every chunk's fence covers.
 	start position
-	// queue holds transactions read but not emitted, in binlog order.
-	queue []*mergeTx
+	// queue holds transactions read but not emitted, in binlog order;
+	// queueBytes counts their bytes.
+	queue      []*mergeTx
+	queueBytes int
 	// readerAt is how far the binlog reader has read: nothing at or before it
 	// will arrive any more.
 	readerAt position
@@ -223,7 +227,27 @@ func (m *merger) addPart(part *rowliftv1.Chunk, last bool) error {
 // position after it.
 func (m *merger) addTx(tx *mergeTx, readerAt position) {
 	m.queue = append(m.queue, tx)
+	m.queueBytes += tx.bytes
 	m.readerAt = readerAt
+}
+
+// holdsReader reports whether the binlog reader must wait before it hands
+// over another transaction: the queue holds limit bytes or more, and no
+// chunk waits for the reader to pass its fence, so what the queue waits for
+// (a chunk's fence or rows, a snapshot that shows it visible) comes without
+// reading further. A chunk whose fence the reader has not reached needs
+// more of the binlog, and gets it: the queue then grows past limit by the
+// transactions between the reader and that fence.
+func (m *merger) holdsReader(limit int) bool {
+	if m.queueBytes < limit {
+		return false
+	}
+	for _, t := range m.tables {
+		if len(t.chunks) > 0 && t.chunks[0].fenced && !m.readerAt.covers(t.chunks[0].fence) {
+			return false
+		}
+	}
+	return true
 }
 
 // readTo records the reader's position after a transaction the target does not
@@ -326,8 +350,10 @@ func (m *merger) emitTxs() (bool, error) {
 		if err := m.emitTx(tx); err != nil {
 			return false, err
 		}
+		m.queueBytes -= tx.bytes
 		n++
 	}
+	clear(m.queue[:n]) // the emitted transactions' memory goes with their items
 	m.queue = m.queue[n:]
 	return n > 0, nil
 }

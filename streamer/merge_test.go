@@ -120,6 +120,13 @@ type sim struct {
 	// shareBlindly places every older snapshot it is offered: the flaw
 	// merger.canFence exists to prevent.
 	shareBlindly bool
+	// readLimit holds the reader as the merge loop does while the merger's
+	// queue holds this many bytes (a transaction counts a byte per table it
+	// touches; 0: never held). A hold that could wait for the reader itself
+	// shows as a simulation that never ends.
+	readLimit int
+	// holds counts the reads the merger held back.
+	holds int
 	// sharedPlaced and sharedRefused count the older snapshots the merger
 	// placed and those it refused.
 	sharedPlaced, sharedRefused int
@@ -265,7 +272,7 @@ func (s *sim) commit() {
 	for _, name := range tables {
 		trx.Events = append(trx.Events, ev[name])
 	}
-	s.binlog = append(s.binlog, &mergeTx{pos: s.pos(len(s.binlog) + 1), tables: tables,
+	s.binlog = append(s.binlog, &mergeTx{pos: s.pos(len(s.binlog) + 1), tables: tables, bytes: len(tables),
 		item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: trx}}})
 }
 
@@ -378,6 +385,19 @@ func (s *sim) makeVisible() {
 // probe is the streamer's probe snapshot: it shows what is visible now.
 func (s *sim) probe() { s.m.observeVisible(s.pos(s.visibleUpTo)) }
 
+// canRead reports whether the reader has a transaction to hand over and the
+// merger takes it.
+func (s *sim) canRead() bool {
+	if s.read >= len(s.binlog) {
+		return false
+	}
+	if s.readLimit > 0 && s.m.holdsReader(s.readLimit) {
+		s.holds++
+		return false
+	}
+	return true
+}
+
 func (s *sim) deliver() {
 	s.read++
 	tx := s.binlog[s.read-1]
@@ -414,6 +434,7 @@ func (s *sim) rangeFiltered(tx *mergeTx) *mergeTx {
 	}
 	if len(kept.Events) > 0 {
 		out.item = &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: kept}}
+		out.bytes = len(out.tables)
 	}
 	return out
 }
@@ -512,7 +533,7 @@ func (s *sim) run(steps int) {
 		switch r := s.rng.IntN(12); {
 		case r < 4:
 			s.commit()
-		case r < 6 && s.read < len(s.binlog):
+		case r < 6 && s.canRead():
 			s.deliver()
 		case r < 8 && s.visibleUpTo < len(s.binlog):
 			s.makeVisible()
@@ -526,9 +547,13 @@ func (s *sim) run(steps int) {
 		}
 	}
 	// Stop writing; let the reader catch up and the copy finish.
-	for !s.chunks["a"].done || !s.chunks["b"].done || s.read < len(s.binlog) || !s.m.idle() {
+	for n := 0; !s.chunks["a"].done || !s.chunks["b"].done || s.read < len(s.binlog) || !s.m.idle(); n++ {
+		if n > 100000 {
+			s.fail("stuck: the merger holds %d transactions (%d bytes) and the reader at %d of %d", len(s.m.queue), s.m.queueBytes, s.read, len(s.binlog))
+			return
+		}
 		switch r := s.rng.IntN(4); {
-		case r == 0 && s.read < len(s.binlog):
+		case r == 0 && s.canRead():
 			s.deliver()
 		case r == 1 && s.visibleUpTo < len(s.binlog):
 			s.makeVisible()
@@ -567,6 +592,45 @@ func TestMergeSimulation(t *testing.T) {
 			t.Fatalf("seed %d failed", seed)
 		}
 	}
+}
+
+// TestMergeSimulationHeldReader runs the simulation with the reader held
+// while the merger's queue is over a small limit, as the merge loop holds it
+// at maxQueuedTxBytes: every run must still end with the target equal to the
+// source, never waiting on a reader it holds.
+func TestMergeSimulationHeldReader(t *testing.T) {
+	held := 0
+	for seed := uint64(1); seed <= 1500; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			s := newSim(t, seed)
+			s.readLimit = 1 + int(seed%4)
+			if seed%3 == 0 {
+				s.filter = simFilter(t, "-80")
+			}
+			s.run(200)
+			held += s.holds
+		})
+		if t.Failed() {
+			t.Fatalf("seed %d failed", seed)
+		}
+	}
+	require.Positive(t, held, "the simulation held the reader")
+}
+
+// TestMergerHoldsReaderOnlyWhenNoChunkWaitsForIt: a queue over its limit
+// holds the reader, unless a chunk's fence is past what the reader has read.
+func TestMergerHoldsReaderOnlyWhenNoChunkWaitsForIt(t *testing.T) {
+	m := newMerger(seqPos(0))
+	m.addTable("t", &mergeTable{keyOf: simKey, compare: simCompare, copying: true})
+	require.False(t, m.holdsReader(1), "an empty queue")
+	require.NoError(t, m.requestChunk("t"))
+	m.addTx(&mergeTx{pos: seqPos(1), tables: []string{"t"}, bytes: 5, item: &rowliftv1.StreamItem{}}, seqPos(1))
+	require.False(t, m.holdsReader(6), "under the limit")
+	require.True(t, m.holdsReader(5), "at the limit, waiting for the chunk's fence, which comes without the reader")
+	require.NoError(t, m.fenceChunk("t", seqPos(3)))
+	require.False(t, m.holdsReader(5), "the chunk waits for the reader to pass its fence")
+	m.readTo(seqPos(3))
+	require.True(t, m.holdsReader(5), "the reader is past the fence: the chunk's rows come without it")
 }
 
 // simFilter is a key range on the simulation's value column under xxhash, so

@@ -20,10 +20,12 @@ import (
 // its own short consistent snapshot whose binlog position is the chunk's fence.
 // Rows are packed into Chunk items of about packetBytes as they are read.
 type rowStreamer struct {
-	plan        *tablePlan
-	conn        *sql.Conn
-	fence       fencer
-	chunkRows   int64
+	plan  *tablePlan
+	conn  *sql.Conn
+	fence fencer
+	// sizer sets each chunk's LIMIT from a byte budget and ends a chunk's
+	// scan that reads past it: a chunk is then its fence and the rows it read.
+	sizer       *chunkSizer
 	packetBytes int
 	// partBytes is where the part being filled ends: it starts at
 	// firstPartBytes and doubles with each part up to packetBytes.
@@ -134,26 +136,27 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 	}
 	part := r.newPart(fence, fenceTime)
 	last := 0 // where the part's last row starts
-	n, err := r.scan(ctx, func(values [][]byte) error {
+	_, more, err := r.scan(ctx, func(values [][]byte) (int, error) {
 		last = len(part.PackedRows)
 		part.PackedRows = rowcodec.AppendRow(part.PackedRows, values)
 		part.RowCount++
+		size := len(part.PackedRows) - last
 		if len(part.PackedRows) < r.partBytes {
-			return nil
+			return size, nil
 		}
 		part.LastPk = r.plan.keyOf(values) // still valid: the next Scan has not run
 		testhook.Delay(ctx, testhook.ChunkEmit)
 		if err := r.sendPart(ctx, part, false); err != nil {
-			return err
+			return 0, err
 		}
 		r.lastPK = rowKey(part.LastPk)
 		part = r.newPart(fence, fenceTime)
-		return nil
+		return size, nil
 	})
 	if err != nil {
 		return false, err
 	}
-	done = n < r.chunkRows
+	done = !more
 	if part.RowCount > 0 {
 		// The last row's RawBytes died with the scan; take the key from its copy.
 		part.LastPk = r.plan.keyOf(lastRow(part.PackedRows[last:]))
@@ -165,18 +168,24 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 }
 
 // scan runs the chunk's SELECT in the open snapshot and calls row for each row
-// (values in streamed column order, valid until row returns); n is the number
-// of rows scanned.
-func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) error) (n int64, err error) {
+// (values in streamed column order, valid until row returns), which returns
+// the bytes the row took. The scan ends at the chunk's LIMIT or, below it,
+// once the rows read reach the sizer's bound; n is the number of rows
+// scanned and more says rows may follow them (the LIMIT was reached or the
+// scan ended early). The sizer learns the rows' width from it.
+func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) (int, error)) (n int64, more bool, err error) {
 	testhook.Delay(ctx, testhook.ChunkRead)
-	q, err := r.plan.chunkQuery(r.lastPK, r.chunkRows)
+	limit := r.sizer.limit()
+	q, err := r.plan.chunkQuery(r.lastPK, limit)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	rows, err := r.conn.QueryContext(ctx, q)
 	if err != nil {
-		return 0, fmt.Errorf("select chunk: %w", grants.Refused(ctx, r.conn, "source", err, selectGrant(r.plan.table.Database, r.plan.table.Name)))
+		return 0, false, fmt.Errorf("select chunk: %w", grants.Refused(ctx, r.conn, "source", err, selectGrant(r.plan.table.Database, r.plan.table.Name)))
 	}
+	// Closing the rows of a chunk that ended early reads the rest of its
+	// result off the wire and drops it: memory holds only what was kept.
 	defer rows.Close()
 	raw := make([]sql.RawBytes, r.plan.width)
 	dest := make([]any, len(raw))
@@ -184,22 +193,30 @@ func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) error)
 		dest[i] = &raw[i]
 	}
 	values := make([][]byte, len(raw))
+	var bytes int64
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
-			return 0, fmt.Errorf("read chunk row: %w", err)
+			return 0, false, fmt.Errorf("read chunk row: %w", err)
 		}
 		for i, v := range raw {
 			values[i] = v
 		}
 		n++
-		if err := row(values); err != nil {
-			return 0, err
+		size, err := row(values)
+		if err != nil {
+			return 0, false, err
+		}
+		bytes += int64(size)
+		if n < limit && r.sizer.full(bytes) {
+			more = true
+			break
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("read chunk: %w", err)
+		return 0, false, fmt.Errorf("read chunk: %w", err)
 	}
-	return n, nil
+	r.sizer.observe(n, bytes)
+	return n, more || n == limit, nil
 }
 
 // sharedChunk returns the chunk after r.lastPK, fenced in the stream's merger:
@@ -258,15 +275,15 @@ func (r *rowStreamer) read(ctx context.Context, c *sharedChunk) (err error) {
 		}
 	}()
 	last := 0
-	n, err := r.scan(ctx, func(values [][]byte) error {
+	n, more, err := r.scan(ctx, func(values [][]byte) (int, error) {
 		last = len(c.rows)
 		c.rows = rowcodec.AppendRow(c.rows, values)
-		return nil
+		return len(c.rows) - last, nil
 	})
 	if err != nil {
 		return err
 	}
-	c.more = n == r.chunkRows
+	c.more = more
 	if n > 0 {
 		c.lastPK = r.plan.keyOf(lastRow(c.rows[last:]))
 	}

@@ -51,17 +51,24 @@ func TestChunkQueryUsesKeyRange(t *testing.T) {
 
 // streamAll runs a rowStreamer from lastPK and returns the chunk items it emits.
 func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRows int64, packet int) []*rowliftv1.Chunk {
+	parts, _ := streamSized(t, db, p, lastPK, newChunkSizer(1<<40, chunkRows, 1), packet)
+	return parts
+}
+
+// streamSized runs a rowStreamer whose chunks sizer sizes from lastPK and
+// returns the chunk items it emits and how many chunks it read.
+func streamSized(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, sizer *chunkSizer, packet int) ([]*rowliftv1.Chunk, int) {
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
 	sink := &recordingSink{t: t}
-	r := &rowStreamer{plan: p, conn: conn, fence: snapshotFencer{}, chunkRows: chunkRows, packetBytes: packet, lastPK: lastPK, sink: sink}
+	r := &rowStreamer{plan: p, conn: conn, fence: snapshotFencer{}, sizer: sizer, packetBytes: packet, lastPK: lastPK, sink: sink}
 	require.NoError(t, r.run(ctx))
 	require.Zero(t, sink.shares, "a row streamer in no chunk group is offered no chunk")
 	require.Equal(t, sink.requests, sink.fences, "every chunk requested is fenced")
 	require.Equal(t, sink.requests, sink.lasts, "every chunk fenced ends with a last part")
-	return sink.parts
+	return sink.parts, sink.lasts
 }
 
 // recordingSink records what a row streamer sends, checking the protocol order:
@@ -260,7 +267,7 @@ func TestRowStreamersShareAChunkRead(t *testing.T) {
 		require.NoError(t, err)
 		defer conn.Close()
 		sink := &recordingSink{t: t, accept: accept}
-		r := &rowStreamer{plan: &filtered, conn: conn, fence: snapshotFencer{}, chunkRows: 50, packetBytes: 1 << 20, sink: sink, shared: member}
+		r := &rowStreamer{plan: &filtered, conn: conn, fence: snapshotFencer{}, sizer: newChunkSizer(1<<40, 50, 1), packetBytes: 1 << 20, sink: sink, shared: member}
 		done, err := r.chunk(ctx)
 		require.NoError(t, err)
 		require.False(t, done)
@@ -268,7 +275,7 @@ func TestRowStreamersShareAChunkRead(t *testing.T) {
 		require.Equal(t, 1, sink.lasts)
 		return sink
 	}
-	a, b, c := cache.join("g"), cache.join("g"), cache.join("g")
+	a, b, c := cache.join("g", 1<<30), cache.join("g", 1<<30), cache.join("g", 1<<30)
 	first := run(false, a)
 	require.Zero(t, first.shares, "the first stream reads the chunk")
 	_, err = db.Exec("UPDATE d.t SET v = 'changed' WHERE region = 'a' AND id = 3")
@@ -286,4 +293,91 @@ func TestRowStreamersShareAChunkRead(t *testing.T) {
 	for _, m := range []*chunkMember{a, b, c} {
 		m.leave()
 	}
+}
+
+// wideSource starts a server with d.w (id INT PRIMARY KEY, b LONGBLOB)
+// holding n rows of width bytes each.
+func wideSource(t *testing.T, n, width int) (*sql.DB, *tablePlan) {
+	srv := sandboxtest.Start(t, sandbox.Options{})
+	admin := sandboxtest.Open(t, srv, "")
+	sandboxtest.Exec(t, admin, "CREATE DATABASE d", "CREATE TABLE d.w (id INT PRIMARY KEY, b LONGBLOB)",
+		fmt.Sprintf("INSERT INTO d.w WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "+
+			"SELECT i, REPEAT(CHAR(65 + i %% 26), %d) FROM s", n, width))
+	db, _, err := dbconn.Open(srv.DSN(""), dbconn.Source)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	tbl, err := schema.Load(context.Background(), db, "d", "w")
+	require.NoError(t, err)
+	p, err := newTablePlan(tbl, nil)
+	require.NoError(t, err)
+	return db, p
+}
+
+// TestRowStreamerEndsAChunkAtItsBytes: statistics that say the rows are
+// narrow give the first chunk a LIMIT of the whole table; its scan ends once
+// it has read twice the budget, at the last row read, and the chunks after it
+// are sized from the rows it measured. Every row arrives once, in order, and
+// only the last chunk ends the table; a key range's shared reads end the same
+// way.
+func TestRowStreamerEndsAChunkAtItsBytes(t *testing.T) {
+	const rows, width, budget = 40, 20 << 10, 50 << 10
+	db, p := wideSource(t, rows, width)
+	// filtered: a part's last key is the last row scanned, past the last
+	// row kept when the range dropped the rest.
+	check := func(t *testing.T, parts []*rowliftv1.Chunk, chunks int, want []string, filtered bool) {
+		var keys []string
+		for i, c := range parts {
+			require.Equal(t, i == len(parts)-1, c.GetTableDone(), "only the last part ends the table")
+			require.Less(t, len(c.GetPackedRows()), chunkOvershoot*budget+width+64, "part %d", i)
+			for _, r := range rowsOf(t, c) {
+				vals, err := rowcodec.Values(nil, r)
+				require.NoError(t, err)
+				require.Len(t, vals[1], width)
+				keys = append(keys, string(vals[0]))
+			}
+			if c.GetRowCount() > 0 && !filtered {
+				vals, err := rowcodec.Values(nil, c.GetLastPk())
+				require.NoError(t, err)
+				require.Equal(t, keys[len(keys)-1], string(vals[0]), "the chunk ends at its last row read")
+			}
+		}
+		require.Equal(t, want, keys, "every row once, in key order")
+		// The first chunk ends by its bytes after 5 rows (100 KiB); the others
+		// ask for 2 (50 KiB); the last one finds the table's end.
+		require.Equal(t, 1+(rows-5)/2+1, chunks, "chunks read")
+	}
+	var all []string
+	for i := 1; i <= rows; i++ {
+		all = append(all, fmt.Sprint(i))
+	}
+	t.Run("streamed", func(t *testing.T) {
+		parts, chunks := streamSized(t, db, p, nil, newChunkSizer(budget, 1000, 1), 1<<20)
+		check(t, parts, chunks, all, false)
+	})
+	t.Run("shared read in a key range", func(t *testing.T) {
+		kr, err := keyrange.Parse("-80")
+		require.NoError(t, err)
+		filtered := *p
+		require.NoError(t, filtered.shard("id", vindex.XXHash, kr))
+		cache := newChunkCache()
+		ctx := context.Background()
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		sink := &recordingSink{t: t}
+		member := cache.join("g", sharedChunkBytes(budget))
+		defer member.leave()
+		r := &rowStreamer{plan: &filtered, conn: conn, fence: snapshotFencer{}, sizer: newChunkSizer(budget, 1000, 1), packetBytes: 1 << 20,
+			sink: sink, shared: member}
+		require.NoError(t, r.run(ctx))
+		var want []string
+		for _, id := range all {
+			keep, err := filtered.filter.keep([][]byte{[]byte(id), nil})
+			require.NoError(t, err)
+			if keep {
+				want = append(want, id)
+			}
+		}
+		check(t, sink.parts, sink.lasts, want, true)
+	})
 }

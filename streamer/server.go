@@ -34,15 +34,26 @@ import (
 
 // Defaults for zero StreamOptions, chosen on benchmarks/copy: large chunks and
 // packets mean few target transactions, which is most of what a copy costs the
-// target beyond the rows themselves.
+// target beyond the rows themselves. DefaultChunkRows bounds a chunk of narrow
+// rows; chunks of wider rows are sized by DefaultChunkBytes.
 const (
 	DefaultChunkRows      = 100000
 	DefaultPacketBytes    = 4 << 20
 	DefaultParallelTables = 4
 	DefaultHeartbeatMs    = 1000
 	// sendQueue is how many items wait for the gRPC sender; it bounds memory to
-	// about sendQueue packets per stream (32 MiB at the default packet size).
+	// about sendQueue packets per stream (32 MiB at the default packet size):
+	// a chunk's part holds at most a packet and one row, a transaction is
+	// held whole.
 	sendQueue = 8
+	// maxQueuedTxBytes bounds the binlog transactions the merger holds while
+	// they wait for a chunk of their table (its fence, its rows) or for a
+	// snapshot that shows them visible: past it the reader waits, unless a
+	// chunk waits for the reader (merger.holdsReader).
+	maxQueuedTxBytes = 64 << 20
+	// readQueue is how many transactions the reader hands over ahead of the
+	// merge loop.
+	readQueue = 16
 )
 
 // Config configures a Server.
@@ -237,6 +248,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	g, ctx := errgroup.WithContext(ctx)
 	items := make(chan *rowliftv1.StreamItem, sendQueue)
 	inputs := make(chan mergeInput, 64)
+	reads := make(chan mergeInput, readQueue)
 	gate := s.newGate(req.GetWorkflow(), opts, log)
 	tables := make([]string, len(plans))
 	for i, p := range plans {
@@ -245,7 +257,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	sent := metrics.NewSendStream(req.GetWorkflow(), tables)
 	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes, sent) })
 	g.Go(func() error {
-		return s.mergeLoop(ctx, m, inputs, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
+		return s.mergeLoop(ctx, m, inputs, reads, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
 	})
 	g.Go(func() error {
 		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone())
@@ -260,7 +272,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 				}
 				return binlogError(err, r.pos)
 			}
-			if err := (mergeSink{inputs}).send(ctx, mergeInput{read: &res}); err != nil {
+			if err := (mergeSink{reads}).send(ctx, mergeInput{read: &res}); err != nil {
 				return err
 			}
 		}
@@ -310,10 +322,18 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			defer conn.Close()
 			fence := fencers()
 			defer fence.close()
-			r := &rowStreamer{plan: plan, conn: conn, fence: fence, chunkRows: opts.ChunkRows, packetBytes: int(opts.PacketBytes), sink: sink,
-				start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs}
+			// A verify's rows are hashes, as narrow whatever the table: its
+			// first chunk measures them.
+			var avg int64
+			if !verifying {
+				if avg, err = avgRowBytes(ctx, conn, plan.table.Database, plan.table.Name); err != nil {
+					return status.Errorf(codes.Unavailable, "average row length of %s: %v", t.GetName(), err)
+				}
+			}
+			r := &rowStreamer{plan: plan, conn: conn, fence: fence, sizer: newChunkSizer(opts.ChunkBytes, opts.ChunkRows, avg),
+				packetBytes: int(opts.PacketBytes), sink: sink, start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs}
 			if plan.filter != nil && !verifying {
-				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts.ChunkRows))
+				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts), sharedChunkBytes(opts.ChunkBytes))
 				defer r.shared.leave()
 			}
 			if verifying {
@@ -328,6 +348,21 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 		})
 	}
 	return g.Wait()
+}
+
+// avgRowBytes is the table's average row length by the source's statistics
+// (0: none gathered yet), where the copy's chunk sizes start from.
+func avgRowBytes(ctx context.Context, conn *sql.Conn, database, table string) (int64, error) {
+	var avg sql.NullInt64
+	err := conn.QueryRowContext(ctx, "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+		database, table).Scan(&avg)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read information_schema.TABLES: %w", err)
+	}
+	return avg.Int64, nil
 }
 
 // Source errors after which a table's verify chunks cannot be read again.
@@ -439,6 +474,7 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	}
 	o := &rowliftv1.StreamOptions{
 		ChunkRows:       req.GetOptions().GetChunkRows(),
+		ChunkBytes:      req.GetOptions().GetChunkBytes(),
 		PacketBytes:     req.GetOptions().GetPacketBytes(),
 		ParallelTables:  req.GetOptions().GetParallelTables(),
 		HeartbeatMs:     req.GetOptions().GetHeartbeatMs(),
@@ -450,6 +486,9 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 	}
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = DefaultChunkRows
+	}
+	if o.ChunkBytes <= 0 {
+		o.ChunkBytes = DefaultChunkBytes
 	}
 	if o.PacketBytes <= 0 {
 		o.PacketBytes = DefaultPacketBytes

@@ -199,11 +199,13 @@ func binlogError(err error, start fmt.Stringer) error {
 	return status.Errorf(codes.Unavailable, "binlog: %v", err)
 }
 
-// mergeLoop owns the merger: it takes what the reader and the row streamers
-// produce, emits what can be placed, takes probe snapshots while transactions
-// wait to be shown visible, and sends a heartbeat when there is nothing else.
-// throttled says why the copy waits; it goes out with every heartbeat.
-func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInput, items chan<- *rowliftv1.StreamItem,
+// mergeLoop owns the merger: it takes what the reader (on reads) and the row
+// streamers (on inputs) produce, emits what can be placed, takes probe
+// snapshots while transactions wait to be shown visible, and sends a heartbeat
+// when there is nothing else. It stops taking reads while the merger holds the
+// reader (maxQueuedTxBytes). throttled says why the copy waits; it goes out
+// with every heartbeat.
+func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInput, reads <-chan mergeInput, items chan<- *rowliftv1.StreamItem,
 	readerAt *gtid.Set, flavor dbconn.Flavor, heartbeat time.Duration, throttled func() string) error {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
@@ -214,19 +216,16 @@ func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInpu
 	// sentThrottled is the throttle reason the applier last got.
 	sentThrottled := ""
 	for {
+		fromReader := reads
+		if m.holdsReader(maxQueuedTxBytes) {
+			fromReader = nil
+		}
+		var in mergeInput
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case in := <-inputs:
-			if err := apply(m, in); err != nil {
-				return err
-			}
-			if in.read != nil {
-				pos = in.read.pos.(gtidPos).String()
-			}
-			if in.probed {
-				probing = false
-			}
+		case in = <-fromReader:
+		case in = <-inputs:
 		case <-probe.C:
 			if !probing && m.waitsForVisibility() {
 				probing = true
@@ -252,6 +251,15 @@ func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInpu
 				sentThrottled = reason
 			}
 			continue
+		}
+		if err := apply(m, in); err != nil {
+			return err
+		}
+		if in.read != nil {
+			pos = in.read.pos.(gtidPos).String()
+		}
+		if in.probed {
+			probing = false
 		}
 		out, err := m.drain()
 		if err != nil {

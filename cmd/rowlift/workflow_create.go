@@ -21,7 +21,7 @@ type createFlags struct {
 	tableList                string
 	sourceDB, targetDB       string
 
-	chunkRows, packetBytes                int64
+	chunkRows, chunkBytes, packetBytes    int64
 	parallelTables, applyWorkers          int
 	commitBatchItems, commitBatchMS       int
 	commitBatchBytes                      int64
@@ -84,7 +84,10 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	fs.Var(&c.tables, "table", "table to move as `NAME[:COL,COL...]`, optionally only the given columns (default every non-generated column); repeatable,\n"+
 		"e.g. --table customers --table orders:id,customer_id,total")
 	fs.StringVar(&c.tableList, "tables", "", "tables to move with all their columns, as a comma-separated `LIST`; adds to --table, e.g. --tables customers,orders,items")
-	fs.Int64Var(&c.chunkRows, "chunk-rows", 0, "rows per chunk SELECT on the source; 0: the server default, e.g. --chunk-rows 10000")
+	fs.Int64Var(&c.chunkRows, "chunk-rows", 0, "most rows per chunk SELECT on the source (--chunk-bytes sizes chunks below it); 0: the server default\n"+
+		"(100000), e.g. --chunk-rows 10000")
+	fs.Int64Var(&c.chunkBytes, "chunk-bytes", 0, "bytes of rows per copy chunk: each chunk's rows are estimated from the table's row width, and a chunk\n"+
+		"of wider rows than estimated ends at twice this; 0: the server default (16 MiB), e.g. --chunk-bytes 67108864")
 	fs.Int64Var(&c.packetBytes, "packet-bytes", 0, "target gRPC message size in bytes; 0: the server default, e.g. --packet-bytes 4194304")
 	fs.IntVar(&c.parallelTables, "parallel-tables", 0, "tables copied at once; 0: the server default, e.g. --parallel-tables 4")
 	fs.IntVar(&c.applyWorkers, "apply-workers", 0, "connections the applier writes with; 0: the server default, e.g. --apply-workers 8")
@@ -278,6 +281,7 @@ func (c *createFlags) tableSpecs() ([]*rowliftv1.TableSpec, error) {
 func (c *createFlags) options() (*rowliftv1.WorkflowOptions, error) {
 	o := &rowliftv1.WorkflowOptions{
 		ChunkRows:           c.chunkRows,
+		ChunkBytes:          c.chunkBytes,
 		PacketBytes:         c.packetBytes,
 		CommitBatchBytes:    c.commitBatchBytes,
 		OutOfOrderCommit:    c.outOfOrder,
@@ -302,7 +306,7 @@ func (c *createFlags) options() (*rowliftv1.WorkflowOptions, error) {
 	for _, n := range []struct {
 		flag string
 		v    int64
-	}{{"chunk-rows", c.chunkRows}, {"packet-bytes", c.packetBytes}, {"commit-batch-bytes", c.commitBatchBytes}, {"throttle-check-ms", c.throttleCheckMS}} {
+	}{{"chunk-rows", c.chunkRows}, {"chunk-bytes", c.chunkBytes}, {"packet-bytes", c.packetBytes}, {"commit-batch-bytes", c.commitBatchBytes}, {"throttle-check-ms", c.throttleCheckMS}} {
 		if n.v < 0 {
 			return nil, usagef("--%s %d: must be 0 (the default) or more", n.flag, n.v)
 		}

@@ -349,6 +349,7 @@ func optionFlags(o *rowliftv1.WorkflowOptions) []string {
 		}
 	}
 	num("chunk-rows", o.GetChunkRows())
+	num("chunk-bytes", o.GetChunkBytes())
 	num("packet-bytes", o.GetPacketBytes())
 	num("parallel-tables", int64(o.GetParallelTables()))
 	num("apply-workers", int64(o.GetApplyWorkers()))

@@ -153,7 +153,7 @@ func TestTableETA(t *testing.T) {
 // create flags that set the same options.
 func TestShownOptionsRecreateTheWorkflow(t *testing.T) {
 	opts := &rowliftv1.WorkflowOptions{
-		OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, ChunkRows: 1, PacketBytes: 2, ParallelTables: 3, ApplyWorkers: 4,
+		OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, ChunkRows: 1, ChunkBytes: 12, PacketBytes: 2, ParallelTables: 3, ApplyWorkers: 4,
 		SkipCreateTables: true, AllowNonemptyTarget: true, OutOfOrderCommit: true, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_INSERT,
 		CommitBatchItems: 5, CommitBatchBytes: 6, CommitBatchMs: 7,
 		Throttle: &rowliftv1.Throttle{

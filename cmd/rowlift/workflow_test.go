@@ -125,7 +125,7 @@ func TestCreateSendsTheSpecOfItsFlags(t *testing.T) {
 		"--source", "main=10.0.0.5:7001", "--target", "main=10.0.0.6:7002", "--target", "other",
 		"--source-database", "shop", "--target-database", "shop_new",
 		"--table", "orders:id,total", "--tables", "customers, items",
-		"--chunk-rows", "5000", "--parallel-tables", "3", "--apply-workers", "8", "--commit-batch-items", "16",
+		"--chunk-rows", "5000", "--chunk-bytes", "1048576", "--parallel-tables", "3", "--apply-workers", "8", "--commit-batch-items", "16",
 		"--commit-batch-ms", "20", "--out-of-order-commit", "--on-ddl", "ignore", "--copy-method", "insert",
 		"--skip-create-tables", "--allow-nonempty-target", "--throttle-source-threads-running", "50", "--start")
 	require.NoError(t, err, out)
@@ -137,7 +137,7 @@ func TestCreateSendsTheSpecOfItsFlags(t *testing.T) {
 		TargetDatabase: "shop_new",
 		Tables:         []*rowliftv1.TableSpec{{Name: "orders", Columns: []string{"id", "total"}}, {Name: "customers"}, {Name: "items"}},
 		Options: &rowliftv1.WorkflowOptions{
-			ChunkRows: 5000, ParallelTables: 3, ApplyWorkers: 8, CommitBatchItems: 16, CommitBatchMs: 20,
+			ChunkRows: 5000, ChunkBytes: 1 << 20, ParallelTables: 3, ApplyWorkers: 8, CommitBatchItems: 16, CommitBatchMs: 20,
 			OutOfOrderCommit: true, OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_INSERT,
 			SkipCreateTables: true, AllowNonemptyTarget: true,
 			Throttle: &rowliftv1.Throttle{Source: &rowliftv1.ThrottleLimits{ThreadsRunning: 50}},
@@ -168,6 +168,7 @@ func TestCreateFlagErrorsAreUsageErrors(t *testing.T) {
 		{[]string{"--copy-method", "copy", "--table", "t"}, "want auto, load-data or insert"},
 		{[]string{"--apply-workers", "-1", "--table", "t"}, "--apply-workers -1: must be between 0"},
 		{[]string{"--chunk-rows", "-5", "--table", "t"}, "--chunk-rows -5: must be 0 (the default) or more"},
+		{[]string{"--chunk-bytes", "-1", "--table", "t"}, "--chunk-bytes -1: must be 0 (the default) or more"},
 		{nil, "no table to move"},
 		{[]string{"--table", "t", "--shards", "3"}, "--shards 3: 3 shards: the keyspace splits evenly into 1, 2, 4"},
 		{[]string{"--table", "t", "--shards", "2"}, "--shards 2: give exactly 2 --target names (got 1)"},

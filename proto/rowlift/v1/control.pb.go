@@ -1288,7 +1288,8 @@ func (x *TableSpec) GetReference() bool {
 type WorkflowOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	OnDdl OnDDL                  `protobuf:"varint,1,opt,name=on_ddl,json=onDdl,proto3,enum=rowlift.v1.OnDDL" json:"on_ddl,omitempty"`
-	// Rows per chunk SELECT on the source.
+	// Most rows per chunk SELECT on the source (0: 100,000); chunk_bytes sizes
+	// the chunks below that.
 	ChunkRows int64 `protobuf:"varint,2,opt,name=chunk_rows,json=chunkRows,proto3" json:"chunk_rows,omitempty"`
 	// Target gRPC message size in bytes.
 	PacketBytes int64 `protobuf:"varint,3,opt,name=packet_bytes,json=packetBytes,proto3" json:"packet_bytes,omitempty"`
@@ -1313,7 +1314,11 @@ type WorkflowOptions struct {
 	// (0: 5 ms), so batching adds little lag on a quiet source.
 	CommitBatchMs int32 `protobuf:"varint,12,opt,name=commit_batch_ms,json=commitBatchMs,proto3" json:"commit_batch_ms,omitempty"`
 	// Pause the copy while the source or the target is overloaded. Unset: never.
-	Throttle      *Throttle `protobuf:"bytes,13,opt,name=throttle,proto3" json:"throttle,omitempty"`
+	Throttle *Throttle `protobuf:"bytes,13,opt,name=throttle,proto3" json:"throttle,omitempty"`
+	// Bytes of rows per copy chunk (0: 16 MiB): the streamer sizes each chunk's
+	// LIMIT from the table's bytes per row and stops a chunk's scan past twice
+	// this, so memory and the work a kill loses do not grow with row width.
+	ChunkBytes    int64 `protobuf:"varint,14,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1437,6 +1442,13 @@ func (x *WorkflowOptions) GetThrottle() *Throttle {
 		return x.Throttle
 	}
 	return nil
+}
+
+func (x *WorkflowOptions) GetChunkBytes() int64 {
+	if x != nil {
+		return x.ChunkBytes
+	}
+	return 0
 }
 
 // Throttle pauses a workflow's copy, never its replay, while a source or target
@@ -2711,7 +2723,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12!\n" +
 	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\x12+\n" +
 	"\x11sharding_function\x18\x05 \x01(\tR\x10shardingFunction\x12\x1c\n" +
-	"\treference\x18\x06 \x01(\bR\treference\"\xcb\x04\n" +
+	"\treference\x18\x06 \x01(\bR\treference\"\xec\x04\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -2728,7 +2740,9 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	" \x01(\x05R\x10commitBatchItems\x12,\n" +
 	"\x12commit_batch_bytes\x18\v \x01(\x03R\x10commitBatchBytes\x12&\n" +
 	"\x0fcommit_batch_ms\x18\f \x01(\x05R\rcommitBatchMs\x120\n" +
-	"\bthrottle\x18\r \x01(\v2\x14.rowlift.v1.ThrottleR\bthrottle\"\x9e\x01\n" +
+	"\bthrottle\x18\r \x01(\v2\x14.rowlift.v1.ThrottleR\bthrottle\x12\x1f\n" +
+	"\vchunk_bytes\x18\x0e \x01(\x03R\n" +
+	"chunkBytes\"\x9e\x01\n" +
 	"\bThrottle\x122\n" +
 	"\x06source\x18\x01 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06source\x122\n" +
 	"\x06target\x18\x02 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06target\x12*\n" +

@@ -742,7 +742,7 @@ func (x *CopyProgress) GetLastPk() *Row {
 // StreamOptions are the knobs of one stream. Zero values mean the streamer's defaults.
 type StreamOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Rows per chunk SELECT (the LIMIT).
+	// Most rows per chunk SELECT (the LIMIT's upper bound).
 	ChunkRows int64 `protobuf:"varint,1,opt,name=chunk_rows,json=chunkRows,proto3" json:"chunk_rows,omitempty"`
 	// Target size of one StreamResponse in bytes; a chunk larger than this is sent
 	// as several consecutive parts.
@@ -756,8 +756,11 @@ type StreamOptions struct {
 	Throttle *ThrottleLimits `protobuf:"bytes,5,opt,name=throttle,proto3" json:"throttle,omitempty"`
 	// How often the throttle metrics are read, in milliseconds; zero means 1000.
 	ThrottleCheckMs int64 `protobuf:"varint,6,opt,name=throttle_check_ms,json=throttleCheckMs,proto3" json:"throttle_check_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Bytes of rows per chunk: the LIMIT is estimated from the rows' width, and
+	// a chunk's scan ends past twice this even below the LIMIT.
+	ChunkBytes    int64 `protobuf:"varint,7,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamOptions) Reset() {
@@ -828,6 +831,13 @@ func (x *StreamOptions) GetThrottle() *ThrottleLimits {
 func (x *StreamOptions) GetThrottleCheckMs() int64 {
 	if x != nil {
 		return x.ThrottleCheckMs
+	}
+	return 0
+}
+
+func (x *StreamOptions) GetChunkBytes() int64 {
+	if x != nil {
+		return x.ChunkBytes
 	}
 	return 0
 }
@@ -2045,7 +2055,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"L\n" +
 	"\fCopyProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12(\n" +
-	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\x81\x02\n" +
+	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\xa2\x02\n" +
 	"\rStreamOptions\x12\x1d\n" +
 	"\n" +
 	"chunk_rows\x18\x01 \x01(\x03R\tchunkRows\x12!\n" +
@@ -2053,7 +2063,9 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x0fparallel_tables\x18\x03 \x01(\x05R\x0eparallelTables\x12!\n" +
 	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\x126\n" +
 	"\bthrottle\x18\x05 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\bthrottle\x12*\n" +
-	"\x11throttle_check_ms\x18\x06 \x01(\x03R\x0fthrottleCheckMs\"\xa5\x01\n" +
+	"\x11throttle_check_ms\x18\x06 \x01(\x03R\x0fthrottleCheckMs\x12\x1f\n" +
+	"\vchunk_bytes\x18\a \x01(\x03R\n" +
+	"chunkBytes\"\xa5\x01\n" +
 	"\x0eThrottleLimits\x12'\n" +
 	"\x0fthreads_running\x18\x01 \x01(\x03R\x0ethreadsRunning\x12%\n" +
 	"\x0ehistory_length\x18\x02 \x01(\x03R\rhistoryLength\x12\x1b\n" +

@@ -140,7 +140,7 @@ func TestDumpLivenessCases(t *testing.T) {
 		locating         bool
 	}{
 		{name: "MariaDB scans a large binlog for minutes, sending nothing", steps: "rlwwwwwwwwwwwwl", heartbeatLocates: true, locating: true},
-		{name: "MySQL scans, sending heartbeats", steps: "rbhrpbhrpbhrw", locating: true, dead: "not even a heartbeat"},
+		{name: "MySQL stops answering mid-scan after sending heartbeats", steps: "rbhrpbhrpbhrw", locating: true, dead: "not even a heartbeat"},
 		{name: "MySQL heartbeats during the scan keep it alive", steps: "rbhrpbhrpbhrp", locating: true},
 		{name: "MariaDB reaches the end: first heartbeat", steps: "rwwbhrp", heartbeatLocates: true},
 		{name: "idle stream with heartbeats", steps: "rbxrpbhrpbhrp"},

@@ -259,12 +259,26 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		return false, err
 	}
 	defer c.stats.Throttled(false)
+	// waiting is, the same way, why the source has not started the binlog
+	// (locating the start position), as this run last stored it.
+	waiting := ""
+	if err := store.SetStreamWaiting(ctx, name, c.source.GetName(), owner, ""); err != nil {
+		return false, err
+	}
 	defer func() {
+		if throttled == "" && waiting == "" {
+			return
+		}
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer ccancel()
 		if throttled != "" {
-			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer ccancel()
 			if terr := store.SetStreamThrottled(cctx, name, c.source.GetName(), owner, ""); terr != nil {
 				c.log.Warn("cannot clear the stream's throttle state", zap.Error(terr))
+			}
+		}
+		if waiting != "" {
+			if werr := store.SetStreamWaiting(cctx, name, c.source.GetName(), owner, ""); werr != nil {
+				c.log.Warn("cannot clear the stream's waiting state", zap.Error(werr))
 			}
 		}
 	}()
@@ -362,6 +376,17 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 					c.log.Warn("cannot record the stream's throttle state", zap.Error(err))
 				} else {
 					throttled = hb.GetThrottled()
+				}
+			}
+			if hb.GetWaiting() != waiting {
+				if hb.GetWaiting() != "" {
+					c.log.Info("waiting on the source", zap.String("why", hb.GetWaiting()))
+				}
+				// Status only, as the throttle state.
+				if err := store.SetStreamWaiting(ctx, name, c.source.GetName(), owner, hb.GetWaiting()); err != nil {
+					c.log.Warn("cannot record the stream's waiting state", zap.Error(err))
+				} else {
+					waiting = hb.GetWaiting()
 				}
 			}
 			// A heartbeat only moves the position; waiting for copy writes to

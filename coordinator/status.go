@@ -181,7 +181,7 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 		out.Tables = append(out.Tables, ts)
 	}
 	copyDone := true
-	var throttled []string
+	var throttled, waiting []string
 	var maxLag time.Duration
 	var etas []float64 // per stream, negative when unknown
 	for _, v := range views {
@@ -223,6 +223,12 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 			// Only a copy is throttled; a stopped stream may have left its reason.
 			if st.Throttled != "" && v.wf.State == state.Copying {
 				throttled = append(throttled, fmt.Sprintf("%s (target %s, source %s)", st.Throttled, v.target, st.Source))
+			}
+			// Only a moving stream waits on its source; a killed applier may have
+			// left its last report.
+			if st.Waiting != "" && (v.wf.State == state.Copying || v.wf.State == state.Running) {
+				ss.Waiting = st.Waiting
+				waiting = append(waiting, fmt.Sprintf("%s (target %s, source %s)", st.Waiting, v.target, st.Source))
 			}
 			if st.Message != "" && st.MessageAtUS > out.LastErrorAtUs {
 				out.LastError, out.LastErrorAtUs = st.Message, st.MessageAtUS
@@ -292,6 +298,7 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 	out.Verify = verifyStatus(spec, views, out.RowsEstimate)
 	out.LagMs = maxLag.Milliseconds()
 	out.Throttled = strings.Join(throttled, "; ")
+	out.Waiting = strings.Join(waiting, "; ")
 	out.Phase = phaseOf(summaryState(states), copyDone, maxLag)
 	switch out.Phase {
 	case rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING:

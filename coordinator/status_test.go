@@ -92,6 +92,31 @@ func TestEffectiveLag(t *testing.T) {
 	require.Zero(t, effectiveLag(state.Stream{}, t0))
 }
 
+// TestBuildStatusWaiting: a stream whose source still locates its start says
+// so while its workflow moves, not once it is stopped (a killed applier may
+// have left its report).
+func TestBuildStatusWaiting(t *testing.T) {
+	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}}}
+	const why = "source is locating GTID 0-1-5 in binlog binlog.000003: nothing to do"
+	for _, tc := range []struct {
+		st   state.State
+		want string
+	}{
+		{state.Running, why + " (target t1, source main)"},
+		{state.Copying, why + " (target t1, source main)"},
+		{state.Stopped, ""},
+		{state.Error, ""},
+	} {
+		views := []view{{target: "t1", wf: &state.Workflow{State: tc.st, CreatedAt: t0, UpdatedAt: t0},
+			streams: []state.Stream{{Source: "main", Position: "0-1-5", Waiting: why}}, applier: true}}
+		st := buildStatus(spec, views, nil, t0)
+		require.Equal(t, tc.want, st.GetWaiting(), "%s", tc.st)
+		if tc.want != "" {
+			require.Equal(t, why, st.GetStreams()[0].GetWaiting())
+		}
+	}
+}
+
 func TestBuildStatusOverTargets(t *testing.T) {
 	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}}}
 	wf := func(st state.State, msg string) *state.Workflow {
@@ -118,6 +143,7 @@ func TestBuildStatusOverTargets(t *testing.T) {
 	require.EqualValues(t, 1000, st.GetLagMs())
 	require.Equal(t, "retrying (attempt 2): refused", st.GetLastError(), "the newest error")
 	require.Equal(t, "source Threads_running 60 > 50 (target t1, source main)", st.GetThrottled(), "only the copying target is throttled")
+	require.Empty(t, st.GetWaiting())
 
 	views[1].wf.State = state.Copying
 	st = buildStatus(spec, views, nil, t0)

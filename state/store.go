@@ -92,6 +92,7 @@ var schemaDDL = []string{
 		message TEXT NOT NULL COMMENT 'non-empty while the stream is retrying',
 		message_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when message was set',
 		throttled TEXT NULL COMMENT 'non-empty while the copy waits on a throttle: metric, value and limit',
+		waiting TEXT NULL COMMENT 'non-empty while the stream waits on its source before its binlog starts',
 		owner BIGINT NOT NULL DEFAULT 0 COMMENT 'the stream run allowed to write its state (see TakeOver)',
 		PRIMARY KEY (workflow, source)
 	) ENGINE=InnoDB`,
@@ -156,6 +157,7 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"workflow", "target", "VARCHAR(64) NOT NULL DEFAULT ''"},
 	{"stream", "message_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"stream", "throttled", "TEXT NULL"},
+	{"stream", "waiting", "TEXT NULL"},
 	{"copy_state", "rows_estimate", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_started_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
@@ -240,6 +242,10 @@ type Stream struct {
 	// metrics over their limits, with values (for example "source
 	// Threads_running 57 > 50"), as the streamer last reported them.
 	Throttled string
+	// Waiting is non-empty while the stream waits on its source before its
+	// binlog starts (the source locating the start position), as the streamer
+	// last reported it.
+	Waiting string
 }
 
 // Lag is how far the target was behind the source at its last commit: the
@@ -499,7 +505,7 @@ func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) 
 // streams returns the streams where says (a condition on workflow), by
 // workflow, with their replay workers' rows folded in.
 func (s *Store) streams(ctx context.Context, where string, args ...any) (map[string][]Stream, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, position, source_time_us, applied_at_us, message, message_at_us, IFNULL(throttled, '') FROM "+Schema+
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, position, source_time_us, applied_at_us, message, message_at_us, IFNULL(throttled, ''), IFNULL(waiting, '') FROM "+Schema+
 		".stream "+where+" ORDER BY workflow, source", args...)
 	if err != nil {
 		return nil, err
@@ -509,7 +515,7 @@ func (s *Store) streams(ctx context.Context, where string, args ...any) (map[str
 	for rows.Next() {
 		var workflow string
 		var st Stream
-		if err := rows.Scan(&workflow, &st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message, &st.MessageAtUS, &st.Throttled); err != nil {
+		if err := rows.Scan(&workflow, &st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message, &st.MessageAtUS, &st.Throttled, &st.Waiting); err != nil {
 			return nil, err
 		}
 		out[workflow] = append(out[workflow], st)
@@ -574,6 +580,18 @@ func (s *Store) SetStreamThrottled(ctx context.Context, workflow, source string,
 		reason, workflow, source, owner)
 	if err != nil {
 		return fmt.Errorf("set throttle state of %s/%s: %w", workflow, source, err)
+	}
+	return nil
+}
+
+// SetStreamWaiting records why the stream waits on its source before its
+// binlog starts; empty clears it. Only the run that owns the stream writes it,
+// as with SetStreamThrottled.
+func (s *Store) SetStreamWaiting(ctx context.Context, workflow, source string, owner int64, reason string) error {
+	_, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".stream SET waiting = ? WHERE workflow = ? AND source = ? AND owner = ?",
+		reason, workflow, source, owner)
+	if err != nil {
+		return fmt.Errorf("set waiting state of %s/%s: %w", workflow, source, err)
 	}
 	return nil
 }

@@ -42,3 +42,33 @@ func TestStreamThrottled(t *testing.T) {
 		require.Equal(t, "target lag 12s > 10s", streams[0].Throttled)
 	})
 }
+
+// TestStreamWaiting: why a stream waits on its source is written only by the
+// run that owns the stream, and an older sidecar schema gains the column.
+func TestStreamWaiting(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		store, db := openStore(t, flavor)
+		ctx := context.Background()
+		require.NoError(t, store.CreateWorkflow(ctx, spec("wait"), "main"))
+		owner, err := store.TakeOver(ctx, "wait", "-80")
+		require.NoError(t, err)
+		const why = "source is locating GTID 0-1-5 in binlog binlog.000003"
+		require.NoError(t, store.SetStreamWaiting(ctx, "wait", "-80", owner, why))
+		require.NoError(t, store.SetStreamWaiting(ctx, "wait", "80-", owner+1, "not the owner"))
+		streams, err := store.Streams(ctx, "wait")
+		require.NoError(t, err)
+		require.Equal(t, why, streams[0].Waiting)
+		require.Equal(t, "", streams[1].Waiting, "a run that does not own the stream writes nothing")
+
+		sandboxtest.Exec(t, db, "ALTER TABLE _rowlift.stream DROP COLUMN waiting")
+		again, err := state.Open(ctx, db)
+		require.NoError(t, err)
+		streams, err = again.Streams(ctx, "wait")
+		require.NoError(t, err)
+		require.Equal(t, "", streams[0].Waiting)
+		require.NoError(t, again.SetStreamWaiting(ctx, "wait", "-80", owner, why))
+		streams, err = again.Streams(ctx, "wait")
+		require.NoError(t, err)
+		require.Equal(t, why, streams[0].Waiting)
+	})
+}

@@ -30,6 +30,8 @@ type binlogReader struct {
 	// pos is the GTID set after the last complete transaction.
 	pos *gtid.Set
 	tx  *openTx
+	// watch, when set, sees every event the dump delivers (its liveness).
+	watch *dumpWatch
 }
 
 // mappedTable is a streamed table as its table map event describes it; err is
@@ -80,6 +82,9 @@ func (r *binlogReader) next(ctx context.Context) (readResult, error) {
 		ev, err := r.events.GetEvent(ctx)
 		if err != nil {
 			return readResult{}, fmt.Errorf("read binlog: %w", err)
+		}
+		if r.watch != nil {
+			r.watch.event(ev)
 		}
 		// A compressed transaction (MySQL's binlog_transaction_compression)
 		// carries its events, commit included, in one event.

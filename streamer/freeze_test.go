@@ -389,7 +389,7 @@ func TestBinlogMarksFreezeRenames(t *testing.T) {
 	require.NoError(t, err)
 	sandboxtest.Exec(t, admin, "USE d", "RENAME TABLE t1 TO t1_old", "INSERT INTO d.t2 VALUES (8, 8)")
 
-	syncer, events, err := s.startBinlog(context.Background(), start, dbconn.MariaDB, s.log)
+	syncer, events, err := s.startBinlog(context.Background(), start, dbconn.MariaDB, newDumpWatch(start, true, s.log), s.log)
 	require.NoError(t, err)
 	defer syncer.Close()
 	r := newBinlogReader(events, "d", plans, start.Clone())

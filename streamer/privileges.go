@@ -214,7 +214,7 @@ func (s *Server) checkBinlogGrant(ctx context.Context, flavor dbconn.Flavor) err
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "source position %q: %v", pos, err)
 	}
-	syncer, events, err := s.startBinlog(ctx, start, flavor, s.log)
+	syncer, events, err := s.startBinlog(ctx, start, flavor, newDumpWatch(start, flavor == dbconn.MariaDB, s.log), s.log)
 	if err != nil {
 		return err
 	}

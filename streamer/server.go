@@ -226,7 +226,8 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	if err := s.mergeTables(ctx, m, req, plans, log); err != nil {
 		return err
 	}
-	syncer, events, err := s.startBinlog(ctx, start, flavor, log)
+	watch := newDumpWatch(start, flavor == dbconn.MariaDB, log)
+	syncer, events, err := s.startBinlog(ctx, start, flavor, watch, log)
 	if err != nil {
 		return err
 	}
@@ -257,10 +258,12 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	sent := metrics.NewSendStream(req.GetWorkflow(), tables)
 	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes, sent) })
 	g.Go(func() error {
-		return s.mergeLoop(ctx, m, inputs, reads, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled)
+		return s.mergeLoop(ctx, m, inputs, reads, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled, watch.waiting)
 	})
+	g.Go(func() error { return watch.run(ctx, s.db) })
 	g.Go(func() error {
 		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone())
+		r.watch = watch
 		for {
 			res, err := r.next(ctx)
 			if err != nil {

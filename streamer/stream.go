@@ -126,7 +126,10 @@ func (s *Server) visible(ctx context.Context, flavor dbconn.Flavor) (string, err
 // startBinlog opens the binlog dump from start, with the source DSN's TLS
 // settings. go-mysql's own reconnect is off: a broken dump ends the stream and
 // the applier reopens it from its committed position, the one truth for resuming.
-func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn.Flavor, log *zap.Logger) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
+// There is no read timeout: the server may take minutes to locate start in a
+// large binlog file before it sends anything, and watch (see dumpLiveness)
+// tells that from a dead dump by heartbeats, the processlist and TCP keepalive.
+func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn.Flavor, watch *dumpWatch, log *zap.Logger) (*replication.BinlogSyncer, *replication.BinlogStreamer, error) {
 	host, portText, err := net.SplitHostPort(s.cfg.Addr)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.InvalidArgument, "source address %q: %v", s.cfg.Addr, err)
@@ -149,8 +152,9 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 		UseDecimal:              false,
 		TimestampStringLocation: time.UTC,
 		RenderJSONAsMySQLText:   true, // MySQL JSON keeps its types, so binlogrow prints it as SELECT does
-		HeartbeatPeriod:         time.Second,
-		ReadTimeout:             10 * time.Second, // above the heartbeat, or every idle gap reconnects
+		HeartbeatPeriod:         binlogHeartbeat,
+		Dialer:                  watch.dial,
+		Option:                  watch.connected,
 		DisableRetrySync:        true,
 		// go-mysql logs its whole config, password included, at info: this
 		// logger keeps its warnings and errors only.
@@ -203,18 +207,18 @@ func binlogError(err error, start fmt.Stringer) error {
 // streamers (on inputs) produce, emits what can be placed, takes probe
 // snapshots while transactions wait to be shown visible, and sends a heartbeat
 // when there is nothing else. It stops taking reads while the merger holds the
-// reader (maxQueuedTxBytes). throttled says why the copy waits; it goes out
-// with every heartbeat.
+// reader (maxQueuedTxBytes). throttled says why the copy waits and waiting why
+// the binlog has not started; they go out with every heartbeat.
 func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInput, reads <-chan mergeInput, items chan<- *rowliftv1.StreamItem,
-	readerAt *gtid.Set, flavor dbconn.Flavor, heartbeat time.Duration, throttled func() string) error {
+	readerAt *gtid.Set, flavor dbconn.Flavor, heartbeat time.Duration, throttled, waiting func() string) error {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	probe := time.NewTicker(20 * time.Millisecond)
 	defer probe.Stop()
 	probing := false
 	pos := readerAt.String()
-	// sentThrottled is the throttle reason the applier last got.
-	sentThrottled := ""
+	// sentThrottled and sentWaiting are the reasons the applier last got.
+	sentThrottled, sentWaiting := "", ""
 	for {
 		fromReader := reads
 		if m.holdsReader(maxQueuedTxBytes) {
@@ -233,22 +237,23 @@ func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInpu
 			}
 			continue
 		case <-tick.C:
-			reason := throttled()
+			reason, wait := throttled(), waiting()
 			var hb *rowliftv1.Heartbeat
 			switch {
 			case m.idle():
-				hb = &rowliftv1.Heartbeat{Position: &rowliftv1.Position{GtidSet: pos}, SourceTimeUs: time.Now().UnixMicro(), Throttled: reason}
-			case reason != "" || sentThrottled != "":
+				hb = &rowliftv1.Heartbeat{Position: &rowliftv1.Position{GtidSet: pos}, SourceTimeUs: time.Now().UnixMicro(), Throttled: reason,
+					Waiting: wait}
+			case reason != "" || sentThrottled != "" || wait != "" || sentWaiting != "":
 				// Items are in flight (a chunk read before the pause, transactions
 				// waiting for a snapshot): the reader's position is not one the
-				// target may advance to, so this heartbeat carries only the reason.
-				hb = &rowliftv1.Heartbeat{Throttled: reason}
+				// target may advance to, so this heartbeat carries only the reasons.
+				hb = &rowliftv1.Heartbeat{Throttled: reason, Waiting: wait}
 			}
 			if hb != nil {
 				if err := put(ctx, items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Heartbeat{Heartbeat: hb}}); err != nil {
 					return err
 				}
-				sentThrottled = reason
+				sentThrottled, sentWaiting = reason, wait
 			}
 			continue
 		}

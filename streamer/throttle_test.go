@@ -141,7 +141,7 @@ func TestHeartbeatsCarryTheThrottleReason(t *testing.T) {
 	inputs := make(chan mergeInput)
 	items := make(chan *rowliftv1.StreamItem)
 	go func() {
-		_ = s.mergeLoop(ctx, m, inputs, nil, items, start, dbconn.MariaDB, time.Millisecond, throttled)
+		_ = s.mergeLoop(ctx, m, inputs, nil, items, start, dbconn.MariaDB, time.Millisecond, throttled, func() string { return "" })
 	}()
 	next := func() *rowliftv1.Heartbeat {
 		select {

@@ -238,6 +238,9 @@ func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
 			if r := s.GetRetrying(); r != "" {
 				lines = append(lines, fmt.Sprintf("  stream %s → %s retrying (since %s): %s", s.GetSource(), s.GetTarget(), formatAgo(now, s.GetRetryingSinceUs()), r))
 			}
+			if w := s.GetWaiting(); w != "" {
+				lines = append(lines, fmt.Sprintf("  stream %s → %s waiting: %s", s.GetSource(), s.GetTarget(), w))
+			}
 		}
 	}
 	if e := st.GetLastError(); e != "" {
@@ -396,6 +399,9 @@ func renderList(ws []*rowliftv1.Workflow) string {
 			if msg == "" && st.GetThrottled() != "" {
 				msg = throttleText(st)
 			}
+			if msg == "" && st.GetWaiting() != "" {
+				msg = "waiting: " + st.GetWaiting()
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.GetSpec().GetName(), phaseName(st), formatPercent(totalPercent(st)),
 				lagText(st), formatSeconds(st.GetEtaSeconds()), msg)
 		}
@@ -443,6 +449,9 @@ func renderLine(w *rowliftv1.Workflow, now time.Time) string {
 		formatRate(st.GetRowsPerSecond()), lagText(st), formatSeconds(st.GetEtaSeconds()))
 	if t := st.GetThrottled(); t != "" {
 		line += " throttled: " + t
+	}
+	if w := st.GetWaiting(); w != "" {
+		line += " waiting: " + w
 	}
 	if msg := st.GetMessage(); msg != "" {
 		line += " — " + msg

@@ -91,6 +91,20 @@ func TestRenderStatusOfARunningWorkflow(t *testing.T) {
 	}, renderStatus(w, renderNow))
 }
 
+// TestRenderWaitingStream: a stream whose source still locates its start
+// position says so in the view, the log line and the list, not as a retry.
+func TestRenderWaitingStream(t *testing.T) {
+	w := copyingWorkflow()
+	st := w.Status
+	st.Throttled, st.Message, st.LastError = "", "", ""
+	const why = "source is locating GTID 0-1-4711 in binlog binlog.000007: nothing to do"
+	st.Streams[0].Waiting, st.Waiting = why, why+" (target main, source main)"
+	require.Contains(t, renderStatus(w, renderNow), "  stream main → main waiting: "+why)
+	require.True(t, strings.HasSuffix(renderLine(w, renderNow), " waiting: "+why+" (target main, source main)"), renderLine(w, renderNow))
+	require.Contains(t, renderList([]*rowliftv1.Workflow{w}), "waiting: "+why)
+	require.Contains(t, verifyStalls(st), "; stream main -> main waiting: "+why)
+}
+
 func TestRenderLineAndList(t *testing.T) {
 	require.Equal(t, "2025-11-22T15:40:00Z shop-move copying 51.4% rows 1,334,567/2,598,000 rate 41,234/s lag 1.2s eta 30s "+
 		"throttled: source Threads_running 57 > 50 — copying 3 tables", renderLine(copyingWorkflow(), renderNow))

@@ -120,6 +120,9 @@ func verifyStalls(st *rowliftv1.WorkflowStatus) string {
 		if r := s.GetRetrying(); r != "" {
 			fmt.Fprintf(&b, "; stream %s -> %s %s", s.GetSource(), s.GetTarget(), r)
 		}
+		if w := s.GetWaiting(); w != "" {
+			fmt.Fprintf(&b, "; stream %s -> %s waiting: %s", s.GetSource(), s.GetTarget(), w)
+		}
 	}
 	switch st.GetState() {
 	case rowliftv1.WorkflowState_WORKFLOW_STATE_STOPPED, rowliftv1.WorkflowState_WORKFLOW_STATE_ERROR:

@@ -1620,7 +1620,11 @@ type WorkflowStatus struct {
 	// The workflow's verify, if one was ever started.
 	Verify *VerifyStatus `protobuf:"bytes,17,opt,name=verify,proto3" json:"verify,omitempty"`
 	// The last switch or reverse, if any.
-	Cutover       *CutoverStatus `protobuf:"bytes,18,opt,name=cutover,proto3" json:"cutover,omitempty"`
+	Cutover *CutoverStatus `protobuf:"bytes,18,opt,name=cutover,proto3" json:"cutover,omitempty"`
+	// Non-empty while a stream waits on its source before its binlog starts
+	// (the source locating the start position in a large binlog file), one
+	// "why (target T, source S)" per such stream, joined by "; ".
+	Waiting       string `protobuf:"bytes,19,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1779,6 +1783,13 @@ func (x *WorkflowStatus) GetCutover() *CutoverStatus {
 		return x.Cutover
 	}
 	return nil
+}
+
+func (x *WorkflowStatus) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
 }
 
 // VerifyStatus is a verify's progress and findings, summed over streams.
@@ -2259,7 +2270,10 @@ type StreamStatus struct {
 	// reshard.
 	KeyRange string `protobuf:"bytes,10,opt,name=key_range,json=keyRange,proto3" json:"key_range,omitempty"`
 	// Rows this stream copied so far, over all its tables.
-	RowsCopied    int64 `protobuf:"varint,11,opt,name=rows_copied,json=rowsCopied,proto3" json:"rows_copied,omitempty"`
+	RowsCopied int64 `protobuf:"varint,11,opt,name=rows_copied,json=rowsCopied,proto3" json:"rows_copied,omitempty"`
+	// Non-empty while the stream waits on its source before its binlog starts:
+	// what the source is doing and what to do (Heartbeat.waiting).
+	Waiting       string `protobuf:"bytes,12,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2369,6 +2383,13 @@ func (x *StreamStatus) GetRowsCopied() int64 {
 		return x.RowsCopied
 	}
 	return 0
+}
+
+func (x *StreamStatus) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
 }
 
 type DeleteWorkflowResponse struct {
@@ -2750,7 +2771,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\bWorkflow\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\x122\n" +
 	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\x12\x1a\n" +
-	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"\xc6\x05\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"\xe0\x05\n" +
 	"\x0eWorkflowStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.rowlift.v1.WorkflowStateR\x05state\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
@@ -2773,7 +2794,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\apercent\x18\x0f \x01(\x01R\apercent\x12&\n" +
 	"\x0frows_per_second\x18\x10 \x01(\x01R\rrowsPerSecond\x120\n" +
 	"\x06verify\x18\x11 \x01(\v2\x18.rowlift.v1.VerifyStatusR\x06verify\x123\n" +
-	"\acutover\x18\x12 \x01(\v2\x19.rowlift.v1.CutoverStatusR\acutover\"\x93\x03\n" +
+	"\acutover\x18\x12 \x01(\v2\x19.rowlift.v1.CutoverStatusR\acutover\x12\x18\n" +
+	"\awaiting\x18\x13 \x01(\tR\awaiting\"\x93\x03\n" +
 	"\fVerifyStatus\x12-\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x17.rowlift.v1.VerifyStateR\x05state\x12\x16\n" +
 	"\x06repair\x18\x02 \x01(\bR\x06repair\x12\"\n" +
@@ -2815,7 +2837,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12&\n" +
 	"\x0frows_per_second\x18\x05 \x01(\x01R\rrowsPerSecond\x12\x18\n" +
 	"\apercent\x18\x06 \x01(\x01R\apercent\x12\"\n" +
-	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\"\xf9\x02\n" +
+	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\"\x93\x03\n" +
 	"\fStreamStatus\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x120\n" +
@@ -2829,7 +2851,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\tkey_range\x18\n" +
 	" \x01(\tR\bkeyRange\x12\x1f\n" +
 	"\vrows_copied\x18\v \x01(\x03R\n" +
-	"rowsCopied\"9\n" +
+	"rowsCopied\x12\x18\n" +
+	"\awaiting\x18\f \x01(\tR\awaiting\"9\n" +
 	"\x16DeleteWorkflowResponse\x12\x1f\n" +
 	"\vkept_tables\x18\x01 \x03(\tR\n" +
 	"keptTables\"0\n" +

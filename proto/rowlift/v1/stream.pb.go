@@ -1854,7 +1854,11 @@ type Heartbeat struct {
 	SourceTimeUs int64 `protobuf:"varint,2,opt,name=source_time_us,json=sourceTimeUs,proto3" json:"source_time_us,omitempty"`
 	// Non-empty while the copy waits on a throttle: which metrics are over their
 	// limits, with values (for example "source Threads_running 57 > 50").
-	Throttled     string `protobuf:"bytes,3,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	Throttled string `protobuf:"bytes,3,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	// Non-empty while the binlog dump has not reached the stream's start
+	// position: what the source is doing and what to do (for example "source is
+	// locating GTID 0-1-500 in binlog binlog.000007: ..."). Status only.
+	Waiting       string `protobuf:"bytes,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1906,6 +1910,13 @@ func (x *Heartbeat) GetSourceTimeUs() int64 {
 func (x *Heartbeat) GetThrottled() string {
 	if x != nil {
 		return x.Throttled
+	}
+	return ""
+}
+
+func (x *Heartbeat) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
 	}
 	return ""
 }
@@ -2138,11 +2149,12 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0ecommit_time_us\x18\x03 \x01(\x03R\fcommitTimeUs\x12,\n" +
-	"\x06events\x18\x04 \x03(\v2\x14.rowlift.v1.RowEventR\x06events\"\x81\x01\n" +
+	"\x06events\x18\x04 \x03(\v2\x14.rowlift.v1.RowEventR\x06events\"\x9b\x01\n" +
 	"\tHeartbeat\x120\n" +
 	"\bposition\x18\x01 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0esource_time_us\x18\x02 \x01(\x03R\fsourceTimeUs\x12\x1c\n" +
-	"\tthrottled\x18\x03 \x01(\tR\tthrottled\"\xdb\x01\n" +
+	"\tthrottled\x18\x03 \x01(\tR\tthrottled\x12\x18\n" +
+	"\awaiting\x18\x04 \x01(\tR\awaiting\"\xdb\x01\n" +
 	"\x03DDL\x12\x12\n" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +

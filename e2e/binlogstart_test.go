@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -134,7 +136,7 @@ func TestSlowBinlogStartIsWaitedFor(t *testing.T) {
 
 func testSlowBinlogStartIsWaitedFor(t *testing.T, flavor sandbox.Flavor) {
 	e := newEnvOf(t, sandbox.Options{Flavor: flavor, Args: fastSourceArgs}, sandbox.Options{Flavor: flavor})
-	e.sourceExec("CREATE DATABASE w", "CREATE TABLE w.t (id INT PRIMARY KEY, v VARCHAR(40))",
+	e.sourceExec("CREATE DATABASE w", "CREATE TABLE w.t (id INT PRIMARY KEY, v VARCHAR(40))", "CREATE TABLE w.u (id INT PRIMARY KEY)",
 		"INSERT INTO w.t SELECT i, LEFT(SHA2(i, 256), 40) FROM (WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000) SELECT i FROM s) AS seq")
 	filled := time.Now()
 	file := fillBinlog(t, e.srcDB, flavor)
@@ -171,6 +173,11 @@ func testSlowBinlogStartIsWaitedFor(t *testing.T, flavor sandbox.Flavor) {
 	require.Contains(t, waiting, "nothing to do")
 	require.Zero(t, get(t, ctl, "slow").GetStreams()[0].GetRetrying(), "a stream that waits is not retrying")
 	e.sourceExec("INSERT INTO w.t VALUES (1002, 'during the scan')")
+	// Creating a workflow probes the binlog grant with a dump at the source's
+	// position, in the same big file: the server is as slow to locate it,
+	// and the probe takes a dump it did not refuse for the grant it checks.
+	_, err := ctl.CreateWorkflow(context.Background(), &rowliftv1.CreateWorkflowRequest{Spec: e.workflow("probe", "w", "u")})
+	require.NoError(t, err, "a workflow created while the source scans a large binlog file")
 	e.waitFor("the located stream to deliver", 5*time.Minute, func() (bool, string) {
 		var n int
 		err := e.dstDB.QueryRow("SELECT COUNT(*) FROM w.t WHERE id IN (1001, 1002)").Scan(&n)
@@ -199,7 +206,7 @@ func TestDeadBinlogDumpIsReopened(t *testing.T) {
 
 func testDeadBinlogDumpIsReopened(t *testing.T, flavor sandbox.Flavor) {
 	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
-	e.sourceExec("CREATE DATABASE w", "CREATE TABLE w.t (id INT PRIMARY KEY, v VARCHAR(40))", "INSERT INTO w.t VALUES (1, 'a')")
+	e.sourceExec("CREATE DATABASE w", "CREATE TABLE w.t (id INT PRIMARY KEY, v VARCHAR(40))", "CREATE TABLE w.u (id INT PRIMARY KEY)", "INSERT INTO w.t VALUES (1, 'a')")
 	e.startStreamer()
 	e.startApplier()
 	e.start(e.workflow("dead", "w", "t"))

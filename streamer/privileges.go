@@ -31,7 +31,8 @@ const (
 )
 
 // binlogProbeWait bounds how long the binlog probe waits for the source's
-// first event, which a dump sends at once.
+// first event or its refusal, which comes at once: a dump still silent then
+// was accepted, and its server is locating the position in a large file.
 const binlogProbeWait = 10 * time.Second
 
 // replicationGrant is what reading the binlog needs.
@@ -219,11 +220,17 @@ func (s *Server) checkBinlogGrant(ctx context.Context, flavor dbconn.Flavor) err
 		return err
 	}
 	defer syncer.Close()
-	ctx, cancel := context.WithTimeout(ctx, binlogProbeWait)
+	pctx, cancel := context.WithTimeout(ctx, binlogProbeWait)
 	defer cancel()
-	if _, err := events.GetEvent(ctx); err != nil {
+	if _, err := events.GetEvent(pctx); err != nil {
 		if isReplicationDenied(err) {
 			return s.replicationDenied(ctx, err)
+		}
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// The server took the dump and is still locating the position in
+			// a large binlog file (MariaDB sends nothing until it has): it
+			// refuses a dump without the grant at once, so the grant is there.
+			return nil
 		}
 		return status.Errorf(codes.Unavailable, "read the source's binlog: %v", err)
 	}

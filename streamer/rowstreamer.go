@@ -64,11 +64,10 @@ func (r *rowStreamer) run(ctx context.Context) error {
 	if r.verify {
 		what = "verify "
 	}
-	// A chunk's reader can stall while the applier is slow; the server would cut
-	// the connection after net_write_timeout (60 s by default) of not being read.
+	// A chunk's reader can stall while the applier is slow (readerWriteTimeout).
 	for _, q := range []string{
 		"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-		"SET SESSION net_write_timeout = 3600",
+		fmt.Sprintf("SET SESSION net_write_timeout = %d", readerWriteTimeout),
 	} {
 		if _, err := r.conn.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"go.uber.org/zap"
@@ -154,8 +155,18 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 		RenderJSONAsMySQLText:   true, // MySQL JSON keeps its types, so binlogrow prints it as SELECT does
 		HeartbeatPeriod:         binlogHeartbeat,
 		Dialer:                  watch.dial,
-		Option:                  watch.connected,
-		DisableRetrySync:        true,
+		Option: func(c *client.Conn) error {
+			if _, err := c.Execute(fmt.Sprintf("SET SESSION net_write_timeout = %d", readerWriteTimeout)); err != nil {
+				return fmt.Errorf("set the dump's net_write_timeout: %w", err)
+			}
+			return watch.connected(c)
+		},
+		DisableRetrySync: true,
+		// Events parsed ahead of the reader, each at most one row event
+		// (binlog_row_event_max_size, 8 KiB by default, or one wider row):
+		// enough to keep the reader fed; go-mysql's 10,240 would hold 10 GiB
+		// of 1 MiB rows while a slow target holds the reader back.
+		EventCacheCount: 64,
 		// go-mysql logs its whole config, password included, at info: this
 		// logger keeps its warnings and errors only.
 		Logger: logging.GoMySQL(log),
@@ -181,6 +192,12 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 	}
 	return syncer, events, nil
 }
+
+// readerWriteTimeout is the net_write_timeout, in seconds, of the source
+// connections whose reader waits for the target (chunk reads and the binlog
+// dump): the server drops a connection whose write waits that long, and a
+// slow target's backpressure can hold a reader past the 60 s default.
+const readerWriteTimeout = 3600
 
 // binlogError explains errors of the dump that an operator has to act on.
 func binlogError(err error, start fmt.Stringer) error {

@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
-	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -25,9 +22,6 @@ const (
 	db = "bench"
 	// shards is how many targets the split writes to.
 	shards = 4
-	// moveTarget is the coordinator's name of the move's target; the split's
-	// are shard0..shard3.
-	moveTarget = "main"
 	// copyTimeout bounds the wait for one copy.
 	copyTimeout = 30 * time.Minute
 )
@@ -37,17 +31,13 @@ const (
 type bench struct {
 	cfg config
 	benchkit.Servers
-	tmp          string // rowlift binary and process logs
-	clkTck       float64
-	streamer     *benchkit.Proc
-	streamerAddr string
-	// appliers are the move target's applier, then the shards'.
-	appliers []*benchkit.Proc
+	tmp    string // rowlift binary and process logs
+	clkTck float64
+	// Cluster's appliers are the move target's, then the shards'.
+	*benchkit.Cluster
 	// procs are every rowlift process, named for the report.
-	procs   benchkit.Procs
-	conn    *grpc.ClientConn
-	control rowliftv1.ControlClient
-	ranges  []keyrange.Range
+	procs  benchkit.Procs
+	ranges []keyrange.Range
 }
 
 // target is one server a method writes to, as the coordinator names it.
@@ -89,72 +79,23 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 		return b, fmt.Errorf("seed source: %w", err)
 	}
 	progress("loaded %d rows into the source in %.1f s", cfg.Rows, time.Since(start).Seconds())
-	if err := b.startProcs(ctx, bin); err != nil {
+	if b.Cluster, err = benchkit.StartCluster(ctx, bin, b.tmp, b.Source.DSN(""), append([]*sandbox.Server{b.Target}, b.Extra...), &b.procs); err != nil {
 		return b, fmt.Errorf("%w\n%s", err, b.procs.LogTails())
 	}
 	return b, nil
 }
 
-// targetName is the coordinator's name of the i-th target server: the move's
-// first, then the split's shards.
-func targetName(i int) string {
-	if i == 0 {
-		return moveTarget
-	}
-	return fmt.Sprintf("shard%d", i-1)
-}
-
 // targets are the move's one target (split false) and the split's shards.
 func (b *bench) targets(split bool) []target {
 	if !split {
-		return []target{{name: targetName(0), srv: b.Target, db: b.TgtDB, applier: b.appliers[0]}}
+		return []target{{name: benchkit.TargetName(0), srv: b.Target, db: b.TgtDB, applier: b.Appliers[0]}}
 	}
 	out := make([]target, shards)
 	for i := range out {
-		out[i] = target{name: targetName(1 + i), srv: b.Extra[i], db: b.ExtraDBs[i], applier: b.appliers[1+i],
+		out[i] = target{name: benchkit.TargetName(1 + i), srv: b.Extra[i], db: b.ExtraDBs[i], applier: b.Appliers[1+i],
 			keyRange: b.ranges[i], split: true}
 	}
 	return out
-}
-
-// startProcs starts the streamer, an applier per target (each logging in a
-// directory of its own) and a coordinator that knows every target, and
-// connects to the coordinator.
-func (b *bench) startProcs(ctx context.Context, bin string) error {
-	addrs, err := benchkit.FreeAddrs(2)
-	if err != nil {
-		return err
-	}
-	b.streamerAddr = addrs[0]
-	if b.streamer, err = benchkit.StartStreamer(ctx, bin, b.tmp, b.streamerAddr, b.Source.DSN("")); err != nil {
-		return err
-	}
-	b.procs.Add("streamer", b.streamer)
-	known := map[string]string{}
-	for _, srv := range append([]*sandbox.Server{b.Target}, b.Extra...) {
-		name := targetName(len(b.appliers))
-		dir := filepath.Join(b.tmp, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("log dir: %w", err)
-		}
-		ap, err := benchkit.StartApplier(bin, dir, srv.DSN(""))
-		if err != nil {
-			return fmt.Errorf("applier of %s: %w", name, err)
-		}
-		b.appliers = append(b.appliers, ap)
-		b.procs.Add("applier of "+name, ap)
-		known[name] = srv.DSN("")
-	}
-	coord, err := benchkit.StartCoordinator(ctx, bin, b.tmp, addrs[1], known)
-	if err != nil {
-		return err
-	}
-	b.procs.Add("coordinator", coord)
-	if b.conn, err = grpc.NewClient(addrs[1], grpcopt.DialOptions(nil)...); err != nil {
-		return fmt.Errorf("coordinator client: %w", err)
-	}
-	b.control = rowliftv1.NewControlClient(b.conn)
-	return nil
 }
 
 // spec is the move's workflow or the split's: the split's targets get the
@@ -163,7 +104,7 @@ func (b *bench) spec(name string, split bool) *rowliftv1.WorkflowSpec {
 	spec := &rowliftv1.WorkflowSpec{
 		Name:           name,
 		SourceDatabase: db,
-		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: b.streamerAddr}},
+		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: b.StreamerAddr}},
 		Tables:         []*rowliftv1.TableSpec{{Name: benchkit.StressTable}},
 		Options:        &rowliftv1.WorkflowOptions{},
 	}
@@ -239,11 +180,11 @@ func (b *bench) measure(ctx context.Context, name string, targets []target) (s s
 		return s, err
 	}
 	spec := b.spec(name, targets[0].split)
-	if _, err := b.control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec}); err != nil {
+	if _, err := b.Control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec}); err != nil {
 		return s, fmt.Errorf("create workflow %s: %s", name, status.Convert(err).Message())
 	}
 	defer func() {
-		if _, derr := b.control.DeleteWorkflow(context.WithoutCancel(ctx), &rowliftv1.WorkflowRef{Name: name}); derr != nil {
+		if _, derr := b.Control.DeleteWorkflow(context.WithoutCancel(ctx), &rowliftv1.WorkflowRef{Name: name}); derr != nil {
 			err = errors.Join(err, fmt.Errorf("delete workflow %s: %s", name, status.Convert(derr).Message()))
 		}
 	}()
@@ -255,12 +196,12 @@ func (b *bench) measure(ctx context.Context, name string, targets []target) (s s
 	if err != nil {
 		return s, err
 	}
-	st0, err := b.streamer.CPU(b.clkTck)
+	st0, err := b.Streamer.CPU(b.clkTck)
 	if err != nil {
 		return s, err
 	}
 	t0 := time.Now()
-	if _, err := b.control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: name}); err != nil {
+	if _, err := b.Control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: name}); err != nil {
 		return s, fmt.Errorf("start workflow %s: %s", name, status.Convert(err).Message())
 	}
 	wctx, cancel := context.WithTimeout(ctx, copyTimeout)
@@ -270,7 +211,7 @@ func (b *bench) measure(ctx context.Context, name string, targets []target) (s s
 		if err != nil {
 			return s, fmt.Errorf("state of %s: %w", t.name, err)
 		}
-		if err := benchkit.WaitCopied(wctx, store, name, b.streamer, t.applier); err != nil {
+		if err := benchkit.WaitCopied(wctx, store, name, b.Streamer, t.applier); err != nil {
 			return s, fmt.Errorf("target %s: %w", t.name, err)
 		}
 	}
@@ -283,7 +224,7 @@ func (b *bench) measure(ctx context.Context, name string, targets []target) (s s
 	if err != nil {
 		return s, err
 	}
-	st1, err := b.streamer.CPU(b.clkTck)
+	st1, err := b.Streamer.CPU(b.clkTck)
 	if err != nil {
 		return s, err
 	}
@@ -332,8 +273,8 @@ func rowsRead(ctx context.Context, pool *sql.DB) (n int64, counter string, err e
 
 // close stops the rowlift processes and the servers and removes the temp dir.
 func (b *bench) close() {
-	if b.conn != nil {
-		b.conn.Close()
+	if b.Cluster != nil {
+		b.Conn.Close()
 	}
 	if err := b.procs.Stop(); err != nil {
 		progress("%v", err)

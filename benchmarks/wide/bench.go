@@ -10,11 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
-	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -38,17 +36,12 @@ const (
 type bench struct {
 	cfg config
 	benchkit.Servers
-	tmp          string
-	rows         int64
-	bytes        int64 // SUM(LENGTH(b)) on the source
-	streamer     *benchkit.Proc
-	streamerAddr string
-	// appliers are the move target's applier, then the shards'.
-	appliers    []*benchkit.Proc
-	coordinator *benchkit.Proc
-	procs       benchkit.Procs
-	conn        *grpc.ClientConn
-	control     rowliftv1.ControlClient
+	tmp   string
+	rows  int64
+	bytes int64 // SUM(LENGTH(b)) on the source
+	// Cluster's appliers are the move target's, then the shards'.
+	*benchkit.Cluster
+	procs benchkit.Procs
 }
 
 func setup(ctx context.Context, cfg config) (b *bench, err error) {
@@ -82,7 +75,7 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 		return b, fmt.Errorf("seed source: %w", err)
 	}
 	progress("loaded %d rows, %.0f MiB, into the source in %.1f s", b.rows, float64(b.bytes)/(1<<20), time.Since(start).Seconds())
-	if err := b.startProcs(ctx, bin); err != nil {
+	if b.Cluster, err = benchkit.StartCluster(ctx, bin, b.tmp, b.Source.DSN(""), append([]*sandbox.Server{b.Target}, b.Extra...), &b.procs); err != nil {
 		return b, fmt.Errorf("%w\n%s", err, b.procs.LogTails())
 	}
 	return b, nil
@@ -108,53 +101,6 @@ func (b *bench) seed(ctx context.Context) error {
 		}
 	}
 	return b.SrcDB.QueryRowContext(ctx, "SELECT SUM(LENGTH(b)) FROM "+db+"."+table).Scan(&b.bytes)
-}
-
-// startProcs starts the streamer, an applier per target (each logging in a
-// directory of its own) and a coordinator that knows every target.
-func (b *bench) startProcs(ctx context.Context, bin string) error {
-	addrs, err := benchkit.FreeAddrs(2)
-	if err != nil {
-		return err
-	}
-	b.streamerAddr = addrs[0]
-	if b.streamer, err = benchkit.StartStreamer(ctx, bin, b.tmp, b.streamerAddr, b.Source.DSN("")); err != nil {
-		return err
-	}
-	b.procs.Add("streamer", b.streamer)
-	known := map[string]string{}
-	for i, srv := range append([]*sandbox.Server{b.Target}, b.Extra...) {
-		name := targetName(i)
-		dir := filepath.Join(b.tmp, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("log dir: %w", err)
-		}
-		ap, err := benchkit.StartApplier(bin, dir, srv.DSN(""))
-		if err != nil {
-			return fmt.Errorf("applier of %s: %w", name, err)
-		}
-		b.appliers = append(b.appliers, ap)
-		b.procs.Add("applier of "+name, ap)
-		known[name] = srv.DSN("")
-	}
-	if b.coordinator, err = benchkit.StartCoordinator(ctx, bin, b.tmp, addrs[1], known); err != nil {
-		return err
-	}
-	b.procs.Add("coordinator", b.coordinator)
-	if b.conn, err = grpc.NewClient(addrs[1], grpcopt.DialOptions(nil)...); err != nil {
-		return fmt.Errorf("coordinator client: %w", err)
-	}
-	b.control = rowliftv1.NewControlClient(b.conn)
-	return nil
-}
-
-// targetName is the coordinator's name of the i-th target server: the move's
-// first, then the split's shards.
-func targetName(i int) string {
-	if i == 0 {
-		return "main"
-	}
-	return fmt.Sprintf("shard%d", i-1)
 }
 
 // sample is one method's run.
@@ -246,13 +192,13 @@ func (b *bench) copy(ctx context.Context, name string, split bool) (s sample, er
 	spec := &rowliftv1.WorkflowSpec{
 		Name:           map[bool]string{false: "move", true: "split"}[split],
 		SourceDatabase: db,
-		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: b.streamerAddr}},
+		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: b.StreamerAddr}},
 		Tables:         []*rowliftv1.TableSpec{{Name: table}},
 		Options:        &rowliftv1.WorkflowOptions{},
 	}
 	var dbs []*sql.DB
 	for i, t := range targets {
-		ts := &rowliftv1.TargetShard{Name: targetName(t)}
+		ts := &rowliftv1.TargetShard{Name: benchkit.TargetName(t)}
 		if split {
 			ts.KeyRange = ranges[i].String()
 		}
@@ -265,11 +211,11 @@ func (b *bench) copy(ctx context.Context, name string, split bool) (s sample, er
 	if err := benchkit.Quiesce(ctx, 0, append(dbs, b.SrcDB)...); err != nil {
 		return s, err
 	}
-	if _, err := b.control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec}); err != nil {
+	if _, err := b.Control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec}); err != nil {
 		return s, fmt.Errorf("create workflow: %s", status.Convert(err).Message())
 	}
 	defer func() {
-		if _, derr := b.control.DeleteWorkflow(context.WithoutCancel(ctx), &rowliftv1.WorkflowRef{Name: spec.Name}); derr != nil {
+		if _, derr := b.Control.DeleteWorkflow(context.WithoutCancel(ctx), &rowliftv1.WorkflowRef{Name: spec.Name}); derr != nil {
 			err = errors.Join(err, fmt.Errorf("delete workflow: %s", status.Convert(derr).Message()))
 		}
 		for _, d := range dbs {
@@ -284,7 +230,7 @@ func (b *bench) copy(ctx context.Context, name string, split bool) (s sample, er
 		}
 	}
 	t0 := time.Now()
-	if _, err := b.control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: spec.Name}); err != nil {
+	if _, err := b.Control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: spec.Name}); err != nil {
 		return s, fmt.Errorf("start workflow: %s", status.Convert(err).Message())
 	}
 	wctx, cancel := context.WithTimeout(ctx, copyTimeout)
@@ -294,8 +240,8 @@ func (b *bench) copy(ctx context.Context, name string, split bool) (s sample, er
 		if err != nil {
 			return s, err
 		}
-		if err := benchkit.WaitCopied(wctx, store, spec.Name, b.streamer, b.appliers[t]); err != nil {
-			return s, fmt.Errorf("target %s: %w", targetName(t), err)
+		if err := benchkit.WaitCopied(wctx, store, spec.Name, b.Streamer, b.Appliers[t]); err != nil {
+			return s, fmt.Errorf("target %s: %w", benchkit.TargetName(t), err)
 		}
 	}
 	s = sample{Name: "rowlift " + name, WallS: time.Since(t0).Seconds()}
@@ -304,17 +250,17 @@ func (b *bench) copy(ctx context.Context, name string, split bool) (s sample, er
 		n, err := p.PeakRSS()
 		return float64(n) / (1 << 20), err
 	}
-	if s.StreamerMB, err = mb(b.streamer); err != nil {
+	if s.StreamerMB, err = mb(b.Streamer); err != nil {
 		return s, err
 	}
 	for _, t := range targets {
-		v, err := mb(b.appliers[t])
+		v, err := mb(b.Appliers[t])
 		if err != nil {
 			return s, err
 		}
 		s.AppliersMB = append(s.AppliersMB, v)
 	}
-	if s.CoordinatorMB, err = mb(b.coordinator); err != nil {
+	if s.CoordinatorMB, err = mb(b.Coordinator); err != nil {
 		return s, err
 	}
 	return s, b.check(ctx, dbs)
@@ -345,8 +291,8 @@ func (b *bench) check(ctx context.Context, dbs []*sql.DB) error {
 }
 
 func (b *bench) close() {
-	if b.conn != nil {
-		b.conn.Close()
+	if b.Cluster != nil {
+		b.Conn.Close()
 	}
 	if err := b.procs.Stop(); err != nil {
 		progress("%v", err)

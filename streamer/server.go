@@ -325,6 +325,13 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			defer conn.Close()
 			fence := fencers()
 			defer fence.close()
+			// Joined first: a chunk read and taken by every member before a
+			// stream joins is gone, and that stream reads it again.
+			var shared *chunkMember
+			if plan.filter != nil && !verifying {
+				shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts), sharedChunkBytes(opts.ChunkBytes))
+				defer shared.leave()
+			}
 			// A verify's rows are hashes, as narrow whatever the table: its
 			// first chunk measures them.
 			var avg int64
@@ -334,11 +341,8 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 				}
 			}
 			r := &rowStreamer{plan: plan, conn: conn, fence: fence, sizer: newChunkSizer(opts.ChunkBytes, opts.ChunkRows, avg),
-				packetBytes: int(opts.PacketBytes), sink: sink, start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs}
-			if plan.filter != nil && !verifying {
-				r.shared = s.chunks.join(chunkGroupKey(req.GetWorkflow(), plan, opts), sharedChunkBytes(opts.ChunkBytes))
-				defer r.shared.leave()
-			}
+				packetBytes: int(opts.PacketBytes), sink: sink, start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs,
+				shared: shared}
 			if verifying {
 				vp, err := verify.NewPlan(ctx, s.db, plan.table, t.GetColumns())
 				if err != nil {

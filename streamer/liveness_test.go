@@ -74,9 +74,11 @@ func runLiveness(steps []livenessStep, heartbeatLocates bool) dumpVerdict {
 // heartbeats and the read outstanding at the end has waited a whole window.
 func modelVerdict(steps []livenessStep, heartbeatLocates bool) (dead bool, locating bool) {
 	var gone, armed, located bool
-	elapsed := time.Duration(0)
-	waitStart := time.Duration(-1)
+	c := newReadClock()
 	for _, s := range steps {
+		if c.step(s) {
+			continue
+		}
 		switch s {
 		case stepHeartbeat:
 			armed = true
@@ -87,19 +89,9 @@ func modelVerdict(steps []livenessStep, heartbeatLocates bool) (dead bool, locat
 			located = true
 		case stepGone:
 			gone = true
-		case stepReadStarts:
-			if waitStart < 0 {
-				waitStart = elapsed
-			}
-		case stepReadReturns:
-			waitStart = -1
-		case stepPeriod:
-			elapsed += testPeriod
-		case stepWindowPasses:
-			elapsed += testMisses * testPeriod
 		}
 	}
-	silent := waitStart >= 0 && elapsed-waitStart >= testMisses*testPeriod
+	silent := c.waitStart >= 0 && c.elapsed-c.waitStart >= testMisses*testPeriod
 	return gone || (armed && silent), !located
 }
 
@@ -175,22 +167,37 @@ func TestDumpLivenessUnknownConnection(t *testing.T) {
 // the dump. It is here to show that the scenario the liveness rule exists for
 // breaks it.
 func fixedReadTimeout(steps []livenessStep) bool {
-	elapsed, waitStart := time.Duration(0), time.Duration(-1)
+	c := newReadClock()
 	for _, s := range steps {
-		switch s {
-		case stepReadStarts:
-			if waitStart < 0 {
-				waitStart = elapsed
-			}
-		case stepReadReturns:
-			waitStart = -1
-		case stepPeriod:
-			elapsed += testPeriod
-		case stepWindowPasses:
-			elapsed += testMisses * testPeriod
-		}
+		c.step(s)
 	}
-	return waitStart >= 0 && elapsed-waitStart >= 10*time.Second
+	return c.waitStart >= 0 && c.elapsed-c.waitStart >= 10*time.Second
+}
+
+// readClock is the models' view of time and of the read outstanding: elapsed
+// since the first step, and when the waiting read started (-1: none).
+type readClock struct{ elapsed, waitStart time.Duration }
+
+func newReadClock() *readClock { return &readClock{waitStart: -1} }
+
+// step applies a step that moves time or starts or ends a read, and reports
+// whether it was one.
+func (c *readClock) step(s livenessStep) bool {
+	switch s {
+	case stepReadStarts:
+		if c.waitStart < 0 {
+			c.waitStart = c.elapsed
+		}
+	case stepReadReturns:
+		c.waitStart = -1
+	case stepPeriod:
+		c.elapsed += testPeriod
+	case stepWindowPasses:
+		c.elapsed += testMisses * testPeriod
+	default:
+		return false
+	}
+	return true
 }
 
 // TestFixedReadTimeoutFailsALongScan: the old rule ends a MariaDB dump that

@@ -73,12 +73,13 @@ func testCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	}
 	victims := []*proc{e.applier, e.streamer, e.applier, e.streamer, e.applier, e.streamer}
 	rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
-	step := int64(total / (len(victims) + 2))
 	for i, p := range victims {
 		from := copied()
-		// Kill once the copy has moved on by a random share of a step since the last
-		// restart, so every kill interrupts a copy in progress.
-		target := from + 1 + rng.Int64N(step)
+		// Kill once the copy has moved on by a random share of what is left
+		// for this kill and those after it, so every kill interrupts a copy
+		// in progress, however fast the restarted copy runs.
+		room := (int64(total) - from) / int64(len(victims)-i+1)
+		target := from + 1 + rng.Int64N(max(room, 1))
 		e.waitFor(fmt.Sprintf("copy progress past %d rows before kill %d", target, i+1), time.Minute, func() (bool, string) {
 			n := copied()
 			return n >= target, fmt.Sprintf("%d rows copied", n)

@@ -244,7 +244,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, maxPacket-1024, c.log); err != nil {
+		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, c.spec.GetOptions().GetJsonAsText(), maxPacket-1024, c.log); err != nil {
 			return false, err
 		}
 	}
@@ -521,7 +521,7 @@ func StreamRequest(st reshard.Stream, position string, progress map[string]state
 		Database: spec.GetSourceDatabase(),
 		Options: &rowliftv1.StreamOptions{ChunkRows: opts.GetChunkRows(), ChunkBytes: opts.GetChunkBytes(), PacketBytes: opts.GetPacketBytes(),
 			ParallelTables: opts.GetParallelTables(), Throttle: opts.GetThrottle().GetSource(),
-			ThrottleCheckMs: opts.GetThrottle().GetCheckIntervalMs()},
+			ThrottleCheckMs: opts.GetThrottle().GetCheckIntervalMs(), JsonAsText: opts.GetJsonAsText()},
 	}
 	if st.Filtered && !st.Range.Whole() {
 		req.KeyRange = &rowliftv1.KeyRange{Start: st.Range.Start, End: st.Range.End}

@@ -1,11 +1,13 @@
 package applier
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,7 +135,10 @@ func newTargetTable(f *rowliftv1.TableFields, database, name string, flavor dbco
 		kinds: literalKinds(name, f.GetFields(), jsonCols), upsert: upsertClause(f.GetFields(), flavor)}
 	if useLoad {
 		t.load = newLoadBuilder(t.ident, f.GetFields(), t.kinds)
-	} else {
+	}
+	if !useLoad || slices.Contains(t.kinds, rowcodec.JSON) {
+		// LOAD DATA takes no JSON_SET: a chunk holding a typed JSON value
+		// with patches is inserted instead.
 		t.insert = newInsertBuilder(t.ident, f.GetFields(), t.kinds, maxStmt)
 	}
 	return t
@@ -141,13 +146,17 @@ func newTargetTable(f *rowliftv1.TableFields, database, name string, flavor dbco
 
 // literalKinds says how each column's values are written as literals into
 // the target table: as rowcodec.KindOf says, except that a column among
-// jsonCols (MySQL JSON, see jsonColumns) takes its text as a utf8mb4 string.
+// jsonCols (MySQL JSON, see jsonColumns) takes typed JSON values, and a text
+// column streamed from a MySQL JSON column takes their text.
 func literalKinds(table string, fields []*rowliftv1.Field, jsonCols map[string]bool) []rowcodec.Kind {
 	kinds := make([]rowcodec.Kind, len(fields))
 	for i, f := range fields {
 		kinds[i] = rowcodec.KindOf(f.GetDataType())
-		if jsonCols[strings.ToLower(table+"."+f.GetName())] {
+		switch {
+		case jsonCols[strings.ToLower(table+"."+f.GetName())]:
 			kinds[i] = rowcodec.JSON
+		case f.GetDataType() == "json":
+			kinds[i] = rowcodec.JSONText
 		}
 	}
 	return kinds
@@ -463,7 +472,11 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) (err error) {
 // preparing can overlap the previous item's write, and returns the function
 // that writes it.
 func (t *targetTable) writer(buf *scratch, c *rowliftv1.Chunk) (func(context.Context, *sql.Tx) error, error) {
-	if t.load != nil {
+	patched, err := t.hasPatches(buf, c)
+	if err != nil {
+		return nil, err
+	}
+	if t.load != nil && !patched {
 		data, err := t.load.build(buf, c)
 		if err != nil {
 			return nil, err
@@ -487,6 +500,24 @@ func (t *targetTable) writer(buf *scratch, c *rowliftv1.Chunk) (func(context.Con
 		}
 		return nil
 	}, nil
+}
+
+// hasPatches reports whether a chunk holds a typed JSON value with patches,
+// which only an INSERT can write.
+func (t *targetTable) hasPatches(buf *scratch, c *rowliftv1.Chunk) (bool, error) {
+	if t.insert == nil || t.load == nil {
+		return false, nil
+	}
+	found := false
+	err := eachRow(&buf.rows, c, len(t.kinds), func(values [][]byte) error {
+		for i, v := range values {
+			if t.kinds[i] == rowcodec.JSON && bytes.IndexByte(v, 0) >= 0 {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found, err
 }
 
 // writeError classifies a failed copy write. A duplicate key is divergence.

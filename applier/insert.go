@@ -39,7 +39,10 @@ func (b *insertBuilder) build(s *scratch, c *rowliftv1.Chunk) ([][]byte, error) 
 			if i > 0 {
 				s.row = append(s.row, ',')
 			}
-			s.row = rowcodec.AppendLiteral(s.row, b.kinds[i], v)
+			var err error
+			if s.row, err = rowcodec.AppendLiteral(s.row, b.kinds[i], v); err != nil {
+				return permanent("copy: %v", err)
+			}
 		}
 		s.row = append(s.row, ')')
 		if len(b.prefix)+len(s.row) > b.maxBytes {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/rowlift/rowlift/internal/mysqljson"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -25,7 +26,7 @@ import (
 type loadBuilder struct {
 	// The statement is prefix + reader name + suffix.
 	prefix, suffix string
-	ncols          int
+	kinds          []rowcodec.Kind
 }
 
 // newLoadBuilder builds the LOAD DATA into the table ident (`db`.`table`).
@@ -50,7 +51,7 @@ func newLoadBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.Ki
 		prefix: "LOAD DATA LOCAL INFILE 'Reader::",
 		suffix: "' INTO TABLE " + ident +
 			` CHARACTER SET binary FIELDS TERMINATED BY '\t' ESCAPED BY '\\' LINES TERMINATED BY '\n' (` + strings.Join(cols, ", ") + ")" + set,
-		ncols: len(fields),
+		kinds: kinds,
 	}
 }
 
@@ -58,10 +59,16 @@ func newLoadBuilder(ident string, fields []*rowliftv1.Field, kinds []rowcodec.Ki
 // lines take about the packed rows' size, which the buffer grows to at once.
 func (b *loadBuilder) build(s *scratch, c *rowliftv1.Chunk) ([]byte, error) {
 	s.buf = slices.Grow(s.buf[:0], len(c.GetPackedRows())+len(c.GetPackedRows())/8)
-	err := eachRow(&s.rows, c, b.ncols, func(values [][]byte) error {
+	err := eachRow(&s.rows, c, len(b.kinds), func(values [][]byte) error {
 		for i, v := range values {
 			if i > 0 {
 				s.buf = append(s.buf, '\t')
+			}
+			if b.kinds[i] == rowcodec.JSON || b.kinds[i] == rowcodec.JSONText {
+				var patches []byte
+				if v, patches = mysqljson.Split(v); len(patches) > 0 && b.kinds[i] == rowcodec.JSON {
+					return permanent("copy: a typed JSON value with patches cannot be loaded (it is written with INSERT)")
+				}
 			}
 			s.buf = rowcodec.AppendLoadField(s.buf, v)
 		}

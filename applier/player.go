@@ -430,7 +430,9 @@ func (w *rowWriter) insertRow(t *targetTable, after *rowliftv1.Row, upsert bool)
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = rowcodec.AppendLiteral(buf, t.kinds[i], v)
+		if buf, err = rowcodec.AppendLiteral(buf, t.kinds[i], v); err != nil {
+			return nil, permanent("replay %s: %v", t.name, err)
+		}
 	}
 	buf = append(buf, ')')
 	if upsert {
@@ -453,7 +455,9 @@ func (w *rowWriter) update(t *targetTable, before, after *rowliftv1.Row) ([]byte
 		}
 		buf = rowcodec.AppendIdent(buf, f.GetName())
 		buf = append(buf, " = "...)
-		buf = rowcodec.AppendLiteral(buf, t.kinds[i], vals[i])
+		if buf, err = rowcodec.AppendLiteral(buf, t.kinds[i], vals[i]); err != nil {
+			return nil, permanent("replay %s: %v", t.name, err)
+		}
 	}
 	return w.where(buf, t, before)
 }

@@ -70,7 +70,7 @@ func scopeOf(st reshard.Stream, t *rowliftv1.TableSpec) (*verifyScope, error) {
 }
 
 func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, tv state.TableVerify, scope *verifyScope,
-	maxPacket int, log *zap.Logger) (*verifier, error) {
+	jsonText bool, maxPacket int, log *zap.Logger) (*verifier, error) {
 	tt, err := schema.Load(ctx, db, t.database, t.table)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: target: %w", t.name, err)
@@ -79,7 +79,7 @@ func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, 
 	for i, f := range t.fields.GetFields() {
 		names[i] = f.GetName()
 	}
-	plan, err := verify.NewPlan(ctx, db, tt, names)
+	plan, err := verify.NewPlan(ctx, db, tt, names, jsonText)
 	if err != nil {
 		return nil, permanent("verify %s: target: %v", t.name, err)
 	}

@@ -30,7 +30,7 @@ func checkFlavors(ctx context.Context, t *target, spec *rowliftv1.WorkflowSpec, 
 	if err != nil {
 		return nil, t.fail(err)
 	}
-	var tgt crossflavor.Target
+	tgt := crossflavor.Target{JSONAsText: spec.GetOptions().GetJsonAsText()}
 	var refusals, warnings []string
 	for _, st := range streams {
 		src := st.Source.GetName()

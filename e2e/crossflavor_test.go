@@ -44,6 +44,9 @@ func TestCrossFlavorMoves(t *testing.T) {
 			_, ctl, _ := e.startCoordinator()
 			spec := e.workflow("cross", "x", "common")
 			spec.Options.ChunkRows = 500
+			// MariaDB keeps the MySQL documents' text; the DECIMAL 1.5 the
+			// updates store becomes a number there.
+			spec.Options.JsonAsText = dir[0] == sandbox.MySQL
 			call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
 				return ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
 			})

@@ -11,6 +11,8 @@ import (
 	"github.com/rowlift/rowlift/internal/binlogrow"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/mysqljson"
+	"github.com/rowlift/rowlift/internal/rowcodec"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -42,6 +44,9 @@ type mappedTable struct {
 	err  error
 	// filter is the table's key range filter (nil: no key range).
 	filter *shardFilter
+	// textJSON are the MySQL JSON columns whose values go as their text
+	// (StreamOptions.json_as_text): the converter's patches are dropped.
+	textJSON []int
 }
 
 // identifier splits statements into words that can name a table.
@@ -155,7 +160,11 @@ func (r *binlogReader) mapTable(e *replication.TableMapEvent) {
 		return
 	}
 	conv, err := binlogrow.NewConverter(e, p.cols)
-	r.mapped[e.TableID] = &mappedTable{name: p.table.Name, conv: conv, err: err, filter: p.filter}
+	m := &mappedTable{name: p.table.Name, conv: conv, err: err, filter: p.filter}
+	if p.jsonText {
+		m.textJSON = p.jsonIdx
+	}
+	r.mapped[e.TableID] = m
 }
 
 func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent) error {
@@ -205,6 +214,9 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 		row := &rowliftv1.Row{}
 		if err := conv.Convert(row, image); err != nil {
 			return nil, fmt.Errorf("binlog row of %s: %w", name, err)
+		}
+		if len(t.textJSON) > 0 {
+			return textOnly(row, t.textJSON)
 		}
 		return row, nil
 	}
@@ -356,4 +368,19 @@ func rowBytes(row *rowliftv1.Row) int {
 		return 0
 	}
 	return len(row.GetValues()) + 8*len(row.GetLengths())
+}
+
+// textOnly drops the patches of the typed JSON values at idx, leaving their
+// text.
+func textOnly(row *rowliftv1.Row, idx []int) (*rowliftv1.Row, error) {
+	values, err := rowcodec.Values(nil, row)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range idx {
+		values[i], _ = mysqljson.Split(values[i])
+	}
+	out := &rowliftv1.Row{}
+	rowcodec.Pack(out, values)
+	return out, nil
 }

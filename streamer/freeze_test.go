@@ -376,7 +376,7 @@ func TestBinlogMarksFreezeRenames(t *testing.T) {
 	for _, name := range []string{"t1", "t2"} {
 		tbl, err := schema.Load(ctx, s.db, "d", name)
 		require.NoError(t, err)
-		p, err := newTablePlan(tbl, nil)
+		p, err := newTablePlan(tbl, nil, false)
 		require.NoError(t, err)
 		plans = append(plans, p)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/keyrange"
+	"github.com/rowlift/rowlift/internal/mysqljson"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -33,6 +34,14 @@ type tablePlan struct {
 	// selected row has.
 	exprs []string
 	width int
+	// typeMaps are selected after the width values: the type map of each
+	// MySQL JSON value, at jsonIdx among them (see mysqljson.TypeMapExpr).
+	typeMaps  []string
+	jsonIdx   []int
+	jsonNames []string
+	// jsonText moves MySQL JSON as its text (StreamOptions.json_as_text):
+	// no type maps, and replay's patches dropped.
+	jsonText bool
 	// selectFrom is "SELECT `a`, `b` FROM `db`.`t`"; orderBy is " ORDER BY `k1`, `k2`".
 	selectFrom string
 	orderBy    string
@@ -45,12 +54,12 @@ type tablePlan struct {
 	rangeCond string
 }
 
-func newTablePlan(t *schema.Table, columns []string) (*tablePlan, error) {
+func newTablePlan(t *schema.Table, columns []string, jsonText bool) (*tablePlan, error) {
 	cols, err := t.Streamed(columns)
 	if err != nil {
 		return nil, err
 	}
-	p := &tablePlan{table: t, cols: cols, fields: t.Fields(cols)}
+	p := &tablePlan{table: t, cols: cols, fields: t.Fields(cols), jsonText: jsonText}
 	for _, i := range p.fields.PkColumns {
 		c := cols[i]
 		p.keyIdx = append(p.keyIdx, int(i))
@@ -58,11 +67,19 @@ func newTablePlan(t *schema.Table, columns []string) (*tablePlan, error) {
 		p.key.Charsets = append(p.key.Charsets, c.Charset)
 		p.key.Idents = append(p.key.Idents, rowcodec.Ident(c.Name))
 	}
-	for _, c := range cols {
+	table := rowcodec.QualifiedIdent(t.Database, t.Name)
+	for i, c := range cols {
 		p.exprs = append(p.exprs, rowcodec.SelectExpr(c.Name, c.DataType))
+		if c.DataType == "json" { // MySQL's; MariaDB's JSON is longtext
+			p.jsonIdx = append(p.jsonIdx, i)
+			if !jsonText {
+				p.typeMaps = append(p.typeMaps, mysqljson.TypeMapExpr(rowcodec.Ident(c.Name)))
+				p.jsonNames = append(p.jsonNames, c.Name)
+			}
+		}
 	}
 	p.width = len(p.exprs)
-	p.selectFrom = "SELECT " + strings.Join(p.exprs, ", ") + " FROM " + rowcodec.QualifiedIdent(t.Database, t.Name)
+	p.selectFrom = "SELECT " + strings.Join(append(slices.Clip(p.exprs), p.typeMaps...), ", ") + " FROM " + table
 	p.orderBy = " ORDER BY " + strings.Join(p.key.Idents, ", ")
 	return p, nil
 }
@@ -78,12 +95,17 @@ func (p *tablePlan) verifying(vp *verify.Plan, repair bool) *tablePlan {
 	for i, idx := range p.keyIdx {
 		v.keyIdx[i] = vp.Width() + idx
 	}
+	v.jsonIdx = nil
+	for _, i := range p.jsonIdx {
+		v.jsonIdx = append(v.jsonIdx, vp.Width()+i)
+	}
 	if !repair {
 		tail = make([]string, len(p.keyIdx))
 		for i, idx := range p.keyIdx {
 			tail[i] = p.exprs[idx]
 			v.keyIdx[i] = vp.Width() + i
 		}
+		v.typeMaps, v.jsonIdx = nil, nil // keys hold no JSON
 	}
 	if p.filter != nil {
 		// The verify chunk's rows are filtered to the range like the copy's: by
@@ -101,7 +123,8 @@ func (p *tablePlan) verifying(vp *verify.Plan, repair bool) *tablePlan {
 		v.filter = &f
 	}
 	v.width = vp.Width() + len(tail)
-	v.selectFrom = "SELECT " + vp.Columns() + ", " + strings.Join(tail, ", ") + " FROM " + rowcodec.QualifiedIdent(p.table.Database, p.table.Name)
+	v.selectFrom = "SELECT " + vp.Columns() + ", " + strings.Join(append(slices.Clip(tail), v.typeMaps...), ", ") +
+		" FROM " + rowcodec.QualifiedIdent(p.table.Database, p.table.Name)
 	return &v
 }
 

@@ -27,7 +27,7 @@ func testTable() *schema.Table {
 }
 
 func TestChunkQueryFirstChunk(t *testing.T) {
-	p, err := newTablePlan(testTable(), nil)
+	p, err := newTablePlan(testTable(), nil, false)
 	require.NoError(t, err)
 	q, err := p.chunkQuery(nil, 1000)
 	require.NoError(t, err)
@@ -36,7 +36,7 @@ func TestChunkQueryFirstChunk(t *testing.T) {
 }
 
 func TestChunkQueryCompositeKeyAfterLastPK(t *testing.T) {
-	p, err := newTablePlan(testTable(), nil)
+	p, err := newTablePlan(testTable(), nil, false)
 	require.NoError(t, err)
 	q, err := p.chunkQuery([][]byte{[]byte("eu'"), []byte("42"), []byte("2024-01-02 03:04:05")}, 500)
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestChunkQueryCompositeKeyAfterLastPK(t *testing.T) {
 
 func TestChunkQuerySingleKey(t *testing.T) {
 	tbl := &schema.Table{Database: "d", Name: "t", Columns: []schema.Column{{Name: "id", DataType: "int"}, {Name: "v", DataType: "blob"}}, Key: []string{"id"}}
-	p, err := newTablePlan(tbl, nil)
+	p, err := newTablePlan(tbl, nil, false)
 	require.NoError(t, err)
 	q, err := p.chunkQuery([][]byte{[]byte("-7")}, 10)
 	require.NoError(t, err)
@@ -56,18 +56,18 @@ func TestChunkQuerySingleKey(t *testing.T) {
 }
 
 func TestChunkQueryWrongKeyWidth(t *testing.T) {
-	p, err := newTablePlan(testTable(), nil)
+	p, err := newTablePlan(testTable(), nil, false)
 	require.NoError(t, err)
 	_, err = p.chunkQuery([][]byte{[]byte("x")}, 10)
 	require.ErrorContains(t, err, "has 1 values, key has 3 columns")
 }
 
 func TestColumnSubsetMustKeepKey(t *testing.T) {
-	_, err := newTablePlan(testTable(), []string{"region", "note"})
+	_, err := newTablePlan(testTable(), []string{"region", "note"}, false)
 	require.ErrorIs(t, err, schema.ErrColumn)
 	require.ErrorContains(t, err, "must include key column id")
 
-	p, err := newTablePlan(testTable(), []string{"note", "at", "id", "region"})
+	p, err := newTablePlan(testTable(), []string{"note", "at", "id", "region"}, false)
 	require.NoError(t, err)
 	require.Equal(t, []int{3, 2, 1}, p.keyIdx, "key positions follow the requested column order")
 	key := p.keyOf([][]byte{[]byte("n"), []byte("2020-01-01 00:00:00"), []byte("9"), []byte("us")})
@@ -78,7 +78,7 @@ func TestColumnSubsetMustKeepKey(t *testing.T) {
 func TestChunkQuerySelectsFloatAndYearExactly(t *testing.T) {
 	tbl := &schema.Table{Database: "d", Name: "t", Key: []string{"id"}, Columns: []schema.Column{
 		{Name: "id", DataType: "int"}, {Name: "f", DataType: "float"}, {Name: "y", DataType: "year"}, {Name: "d", DataType: "double"}}}
-	p, err := newTablePlan(tbl, nil)
+	p, err := newTablePlan(tbl, nil, false)
 	require.NoError(t, err)
 	q, err := p.chunkQuery(nil, 5)
 	require.NoError(t, err)
@@ -89,9 +89,9 @@ func TestChunkQuerySelectsFloatAndYearExactly(t *testing.T) {
 func TestVerifyChunkQuery(t *testing.T) {
 	tbl := &schema.Table{Database: "d", Name: "t", Key: []string{"id"}, Columns: []schema.Column{
 		{Name: "v", DataType: "varchar", Charset: "binary"}, {Name: "id", DataType: "int"}, {Name: "f", DataType: "float"}}}
-	p, err := newTablePlan(tbl, nil)
+	p, err := newTablePlan(tbl, nil, false)
 	require.NoError(t, err)
-	vp, err := verify.NewPlan(context.Background(), nil, tbl, nil)
+	vp, err := verify.NewPlan(context.Background(), nil, tbl, nil, false)
 	require.NoError(t, err)
 	hash := "SHA2(CONCAT_WS(',', IFNULL(SHA2(`v`, 256), 'n'), IFNULL(SHA2(`id`, 256), 'n'), IFNULL(SHA2(CAST(`f` AS DOUBLE), 256), 'n')), 256)"
 

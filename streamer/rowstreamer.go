@@ -11,6 +11,7 @@ import (
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/mysqljson"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -186,19 +187,29 @@ func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) (int, 
 	// Closing the rows of a chunk that ended early reads the rest of its
 	// result off the wire and drops it: memory holds only what was kept.
 	defer rows.Close()
-	raw := make([]sql.RawBytes, r.plan.width)
+	raw := make([]sql.RawBytes, r.plan.width+len(r.plan.typeMaps))
 	dest := make([]any, len(raw))
 	for i := range raw {
 		dest[i] = &raw[i]
 	}
-	values := make([][]byte, len(raw))
+	values := make([][]byte, r.plan.width)
+	typed := make([][]byte, len(r.plan.typeMaps))
 	var bytes int64
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return 0, false, fmt.Errorf("read chunk row: %w", err)
 		}
-		for i, v := range raw {
+		for i, v := range raw[:r.plan.width] {
 			values[i] = v
+		}
+		for j := range typed {
+			i := r.plan.jsonIdx[j]
+			if typeMap := raw[r.plan.width+j]; typeMap != nil {
+				if typed[j], err = mysqljson.AppendTypeMap(typed[j][:0], values[i], typeMap); err != nil {
+					return 0, false, fmt.Errorf("read chunk row: column %s: %w", r.plan.jsonNames[j], err)
+				}
+				values[i] = typed[j]
+			}
 		}
 		n++
 		size, err := row(values)

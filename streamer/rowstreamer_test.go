@@ -31,7 +31,7 @@ func sourceWithRows(t *testing.T, n int) (*sql.DB, *tablePlan) {
 	t.Cleanup(func() { db.Close() })
 	tbl, err := schema.Load(context.Background(), db, "d", "t")
 	require.NoError(t, err)
-	p, err := newTablePlan(tbl, nil)
+	p, err := newTablePlan(tbl, nil, false)
 	require.NoError(t, err)
 	return db, p
 }
@@ -308,7 +308,7 @@ func wideSource(t *testing.T, n, width int) (*sql.DB, *tablePlan) {
 	t.Cleanup(func() { db.Close() })
 	tbl, err := schema.Load(context.Background(), db, "d", "w")
 	require.NoError(t, err)
-	p, err := newTablePlan(tbl, nil)
+	p, err := newTablePlan(tbl, nil, false)
 	require.NoError(t, err)
 	return db, p
 }

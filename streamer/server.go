@@ -344,7 +344,7 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 				packetBytes: int(opts.PacketBytes), sink: sink, start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs,
 				shared: shared}
 			if verifying {
-				vp, err := verify.NewPlan(ctx, s.db, plan.table, t.GetColumns())
+				vp, err := verify.NewPlan(ctx, s.db, plan.table, t.GetColumns(), plan.jsonText)
 				if err != nil {
 					return status.Errorf(codes.FailedPrecondition, "verify %s: %v", t.GetName(), err)
 				}
@@ -487,6 +487,7 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 		HeartbeatMs:     req.GetOptions().GetHeartbeatMs(),
 		Throttle:        req.GetOptions().GetThrottle(),
 		ThrottleCheckMs: req.GetOptions().GetThrottleCheckMs(),
+		JsonAsText:      req.GetOptions().GetJsonAsText(),
 	}
 	if err := throttle.Check("source", o.Throttle); err != nil {
 		return nil, err
@@ -604,7 +605,7 @@ func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tab
 		if err != nil {
 			return nil, schemaStatus(err)
 		}
-		p, err := newTablePlan(tbl, t.GetColumns())
+		p, err := newTablePlan(tbl, t.GetColumns(), req.GetOptions().GetJsonAsText())
 		if err != nil {
 			return nil, schemaStatus(err)
 		}

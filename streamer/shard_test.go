@@ -152,7 +152,7 @@ func TestPlanShard(t *testing.T) {
 	kr, err := keyrange.Parse("-80")
 	require.NoError(t, err)
 	plan := func() *tablePlan {
-		p, err := newTablePlan(testTable(), nil)
+		p, err := newTablePlan(testTable(), nil, false)
 		require.NoError(t, err)
 		return p
 	}
@@ -172,7 +172,7 @@ func TestPlanShard(t *testing.T) {
 	}
 	for _, typ := range []string{"tinyint", "smallint", "mediumint", "int", "bigint"} {
 		tbl := &schema.Table{Database: "d", Name: "t", Columns: []schema.Column{{Name: "id", DataType: typ}}, Key: []string{"id"}}
-		p, err := newTablePlan(tbl, nil)
+		p, err := newTablePlan(tbl, nil, false)
 		require.NoError(t, err)
 		require.NoError(t, p.shard("id", vindex.Hash, kr), typ)
 	}

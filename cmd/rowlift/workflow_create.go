@@ -26,6 +26,7 @@ type createFlags struct {
 	commitBatchItems, commitBatchMS       int
 	commitBatchBytes                      int64
 	outOfOrder, skipCreate, allowNonempty bool
+	jsonAsText                            bool
 	onDDL, copyMethod                     string
 	throttleSource, throttleTarget        throttleFlags
 	throttleCheckMS                       int64
@@ -100,6 +101,8 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 		"e.g. --copy-method insert")
 	fs.BoolVar(&c.skipCreate, "skip-create-tables", false, "do not create missing target tables from the source's definition (fail instead), e.g. --skip-create-tables")
 	fs.BoolVar(&c.allowNonempty, "allow-nonempty-target", false, "copy into target tables that already hold rows, e.g. --allow-nonempty-target")
+	fs.BoolVar(&c.jsonAsText, "json-as-text", false, "move MySQL JSON as its text, accepting that a MariaDB target turns the DECIMAL, DATE, TIME,\n"+
+		"DATETIME, TIMESTAMP, BIT and BLOB values inside documents into the numbers and strings they print as")
 	c.throttleSource.register(fs, "source", "SELECT MAX(lag) FROM heartbeat.replicas")
 	c.throttleTarget.register(fs, "target", "SELECT 0")
 	fs.Int64Var(&c.throttleCheckMS, "throttle-check-ms", 0, "milliseconds between throttle metric reads on each side; 0: default 1000, e.g. --throttle-check-ms 500")
@@ -287,6 +290,7 @@ func (c *createFlags) options() (*rowliftv1.WorkflowOptions, error) {
 		OutOfOrderCommit:    c.outOfOrder,
 		SkipCreateTables:    c.skipCreate,
 		AllowNonemptyTarget: c.allowNonempty,
+		JsonAsText:          c.jsonAsText,
 	}
 	for _, n := range []struct {
 		flag string

@@ -360,6 +360,7 @@ func optionFlags(o *rowliftv1.WorkflowOptions) []string {
 	num("commit-batch-bytes", o.GetCommitBatchBytes())
 	num("commit-batch-ms", int64(o.GetCommitBatchMs()))
 	flag("out-of-order-commit", o.GetOutOfOrderCommit())
+	flag("json-as-text", o.GetJsonAsText())
 	if d := o.GetOnDdl(); d != rowliftv1.OnDDL_ON_DDL_UNSPECIFIED && d != rowliftv1.OnDDL_ON_DDL_STOP {
 		f = append(f, "--on-ddl "+enumWords(d.String(), "ON_DDL_"))
 	}

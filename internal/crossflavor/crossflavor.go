@@ -26,6 +26,9 @@ type Target struct {
 	Columns map[string]string
 	// Collations are every collation the target server knows.
 	Collations map[string]bool
+	// JSONAsText says the workflow accepts moving MySQL JSON as its text
+	// (WorkflowOptions.json_as_text).
+	JSONAsText bool
 }
 
 // Result is what the check found: refusals stop the workflow's creation,
@@ -76,6 +79,17 @@ func Check(source, target string, table *rowliftv1.TableFields, tgt Target) Resu
 			r.Refusals = append(r.Refusals, fmt.Sprintf("%s has collation %s, which the %s target does not know: "+
 				"give the column a collation both servers have (and the same order on both), or create the target table by hand", where, c, flavorName(target)))
 			continue
+		}
+		if source == MySQL && typ == "json" {
+			if !tgt.JSONAsText {
+				r.Refusals = append(r.Refusals, fmt.Sprintf("%s is JSON on the MySQL source, and MariaDB keeps JSON as text: the DECIMAL, DATE, TIME, "+
+					"DATETIME, TIMESTAMP, BIT and BLOB values and the unsigned or large integers inside its documents would become the numbers and "+
+					"strings they print as (a DECIMAL 1.50 a DOUBLE, a DATE a STRING); to accept that, create the workflow with --json-as-text", where))
+				continue
+			}
+			r.Warnings = append(r.Warnings, fmt.Sprintf("%s is JSON on the MySQL source and moves as its text (--json-as-text): the DECIMAL, DATE, "+
+				"TIME, DATETIME, TIMESTAMP, BIT and BLOB values inside its documents become the numbers and strings they print as, and verify "+
+				"compares the text", where))
 		}
 		if typ == "float" {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("%s is FLOAT: MariaDB and MySQL print some FLOAT values (those that need "+

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/rowlift/rowlift/internal/mysqljson"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -74,11 +75,15 @@ const (
 	// (with an exponent): MySQL reads a plain -0 as the integer 0 and would
 	// store +0 for a DOUBLE's -0.
 	Float
-	// JSON values for a MySQL JSON column are written as utf8mb4 string
-	// literals: MySQL makes no JSON value of a binary string, which every
-	// String literal is under SET NAMES binary (MariaDB's JSON is text and
-	// takes String literals).
+	// JSON values for a MySQL JSON column are typed values (see package
+	// mysqljson) written as utf8mb4 string literals, through JSON_SET when
+	// they carry patches: MySQL makes no JSON value of a binary string, which
+	// every String literal is under SET NAMES binary (MariaDB's JSON is text
+	// and takes String literals).
 	JSON
+	// JSONText values are a MySQL source's typed JSON values written into a
+	// text column (MariaDB's JSON): their text alone, as a String.
+	JSONText
 )
 
 // KindOf maps an information_schema DATA_TYPE to its literal kind.
@@ -98,30 +103,33 @@ func KindOf(dataType string) Kind {
 }
 
 // AppendLiteral appends v (nil for NULL) as a literal of the given kind, for a
-// VALUES list: string bytes go in unconverted.
-func AppendLiteral(buf []byte, kind Kind, v []byte) []byte {
+// VALUES list: string bytes go in unconverted. Only a JSON value can fail: a
+// patch that is not what its type says.
+func AppendLiteral(buf []byte, kind Kind, v []byte) ([]byte, error) {
 	if v == nil {
-		return append(buf, "NULL"...)
+		return append(buf, "NULL"...), nil
 	}
 	switch kind {
 	case Number:
-		return append(buf, v...)
+		return append(buf, v...), nil
 	case Float:
 		buf = append(buf, v...)
 		if !bytes.ContainsAny(v, "eE") {
 			buf = append(buf, 'e', '0')
 		}
-		return buf
+		return buf, nil
 	case Temporal:
 		buf = append(buf, '\'')
 		buf = append(buf, v...)
-		return append(buf, '\'')
+		return append(buf, '\''), nil
 	case Bits:
-		return appendHex(buf, v)
+		return appendHex(buf, v), nil
 	case JSON:
-		buf = append(buf, "_utf8mb4"...)
+		return mysqljson.AppendSQL(buf, v, appendEscaped)
+	case JSONText:
+		v, _ = mysqljson.Split(v)
 	}
-	return appendEscaped(buf, v)
+	return appendEscaped(buf, v), nil
 }
 
 // AppendComparable appends v as a literal to compare against a column of the given
@@ -131,7 +139,8 @@ func AppendLiteral(buf []byte, kind Kind, v []byte) []byte {
 // case-insensitive keys.
 func AppendComparable(buf []byte, kind Kind, charset string, v []byte) []byte {
 	if kind != String || charset == "" || charset == "binary" || v == nil {
-		return AppendLiteral(buf, kind, v)
+		buf, _ = AppendLiteral(buf, kind, v) // keys hold no JSON
+		return buf
 	}
 	buf = append(buf, '_')
 	buf = append(buf, charset...)

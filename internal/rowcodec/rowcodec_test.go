@@ -45,7 +45,9 @@ func TestValuesEmptyStringsInRowWithoutBytes(t *testing.T) {
 		require.Empty(t, out[0])
 		require.Nil(t, out[1], "NULL stays nil")
 		require.NotNil(t, out[2], "an empty string is not NULL")
-		require.Equal(t, "''", string(AppendLiteral(nil, String, out[0])))
+		lit, err := AppendLiteral(nil, String, out[0])
+		require.NoError(t, err)
+		require.Equal(t, "''", string(lit))
 	}
 }
 
@@ -90,12 +92,19 @@ func TestAppendLiteral(t *testing.T) {
 		{String, []byte("\x00\n\r\x1a"), `'\0\n\r\Z'`},
 		{JSON, nil, "NULL"},
 		{JSON, []byte(`{"a": "x'y"}`), `_utf8mb4'{"a": "x\'y"}'`},
+		{JSON, []byte("[1.50]\x00\x04$[0]\x01\x041.50"), `JSON_SET(CAST(_utf8mb4'[1.50]' AS JSON), _utf8mb4'$[0]', CAST(1.50 AS DECIMAL(3,2)))`},
+		{JSONText, []byte("[1.50]\x00\x04$[0]\x01\x041.50"), `'[1.50]'`},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, string(AppendLiteral(nil, c.kind, c.in)))
+		lit, err := AppendLiteral(nil, c.kind, c.in)
+		require.NoError(t, err)
+		require.Equal(t, c.want, string(lit))
 	}
+	_, err := AppendLiteral(nil, JSON, []byte("[1]\x00\x04$[0]\x01\x041;--"))
+	require.ErrorContains(t, err, "not a decimal number")
 	// Every byte survives: unescaping the literal as the server does gives it back.
-	lit := AppendLiteral(nil, String, every)
+	lit, err := AppendLiteral(nil, String, every)
+	require.NoError(t, err)
 	require.Equal(t, every, unescape(t, lit))
 }
 

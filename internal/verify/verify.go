@@ -38,6 +38,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowlift/rowlift/internal/keyorder"
+	"github.com/rowlift/rowlift/internal/mysqljson"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 )
@@ -56,6 +57,8 @@ type Options struct {
 	// TargetTable is the table's name on the target when it differs (a table
 	// a cutover renamed out of the way); empty means the same name.
 	TargetTable string
+	// JSONAsText compares MySQL JSON by its text alone, not by its types.
+	JSONAsText bool
 }
 
 // Result is what Table found, counted and with the first differing keys spelled
@@ -134,7 +137,13 @@ func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, 
 			return nil, fmt.Errorf("%w: target %s.%s has no column %s", schema.ErrColumn, dstDB, dstTable, c.Name)
 		}
 	}
-	p, err := newPlan(ctx, src, st, tt, cols)
+	// JSON compares by type where both sides are MySQL's, by text where
+	// one side keeps it as text.
+	jsonText := opts.JSONAsText
+	for _, c := range cols {
+		jsonText = jsonText || c.DataType == "json" && tt.Column(c.Name).DataType != "json"
+	}
+	p, err := newPlan(ctx, src, st, tt, cols, jsonText)
 	if err != nil {
 		return nil, err
 	}
@@ -220,21 +229,23 @@ type Plan struct {
 }
 
 // NewPlan plans the comparison of table t (on db, whose collations decide the
-// key forms) over columns (empty: every non-generated column).
-func NewPlan(ctx context.Context, db *sql.DB, t *schema.Table, columns []string) (*Plan, error) {
+// key forms) over columns (empty: every non-generated column); jsonText
+// compares MySQL JSON by its text alone, as a move that accepted losing its
+// types (WorkflowOptions.json_as_text) must.
+func NewPlan(ctx context.Context, db *sql.DB, t *schema.Table, columns []string, jsonText bool) (*Plan, error) {
 	cols, err := t.Streamed(columns)
 	if err != nil {
 		return nil, err
 	}
-	return newPlan(ctx, db, t, t, cols)
+	return newPlan(ctx, db, t, t, cols, jsonText)
 }
 
-func newPlan(ctx context.Context, src *sql.DB, st, tt *schema.Table, cols []schema.Column) (*Plan, error) {
+func newPlan(ctx context.Context, src *sql.DB, st, tt *schema.Table, cols []schema.Column, jsonText bool) (*Plan, error) {
 	p, err := planKeys(ctx, src, st, tt)
 	if err != nil {
 		return nil, err
 	}
-	p.selects = append(p.selects, rowHashExpr(cols))
+	p.selects = append(p.selects, rowHashExpr(cols, jsonText))
 	return p, nil
 }
 
@@ -365,7 +376,7 @@ func planKeys(ctx context.Context, src *sql.DB, st, tt *schema.Table) (*Plan, er
 		k := keyCol{name: c.Name, sortAt: len(p.selects), showAt: len(p.selects)}
 		// Non-string keys are read as the server's text of exactly the value that is
 		// hashed; CONCAT makes it a string, so the driver passes it on untouched.
-		text := "CONCAT(" + valueExpr(*c) + ")"
+		text := "CONCAT(" + valueExpr(*c, true) + ")" // keys hold no JSON
 		switch c.DataType {
 		case "tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "year", "bit":
 			k.kind = keyNumber
@@ -427,15 +438,23 @@ func stringForms(ctx context.Context, src *sql.DB, c *schema.Column, id string) 
 
 // valueExpr is a column's value in a form that tells apart every value the column
 // can hold: the stored bytes for strings, exact decimal text for integers, DECIMAL
-// and BIT, text for temporal types, ENUM, SET and JSON, for DOUBLE the column's
+// and BIT, text for temporal types, ENUM and SET, for DOUBLE the column's
 // shortest text that parses back to the same bits, and for FLOAT its DOUBLE
 // widening's text (the column's own text shows a FLOAT with 6 digits only).
 // MySQL prints a DOUBLE column exactly but a computed double with 16 digits,
 // so a DOUBLE is never cast; for a FLOAT's widening 16 digits are still far
-// more than its 9 and tell every FLOAT apart.
-func valueExpr(c schema.Column) string {
+// more than its 9 and tell every FLOAT apart. MariaDB's JSON is its text;
+// MySQL's is its text followed by its type map (mysqljson.TypeMapExpr),
+// which names the type of every scalar the text does not tell: a text is one
+// whole JSON value, so where it ends and the map starts is never ambiguous.
+func valueExpr(c schema.Column, jsonText bool) string {
 	id := rowcodec.Ident(c.Name)
 	switch c.DataType {
+	case "json":
+		if jsonText {
+			return id
+		}
+		return "CONCAT(" + id + ", IFNULL(" + mysqljson.TypeMapExpr(id) + ", ''))"
 	case "float":
 		return "CAST(" + id + " AS DOUBLE)"
 	case "bit":
@@ -450,10 +469,10 @@ func valueExpr(c schema.Column) string {
 // and no value is ever copied whole into a string that max_allowed_packet could
 // cut to NULL. SHA2 is the one digest both flavors have built in: MySQL 9 moved
 // MD5 and SHA1 into an optional component.
-func rowHashExpr(cols []schema.Column) string {
+func rowHashExpr(cols []schema.Column, jsonText bool) string {
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		parts[i] = "IFNULL(SHA2(" + valueExpr(c) + ", 256), 'n')"
+		parts[i] = "IFNULL(SHA2(" + valueExpr(c, jsonText) + ", 256), 'n')"
 	}
 	return "SHA2(CONCAT_WS(',', " + strings.Join(parts, ", ") + "), 256)"
 }

@@ -1318,7 +1318,13 @@ type WorkflowOptions struct {
 	// Bytes of rows per copy chunk (0: 16 MiB): the streamer sizes each chunk's
 	// LIMIT from the table's bytes per row and stops a chunk's scan past twice
 	// this, so memory and the work a kill loses do not grow with row width.
-	ChunkBytes    int64 `protobuf:"varint,14,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	ChunkBytes int64 `protobuf:"varint,14,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	// Move MySQL JSON as its text: accepts that a MariaDB target, which keeps
+	// JSON as text, turns the DECIMAL, DATE, TIME, DATETIME, TIMESTAMP, opaque
+	// (BIT, BLOB) and some integer values inside documents into the numbers and
+	// strings they print as. Creation refuses a MySQL JSON column bound for
+	// MariaDB without it; verify then compares JSON by its text alone.
+	JsonAsText    bool `protobuf:"varint,15,opt,name=json_as_text,json=jsonAsText,proto3" json:"json_as_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1449,6 +1455,13 @@ func (x *WorkflowOptions) GetChunkBytes() int64 {
 		return x.ChunkBytes
 	}
 	return 0
+}
+
+func (x *WorkflowOptions) GetJsonAsText() bool {
+	if x != nil {
+		return x.JsonAsText
+	}
+	return false
 }
 
 // Throttle pauses a workflow's copy, never its replay, while a source or target
@@ -2744,7 +2757,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12!\n" +
 	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\x12+\n" +
 	"\x11sharding_function\x18\x05 \x01(\tR\x10shardingFunction\x12\x1c\n" +
-	"\treference\x18\x06 \x01(\bR\treference\"\xec\x04\n" +
+	"\treference\x18\x06 \x01(\bR\treference\"\x8e\x05\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -2763,7 +2776,9 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0fcommit_batch_ms\x18\f \x01(\x05R\rcommitBatchMs\x120\n" +
 	"\bthrottle\x18\r \x01(\v2\x14.rowlift.v1.ThrottleR\bthrottle\x12\x1f\n" +
 	"\vchunk_bytes\x18\x0e \x01(\x03R\n" +
-	"chunkBytes\"\x9e\x01\n" +
+	"chunkBytes\x12 \n" +
+	"\fjson_as_text\x18\x0f \x01(\bR\n" +
+	"jsonAsText\"\x9e\x01\n" +
 	"\bThrottle\x122\n" +
 	"\x06source\x18\x01 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06source\x122\n" +
 	"\x06target\x18\x02 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06target\x12*\n" +

@@ -758,7 +758,9 @@ type StreamOptions struct {
 	ThrottleCheckMs int64 `protobuf:"varint,6,opt,name=throttle_check_ms,json=throttleCheckMs,proto3" json:"throttle_check_ms,omitempty"`
 	// Bytes of rows per chunk: the LIMIT is estimated from the rows' width, and
 	// a chunk's scan ends past twice this even below the LIMIT.
-	ChunkBytes    int64 `protobuf:"varint,7,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	ChunkBytes int64 `protobuf:"varint,7,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
+	// Stream MySQL JSON as its text, with no type map (WorkflowOptions.json_as_text).
+	JsonAsText    bool `protobuf:"varint,8,opt,name=json_as_text,json=jsonAsText,proto3" json:"json_as_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,6 +842,13 @@ func (x *StreamOptions) GetChunkBytes() int64 {
 		return x.ChunkBytes
 	}
 	return 0
+}
+
+func (x *StreamOptions) GetJsonAsText() bool {
+	if x != nil {
+		return x.JsonAsText
+	}
+	return false
 }
 
 // ThrottleLimits are the metrics of one server (the source or the target) that
@@ -2066,7 +2075,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"L\n" +
 	"\fCopyProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12(\n" +
-	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\xa2\x02\n" +
+	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\xc4\x02\n" +
 	"\rStreamOptions\x12\x1d\n" +
 	"\n" +
 	"chunk_rows\x18\x01 \x01(\x03R\tchunkRows\x12!\n" +
@@ -2076,7 +2085,9 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\bthrottle\x18\x05 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\bthrottle\x12*\n" +
 	"\x11throttle_check_ms\x18\x06 \x01(\x03R\x0fthrottleCheckMs\x12\x1f\n" +
 	"\vchunk_bytes\x18\a \x01(\x03R\n" +
-	"chunkBytes\"\xa5\x01\n" +
+	"chunkBytes\x12 \n" +
+	"\fjson_as_text\x18\b \x01(\bR\n" +
+	"jsonAsText\"\xa5\x01\n" +
 	"\x0eThrottleLimits\x12'\n" +
 	"\x0fthreads_running\x18\x01 \x01(\x03R\x0ethreadsRunning\x12%\n" +
 	"\x0ehistory_length\x18\x02 \x01(\x03R\rhistoryLength\x12\x1b\n" +

@@ -1,0 +1,282 @@
+package mysqljson
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// TypeMapExpr is the SQL, in a SELECT from its table, of the type map of a
+// MySQL JSON column (quoted: `c`): NULL when the document's text tells every
+// scalar's type, else a JSON array of [where, ordinal, JSON_TYPE, value] for
+// each scalar it does not. MySQL has no function that walks a document with
+// paths, so the map places a scalar by where it is found: 0 for the document
+// itself, 1 for the members of objects and 2 for the elements of arrays, each
+// numbered in the order the paths '$**.*' and '$**[*]' enumerate them (every
+// container in pre-order gives its children in stored order), and
+// AppendTypeMap finds each in the text. The map's values print as in the
+// document, so a map and a text that disagree are caught, not merged. One
+// JSON_TABLE with both paths nested costs about half of two.
+func TypeMapExpr(col string) string {
+	const v = "COALESCE(_rl_mv, _rl_av, _rl_r)"
+	return "(SELECT JSON_ARRAYAGG(JSON_ARRAY(IF(_rl_mo IS NULL, IF(_rl_ao IS NULL, 0, 2), 1), COALESCE(_rl_mo, _rl_ao, 0), JSON_TYPE(" + v + "), " + v + "))" +
+		" FROM JSON_TABLE(" + col + ", '$' COLUMNS(_rl_r JSON PATH '$'," +
+		" NESTED PATH '$**.*' COLUMNS(_rl_mo FOR ORDINALITY, _rl_mv JSON PATH '$')," +
+		" NESTED PATH '$**[*]' COLUMNS(_rl_ao FOR ORDINALITY, _rl_av JSON PATH '$'))) AS _rl_t" +
+		" WHERE CASE JSON_TYPE(" + v + ") WHEN 'INTEGER' THEN " + v + " > 4294967295 WHEN 'UNSIGNED INTEGER' THEN " + v + " <= 4294967295" +
+		" WHEN 'DECIMAL' THEN TRUE WHEN 'DATE' THEN TRUE WHEN 'TIME' THEN TRUE WHEN 'DATETIME' THEN TRUE WHEN 'TIMESTAMP' THEN TRUE" +
+		" WHEN 'BIT' THEN TRUE WHEN 'BLOB' THEN TRUE WHEN 'OPAQUE' THEN TRUE ELSE FALSE END)"
+}
+
+// AppendTypeMap appends the typed value of a document from its text and its
+// type map (TypeMapExpr; nil when the text tells every type).
+func AppendTypeMap(dst, text, typeMap []byte) ([]byte, error) {
+	dst = append(dst, text...)
+	if typeMap == nil {
+		return dst, nil
+	}
+	var entries [][4]json.RawMessage
+	if err := json.Unmarshal(typeMap, &entries); err != nil {
+		return dst, fmt.Errorf("JSON type map %q: %w", cut(typeMap), err)
+	}
+	doc, err := scan(text)
+	if err != nil {
+		return dst, err
+	}
+	type found struct {
+		node  int
+		typ   Type
+		value json.RawMessage
+	}
+	patches := make([]found, 0, len(entries))
+	for _, e := range entries {
+		var where, ordinal int
+		var name string
+		if json.Unmarshal(e[0], &where) != nil || json.Unmarshal(e[1], &ordinal) != nil || json.Unmarshal(e[2], &name) != nil {
+			return dst, fmt.Errorf("JSON type map entry %s is not [where, ordinal, type, value]", e)
+		}
+		typ, ok := TypeOf(name)
+		if !ok {
+			return dst, fmt.Errorf("JSON type map names type %q, which its text tells", name)
+		}
+		node, err := doc.find(where, ordinal)
+		if err != nil {
+			return dst, err
+		}
+		n := doc.nodes[node]
+		if !bytes.Equal(text[n.start:n.end], e[3]) {
+			return dst, fmt.Errorf("JSON type map places %s %s where the document holds %s", name, e[3], text[n.start:n.end])
+		}
+		patches = append(patches, found{node, typ, e[3]})
+	}
+	slices.SortFunc(patches, func(a, b found) int { return doc.nodes[a.node].start - doc.nodes[b.node].start })
+	for i, p := range patches {
+		value := []byte(p.value)
+		if value[0] == '"' {
+			var s string
+			if err := json.Unmarshal(value, &s); err != nil {
+				return dst, fmt.Errorf("JSON type map value %s: %w", value, err)
+			}
+			value = []byte(s)
+		}
+		dst = AppendPatch(dst, Patch{Path: doc.path(text, p.node), Type: p.typ, Value: value}, i == 0)
+	}
+	return dst, nil
+}
+
+// cut shortens text for an error message.
+func cut(text []byte) string {
+	if len(text) > 80 {
+		return string(text[:80]) + "..."
+	}
+	return string(text)
+}
+
+// node is one value of a scanned document: where its text is, and where it
+// is in its parent (the key's text, or the index).
+type node struct {
+	start, end         int
+	parent             int // -1 for the document
+	keyStart, keyEnd   int // a member's key, quoted; keyEnd 0 for an element
+	index              int
+	container, isArray bool
+}
+
+// scanned is a document's values, in the order their text starts.
+type scanned struct {
+	nodes []node
+	// members and elements list the values JSON_TABLE's '$**.*' and
+	// '$**[*]' enumerate, in its order.
+	members, elements []int
+}
+
+// scan reads a document as MySQL prints it.
+func scan(text []byte) (*scanned, error) {
+	s := &scanned{}
+	end, err := s.value(text, skipSpace(text, 0), -1)
+	if err != nil {
+		return nil, err
+	}
+	if skipSpace(text, end) != len(text) {
+		return nil, fmt.Errorf("JSON text %q has bytes after its value", cut(text))
+	}
+	// Every container in pre-order gives its children in stored order.
+	children := make([][]int, len(s.nodes))
+	for i, n := range s.nodes {
+		if n.parent >= 0 {
+			children[n.parent] = append(children[n.parent], i)
+		}
+	}
+	var walk func(i int)
+	walk = func(i int) {
+		if s.nodes[i].isArray {
+			s.elements = append(s.elements, children[i]...)
+		} else if s.nodes[i].container {
+			s.members = append(s.members, children[i]...)
+		}
+		for _, c := range children[i] {
+			walk(c)
+		}
+	}
+	walk(0)
+	return s, nil
+}
+
+// find returns the node a type map entry places: the document (where 0), or
+// the ordinal-th (from 1) member (1) or element (2).
+func (s *scanned) find(where, ordinal int) (int, error) {
+	var list []int
+	switch where {
+	case 0:
+		return 0, nil
+	case 1:
+		list = s.members
+	case 2:
+		list = s.elements
+	default:
+		return 0, fmt.Errorf("JSON type map entry places a value at %d, neither 0, 1 nor 2", where)
+	}
+	if ordinal < 1 || ordinal > len(list) {
+		return 0, fmt.Errorf("JSON type map entry %d of %d values of kind %d is out of the document", ordinal, len(list), where)
+	}
+	return list[ordinal-1], nil
+}
+
+// path is the JSON path of node i.
+func (s *scanned) path(text []byte, i int) []byte {
+	var steps []int
+	for ; i > 0; i = s.nodes[i].parent {
+		steps = append(steps, i)
+	}
+	path := []byte{'$'}
+	for j := len(steps) - 1; j >= 0; j-- {
+		n := s.nodes[steps[j]]
+		if n.keyEnd == 0 {
+			path = AppendIndexPath(path, n.index)
+			continue
+		}
+		var key string
+		_ = json.Unmarshal(text[n.keyStart:n.keyEnd], &key) // scan checked it
+		path = AppendMemberPath(path, key)
+	}
+	return path
+}
+
+func skipSpace(text []byte, i int) int {
+	for i < len(text) && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// value scans the value at text[i:] as a child of parent and returns where it
+// ends.
+func (s *scanned) value(text []byte, i, parent int) (int, error) {
+	if i >= len(text) {
+		return 0, fmt.Errorf("JSON text %q ends where a value should be", cut(text))
+	}
+	me := len(s.nodes)
+	s.nodes = append(s.nodes, node{start: i, parent: parent})
+	var end int
+	var err error
+	switch c := text[i]; {
+	case c == '{' || c == '[':
+		end, err = s.container(text, i, me)
+	case c == '"':
+		end, err = stringEnd(text, i)
+	default:
+		end = i
+		for end < len(text) && !strings.ContainsRune(",]} \n\t\r", rune(text[end])) {
+			end++
+		}
+		if end == i {
+			err = fmt.Errorf("JSON text %q has %q where a value should be", cut(text), text[i])
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.nodes[me].end = end
+	return end, nil
+}
+
+func (s *scanned) container(text []byte, i, me int) (int, error) {
+	isArray := text[i] == '['
+	s.nodes[me].container, s.nodes[me].isArray = true, isArray
+	closing := byte('}')
+	if isArray {
+		closing = ']'
+	}
+	i = skipSpace(text, i+1)
+	for index := 0; ; index++ {
+		if i < len(text) && text[i] == closing && index == 0 {
+			return i + 1, nil
+		}
+		keyStart, keyEnd := 0, 0
+		if !isArray {
+			var err error
+			if keyEnd, err = stringEnd(text, i); err != nil {
+				return 0, err
+			}
+			keyStart = i
+			i = skipSpace(text, keyEnd)
+			if i >= len(text) || text[i] != ':' {
+				return 0, fmt.Errorf("JSON text %q has no ':' after a key", cut(text))
+			}
+			i = skipSpace(text, i+1)
+		}
+		child := len(s.nodes)
+		end, err := s.value(text, i, me)
+		if err != nil {
+			return 0, err
+		}
+		s.nodes[child].keyStart, s.nodes[child].keyEnd, s.nodes[child].index = keyStart, keyEnd, index
+		i = skipSpace(text, end)
+		if i < len(text) && text[i] == ',' {
+			i = skipSpace(text, i+1)
+			continue
+		}
+		if i < len(text) && text[i] == closing {
+			return i + 1, nil
+		}
+		return 0, fmt.Errorf("JSON text %q has no ',' or %q after a value", cut(text), closing)
+	}
+}
+
+// stringEnd returns where the string that starts at text[i] ends.
+func stringEnd(text []byte, i int) (int, error) {
+	if i >= len(text) || text[i] != '"' {
+		return 0, fmt.Errorf("JSON text %q has no string where one should be", cut(text))
+	}
+	for j := i + 1; j < len(text); j++ {
+		switch text[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1, nil
+		}
+	}
+	return 0, fmt.Errorf("JSON text %q ends inside a string", cut(text))
+}

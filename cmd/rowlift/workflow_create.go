@@ -102,7 +102,8 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.skipCreate, "skip-create-tables", false, "do not create missing target tables from the source's definition (fail instead), e.g. --skip-create-tables")
 	fs.BoolVar(&c.allowNonempty, "allow-nonempty-target", false, "copy into target tables that already hold rows, e.g. --allow-nonempty-target")
 	fs.BoolVar(&c.jsonAsText, "json-as-text", false, "move MySQL JSON as its text, accepting that a MariaDB target turns the DECIMAL, DATE, TIME,\n"+
-		"DATETIME, TIMESTAMP, BIT and BLOB values inside documents into the numbers and strings they print as")
+		"DATETIME, TIMESTAMP, BIT and BLOB values inside documents into the numbers and strings they print as,\n"+
+		"e.g. --json-as-text for a MySQL source and a MariaDB target")
 	c.throttleSource.register(fs, "source", "SELECT MAX(lag) FROM heartbeat.replicas")
 	c.throttleTarget.register(fs, "target", "SELECT 0")
 	fs.Int64Var(&c.throttleCheckMS, "throttle-check-ms", 0, "milliseconds between throttle metric reads on each side; 0: default 1000, e.g. --throttle-check-ms 500")

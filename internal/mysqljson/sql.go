@@ -102,9 +102,9 @@ func appendValue(dst []byte, p Patch, escape func(dst, v []byte) []byte) ([]byte
 func appendTableColumn(dst []byte, sqlType, element string) []byte {
 	dst = append(dst, "(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY("...)
 	dst = append(dst, element...)
-	dst = append(dst, "), '$[*]' COLUMNS(_rl_v "...)
+	dst = append(dst, "), _utf8mb4'$[*]' COLUMNS(_rl_v "...)
 	dst = append(dst, sqlType...)
-	return append(dst, " PATH '$')) AS _rl_t)"...)
+	return append(dst, " PATH _utf8mb4'$')) AS _rl_t)"...)
 }
 
 // decimalShape returns the precision and scale of a DECIMAL's text.

@@ -18,13 +18,16 @@ import (
 // container in pre-order gives its children in stored order), and
 // AppendTypeMap finds each in the text. The map's values print as in the
 // document, so a map and a text that disagree are caught, not merged. One
-// JSON_TABLE with both paths nested costs about half of two.
+// JSON_TABLE with both paths nested costs about half of two. Its paths are
+// utf8mb4 literals: under SET NAMES binary, as the streamer reads, JSON_TABLE
+// refuses binary ones ("Cannot create a JSON value from a string with
+// CHARACTER SET 'binary'").
 func TypeMapExpr(col string) string {
 	const v = "COALESCE(_rl_mv, _rl_av, _rl_r)"
 	return "(SELECT JSON_ARRAYAGG(JSON_ARRAY(IF(_rl_mo IS NULL, IF(_rl_ao IS NULL, 0, 2), 1), COALESCE(_rl_mo, _rl_ao, 0), JSON_TYPE(" + v + "), " + v + "))" +
-		" FROM JSON_TABLE(" + col + ", '$' COLUMNS(_rl_r JSON PATH '$'," +
-		" NESTED PATH '$**.*' COLUMNS(_rl_mo FOR ORDINALITY, _rl_mv JSON PATH '$')," +
-		" NESTED PATH '$**[*]' COLUMNS(_rl_ao FOR ORDINALITY, _rl_av JSON PATH '$'))) AS _rl_t" +
+		" FROM JSON_TABLE(" + col + ", _utf8mb4'$' COLUMNS(_rl_r JSON PATH _utf8mb4'$'," +
+		" NESTED PATH _utf8mb4'$**.*' COLUMNS(_rl_mo FOR ORDINALITY, _rl_mv JSON PATH _utf8mb4'$')," +
+		" NESTED PATH _utf8mb4'$**[*]' COLUMNS(_rl_ao FOR ORDINALITY, _rl_av JSON PATH _utf8mb4'$'))) AS _rl_t" +
 		" WHERE CASE JSON_TYPE(" + v + ") WHEN 'INTEGER' THEN " + v + " > 4294967295 WHEN 'UNSIGNED INTEGER' THEN " + v + " <= 4294967295" +
 		" WHEN 'DECIMAL' THEN TRUE WHEN 'DATE' THEN TRUE WHEN 'TIME' THEN TRUE WHEN 'DATETIME' THEN TRUE WHEN 'TIMESTAMP' THEN TRUE" +
 		" WHEN 'BIT' THEN TRUE WHEN 'BLOB' THEN TRUE WHEN 'OPAQUE' THEN TRUE ELSE FALSE END)"

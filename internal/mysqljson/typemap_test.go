@@ -126,14 +126,14 @@ func TestAppendSQL(t *testing.T) {
 		{Patch{Type: Time, Value: []byte("-838:59:59.000000")}, "TIME'-838:59:59.000000'"},
 		{Patch{Type: Datetime, Value: []byte("2020-01-02 03:04:05.123456")}, "TIMESTAMP'2020-01-02 03:04:05.123456'"},
 		{Patch{Type: Timestamp, Value: []byte("2020-01-02 03:04:05.500000")},
-			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(_latin1'2020-01-02 03:04:05.500000'), '$[*]' COLUMNS(_rl_v TIMESTAMP(6) PATH '$')) AS _rl_t)"},
+			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(_latin1'2020-01-02 03:04:05.500000'), _utf8mb4'$[*]' COLUMNS(_rl_v TIMESTAMP(6) PATH _utf8mb4'$')) AS _rl_t)"},
 		{Patch{Type: Bit, Value: []byte("base64:type16:AQI=")},
-			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(258), '$[*]' COLUMNS(_rl_v BIT(16) PATH '$')) AS _rl_t)"},
+			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(258), _utf8mb4'$[*]' COLUMNS(_rl_v BIT(16) PATH _utf8mb4'$')) AS _rl_t)"},
 		{Patch{Type: Blob, Value: []byte("base64:type15:AQI=")}, "X'0102'"},
 		{Patch{Type: Blob, Value: []byte("base64:type252:AQI=")},
-			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(CAST(X'0102' AS JSON)), '$[*]' COLUMNS(_rl_v BLOB PATH '$')) AS _rl_t)"},
+			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(CAST(X'0102' AS JSON)), _utf8mb4'$[*]' COLUMNS(_rl_v BLOB PATH _utf8mb4'$')) AS _rl_t)"},
 		{Patch{Type: Blob, Value: []byte("base64:type254:AQI=")},
-			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(CAST(X'0102' AS JSON)), '$[*]' COLUMNS(_rl_v BINARY(2) PATH '$')) AS _rl_t)"},
+			"(SELECT _rl_v FROM JSON_TABLE(JSON_ARRAY(CAST(X'0102' AS JSON)), _utf8mb4'$[*]' COLUMNS(_rl_v BINARY(2) PATH _utf8mb4'$')) AS _rl_t)"},
 		{Patch{Type: Blob, Value: []byte("base64:type250:AQI=")}, "IF(TRUE, X'0102', CAST('' AS BINARY(70000)))"},
 	} {
 		c.p.Path = []byte("$[0]")

@@ -144,7 +144,7 @@ func fillJSON(t *testing.T, db *sql.DB) {
 	require.NoError(t, err)
 	defer conn.Close()
 	for _, q := range append([]string{"SET SESSION time_zone = '+00:00'", "CREATE DATABASE j", jsonValsDDL,
-		"CREATE TABLE j.docs (id INT PRIMARY KEY, j JSON)", "INSERT INTO j.vals VALUES " + strings.Join(jsonVals, ", ")},
+		"CREATE TABLE j.docs (id INT PRIMARY KEY, j JSON) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci", "INSERT INTO j.vals VALUES " + strings.Join(jsonVals, ", ")},
 		prefixAll("INSERT INTO j.docs ", jsonDocs)...) {
 		_, err := conn.ExecContext(context.Background(), q)
 		require.NoError(t, err, q)

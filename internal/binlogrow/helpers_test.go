@@ -286,12 +286,15 @@ func TestConvertReusesRow(t *testing.T) {
 }
 
 func TestCheckConfig(t *testing.T) {
-	require.NoError(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC, RenderJSONAsMySQLText: true}))
+	require.NoError(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC, RowsEventDecodeFunc: DecodeRows}))
 	err := CheckConfig(replication.BinlogSyncerConfig{ParseTime: true, UseDecimal: true, RawModeEnabled: true, UseFloatWithTrailingZero: true})
 	for _, want := range []string{"ParseTime must be false", "UseDecimal must be false", "TimestampStringLocation must be time.UTC",
-		"RawModeEnabled must be false", "UseFloatWithTrailingZero must be false", "RenderJSONAsMySQLText must be true"} {
+		"RawModeEnabled must be false", "UseFloatWithTrailingZero must be false", "RowsEventDecodeFunc must be binlogrow.DecodeRows"} {
 		require.ErrorContains(t, err, want)
 	}
-	err = CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.FixedZone("IST", 19800), RenderJSONAsMySQLText: true})
+	other := func(e *replication.RowsEvent, data []byte) error { return e.Decode(data) }
+	require.ErrorContains(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC, RowsEventDecodeFunc: other}),
+		"RowsEventDecodeFunc must be binlogrow.DecodeRows")
+	err = CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.FixedZone("IST", 19800), RowsEventDecodeFunc: DecodeRows})
 	require.EqualError(t, err, "binlog syncer config: TimestampStringLocation must be time.UTC (the copy reads TIMESTAMP with time_zone '+00:00')")
 }

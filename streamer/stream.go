@@ -152,9 +152,13 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 		ParseTime:               false,
 		UseDecimal:              false,
 		TimestampStringLocation: time.UTC,
-		RenderJSONAsMySQLText:   true, // MySQL JSON keeps its types, so binlogrow prints it as SELECT does
-		HeartbeatPeriod:         binlogHeartbeat,
-		Dialer:                  watch.dial,
+		// MySQL JSON arrives in its binary form, which binlogrow turns into
+		// its typed value; go-mysql renders it as text only in the partial
+		// update events binlogrow refuses.
+		RowsEventDecodeFunc:   binlogrow.DecodeRows,
+		RenderJSONAsMySQLText: true,
+		HeartbeatPeriod:       binlogHeartbeat,
+		Dialer:                watch.dial,
 		Option: func(c *client.Conn) error {
 			if _, err := c.Execute(fmt.Sprintf("SET SESSION net_write_timeout = %d", readerWriteTimeout)); err != nil {
 				return fmt.Errorf("set the dump's net_write_timeout: %w", err)

@@ -4,32 +4,35 @@
 // alike.
 //
 // It relies on go-mysql decoding with ParseTime=false, UseDecimal=false,
-// UseFloatWithTrailingZero=false, RenderJSONAsMySQLText=true and
-// TimestampStringLocation=time.UTC (CheckConfig checks a BinlogSyncerConfig), and
+// UseFloatWithTrailingZero=false, TimestampStringLocation=time.UTC and
+// RowsEventDecodeFunc=DecodeRows (CheckConfig checks a BinlogSyncerConfig), and
 // on a source with binlog_row_image=FULL and binlog_row_metadata=FULL: the
 // metadata gives column names, signedness and ENUM and SET members.
 //
-// MySQL's JSON travels in its binary form; go-mysql renders it as compact JSON
-// text, which Convert rewrites into the text MySQL's SELECT prints (see
-// appendJSON for the one case where the two cannot agree).
+// MySQL's JSON travels in its binary form, which DecodeRows hands over as it is
+// and Convert turns into a typed value (see mysqljson): the text MySQL's SELECT
+// prints, and the types of the scalars that text does not tell.
 package binlogrow
 
 import (
 	"fmt"
 	"math/bits"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
+	"github.com/rowlift/rowlift/internal/mysqljson"
 	"github.com/rowlift/rowlift/internal/schema"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// CheckConfig rejects syncer settings under which Convert cannot be exact (a non-UTC TIMESTAMP zone would shift values silently, MySQL JSON would lose its types).
+// CheckConfig rejects syncer settings under which Convert cannot be exact (a non-UTC TIMESTAMP zone would shift values silently, MySQL JSON rendered as text would lose its types).
 func CheckConfig(cfg replication.BinlogSyncerConfig) error {
 	var problems []string
 	if cfg.ParseTime {
@@ -41,9 +44,9 @@ func CheckConfig(cfg replication.BinlogSyncerConfig) error {
 	if cfg.UseFloatWithTrailingZero {
 		problems = append(problems, "UseFloatWithTrailingZero must be false (FLOAT and DOUBLE are copied as their shortest text)")
 	}
-	if !cfg.RenderJSONAsMySQLText {
-		problems = append(problems, "RenderJSONAsMySQLText must be true (MySQL JSON doubles, decimals, dates and key order "+
-			"must keep their types to be printed as SELECT prints them)")
+	if cfg.RowsEventDecodeFunc == nil || reflect.ValueOf(cfg.RowsEventDecodeFunc).Pointer() != reflect.ValueOf(DecodeRows).Pointer() {
+		problems = append(problems, "RowsEventDecodeFunc must be binlogrow.DecodeRows (MySQL JSON must arrive in its binary form "+
+			"to keep the types of its scalars)")
 	}
 	if cfg.TimestampStringLocation != time.UTC {
 		problems = append(problems, "TimestampStringLocation must be time.UTC (the copy reads TIMESTAMP with time_zone '+00:00')")
@@ -73,7 +76,7 @@ const (
 	kindTime                 // TIME string: fraction padded to the column's precision
 	kindBytes                // string or []byte: raw bytes
 	kindBinary               // BINARY string: raw bytes padded with 0x00 to the width
-	kindJSON                 // MySQL JSON, go-mysql's text: rewritten as SELECT prints it
+	kindJSON                 // MySQL JSON, its binary bytes (DecodeRows): its typed value
 )
 
 // column is one streamed column: where its value is in the image and how to
@@ -326,11 +329,6 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 		}
 	case kindJSON:
 		switch j := v.(type) {
-		case string:
-			return appendJSON(dst, j)
-		case *replication.JsonDiff:
-			return dst, fmt.Errorf("partial JSON update (%s of %s): the source must log with binlog_row_value_options='' "+
-				"(PARTIAL_JSON logs only the change, not the value)", j.Op, j.Path)
 		case []byte:
 			// An empty document, which INSERT IGNORE or a non-strict
 			// session stores for NULL in a NOT NULL column: MySQL
@@ -338,6 +336,16 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 			if len(j) == 0 {
 				return append(dst, "null"...), nil
 			}
+			return mysqljson.AppendBinary(dst, j)
+		case *replication.JsonDiff:
+			return dst, fmt.Errorf("partial JSON update (%s of %s): the source must log with binlog_row_value_options='' "+
+				"(PARTIAL_JSON logs only the change, not the value)", j.Op, j.Path)
+		case partialEventJSON:
+			return dst, fmt.Errorf("JSON in a partial update event: the source must log with binlog_row_value_options='' " +
+				"(PARTIAL_JSON logs only the changes of JSON values)")
+		case string:
+			return dst, fmt.Errorf("JSON decoded as text, which loses the types of its scalars: " +
+				"the binlog syncer must decode rows with binlogrow.DecodeRows")
 		}
 	case kindBytes, kindBinary:
 		start := len(dst)
@@ -457,4 +465,76 @@ func Unwrap(ev *replication.BinlogEvent) []*replication.BinlogEvent {
 		return p.Events
 	}
 	return []*replication.BinlogEvent{ev}
+}
+
+// DecodeRows decodes a rows event as go-mysql does, but hands over MySQL JSON
+// values as their binary bytes ([]byte), which Convert turns into typed values:
+// go-mysql would render them as text, losing their scalars' types. Set it as
+// the BinlogSyncerConfig's RowsEventDecodeFunc (CheckConfig requires it).
+//
+// A JSON column's row data is laid out as a BLOB's, so DecodeRows decodes the
+// event with a copy of its table map in which JSON columns read as BLOBs. Not
+// a PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON), whose
+// after image holds diffs of JSON values and a bitmap of them that go-mysql
+// sizes by the JSON columns: it is decoded as go-mysql decodes it, and its JSON
+// values marked so that Convert refuses them.
+func DecodeRows(e *replication.RowsEvent, data []byte) error {
+	pos, err := e.DecodeHeader(data)
+	if err != nil {
+		return err
+	}
+	tm := e.Table
+	// go-mysql's Type knows every rows event but the partial update one.
+	if e.Type() == replication.EnumRowsEventTypeUnknown {
+		err := e.DecodeData(pos, data)
+		for _, row := range e.Rows {
+			for i, v := range row {
+				if _, text := v.(string); text && i < len(tm.ColumnType) && tm.ColumnType[i] == mysql.MYSQL_TYPE_JSON {
+					row[i] = partialEventJSON{}
+				}
+			}
+		}
+		return err
+	}
+	e.Table = blobTable(tm)
+	err = e.DecodeData(pos, data)
+	e.Table = tm
+	return err
+}
+
+// partialEventJSON stands for a whole JSON value in a partial update event,
+// which go-mysql rendered as text (see DecodeRows).
+type partialEventJSON struct{}
+
+// blobTables caches, for the last table maps DecodeRows met, their copies whose
+// JSON columns read as BLOBs: each transaction logs its own table maps, and a
+// large one many rows events for each. Syncers may decode side by side.
+var blobTables = struct {
+	sync.Mutex
+	copies map[*replication.TableMapEvent]*replication.TableMapEvent
+}{copies: map[*replication.TableMapEvent]*replication.TableMapEvent{}}
+
+// blobTable returns tm itself if it has no JSON column, or its cached copy
+// with BLOB in place of JSON.
+func blobTable(tm *replication.TableMapEvent) *replication.TableMapEvent {
+	if !slices.Contains(tm.ColumnType, mysql.MYSQL_TYPE_JSON) {
+		return tm
+	}
+	blobTables.Lock()
+	defer blobTables.Unlock()
+	if c, ok := blobTables.copies[tm]; ok {
+		return c
+	}
+	if len(blobTables.copies) >= 64 {
+		clear(blobTables.copies)
+	}
+	c := *tm
+	c.ColumnType = slices.Clone(tm.ColumnType)
+	for i, t := range c.ColumnType {
+		if t == mysql.MYSQL_TYPE_JSON {
+			c.ColumnType[i] = mysql.MYSQL_TYPE_BLOB
+		}
+	}
+	blobTables.copies[tm] = &c
+	return &c
 }

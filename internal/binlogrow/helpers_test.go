@@ -3,6 +3,7 @@ package binlogrow
 import (
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,12 +287,40 @@ func TestConvertReusesRow(t *testing.T) {
 }
 
 func TestCheckConfig(t *testing.T) {
-	require.NoError(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC, RenderJSONAsMySQLText: true}))
+	require.NoError(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC, RowsEventDecodeFunc: DecodeRows}))
 	err := CheckConfig(replication.BinlogSyncerConfig{ParseTime: true, UseDecimal: true, RawModeEnabled: true, UseFloatWithTrailingZero: true})
 	for _, want := range []string{"ParseTime must be false", "UseDecimal must be false", "TimestampStringLocation must be time.UTC",
-		"RawModeEnabled must be false", "UseFloatWithTrailingZero must be false", "RenderJSONAsMySQLText must be true"} {
+		"RawModeEnabled must be false", "UseFloatWithTrailingZero must be false", "RowsEventDecodeFunc must be binlogrow.DecodeRows"} {
 		require.ErrorContains(t, err, want)
 	}
-	err = CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.FixedZone("IST", 19800), RenderJSONAsMySQLText: true})
+	other := func(e *replication.RowsEvent, data []byte) error { return e.Decode(data) }
+	require.ErrorContains(t, CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.UTC, RowsEventDecodeFunc: other}),
+		"RowsEventDecodeFunc must be binlogrow.DecodeRows")
+	err = CheckConfig(replication.BinlogSyncerConfig{TimestampStringLocation: time.FixedZone("IST", 19800), RowsEventDecodeFunc: DecodeRows})
 	require.EqualError(t, err, "binlog syncer config: TimestampStringLocation must be time.UTC (the copy reads TIMESTAMP with time_zone '+00:00')")
+}
+
+// TestBlobTable checks that DecodeRows's table map copy reads JSON as BLOB,
+// leaves the event's own table map alone, and is made once per table map
+// even by syncers decoding side by side.
+func TestBlobTable(t *testing.T) {
+	plain := handMadeTable()
+	require.Same(t, plain, blobTable(plain), "a table map without JSON is used as it is")
+	tm := handMadeTable()
+	tm.ColumnType[7] = mysql.MYSQL_TYPE_JSON
+	copies := make(chan *replication.TableMapEvent, 8)
+	var wg sync.WaitGroup
+	for range cap(copies) {
+		wg.Go(func() { copies <- blobTable(tm) })
+	}
+	wg.Wait()
+	close(copies)
+	first := <-copies
+	for c := range copies {
+		require.Same(t, first, c)
+	}
+	require.Equal(t, byte(mysql.MYSQL_TYPE_BLOB), first.ColumnType[7])
+	require.Equal(t, byte(mysql.MYSQL_TYPE_JSON), tm.ColumnType[7], "the original is unchanged")
+	require.Equal(t, tm.ColumnType[:7], first.ColumnType[:7])
+	require.Equal(t, tm.ColumnName, first.ColumnName)
 }

@@ -42,20 +42,30 @@ func AppendString(dst []byte, s string) []byte {
 // places before it, ".0" added to whole numbers; otherwise d.ddde[-]x, the
 // exponent without '+' or leading zeros.
 func AppendDouble(dst []byte, f float64) []byte {
-	e := strconv.AppendFloat(nil, f, 'e', -1, 64)
-	if f < 0 || (f == 0 && e[0] == '-') {
+	var buf, digitBuf [32]byte // no allocation: replay prints every double
+	e := strconv.AppendFloat(buf[:0], f, 'e', -1, 64)
+	if e[0] == '-' { // -0 too
 		dst = append(dst, '-')
 		e = e[1:]
 	}
-	mant, expText, _ := bytes.Cut(e, []byte{'e'})
-	digits := bytes.Replace(mant, []byte{'.'}, nil, 1)
-	exp, _ := strconv.Atoi(string(expText)) // strconv wrote it
-	point := exp + 1                        // digits before the decimal point
+	mark := bytes.IndexByte(e, 'e')
+	digits := append(digitBuf[:0], e[0])
+	if mark > 1 {
+		digits = append(digits, e[2:mark]...) // after the '.'
+	}
+	exp := 0
+	for _, c := range e[mark+2:] { // after the exponent's sign
+		exp = exp*10 + int(c-'0')
+	}
+	if e[mark+1] == '-' {
+		exp = -exp
+	}
+	point := exp + 1 // digits before the decimal point
 	if point >= -14 && (point <= 15 || len(digits) > point) {
 		switch {
 		case point <= 0:
 			dst = append(dst, '0', '.')
-			dst = append(dst, bytes.Repeat([]byte{'0'}, -point)...)
+			dst = appendZeros(dst, -point)
 			return append(dst, digits...)
 		case point < len(digits):
 			dst = append(dst, digits[:point]...)
@@ -63,7 +73,7 @@ func AppendDouble(dst []byte, f float64) []byte {
 			return append(dst, digits[point:]...)
 		}
 		dst = append(dst, digits...)
-		dst = append(dst, bytes.Repeat([]byte{'0'}, point-len(digits))...)
+		dst = appendZeros(dst, point-len(digits))
 		return append(dst, '.', '0')
 	}
 	dst = append(dst, digits[0])
@@ -73,6 +83,13 @@ func AppendDouble(dst []byte, f float64) []byte {
 	}
 	dst = append(dst, 'e')
 	return strconv.AppendInt(dst, int64(exp), 10)
+}
+
+func appendZeros(dst []byte, n int) []byte {
+	for range n {
+		dst = append(dst, '0')
+	}
+	return dst
 }
 
 // AppendMemberPath appends the path step to an object's member key: ."key",

@@ -162,6 +162,12 @@ func checkTyped(t *testing.T, db *sql.DB, what, snap string, id int, v []byte) {
 	var selected string
 	require.NoError(t, db.QueryRow("SELECT js FROM "+snap+" WHERE id = ?", id).Scan(&selected))
 	require.Equal(t, show([]byte(selected)), show(text), "%s: text differs from SELECT's", what)
+	// The copy reads the same typed value, from the text and its type map.
+	var typeMap []byte
+	require.NoError(t, db.QueryRow("SELECT "+mysqljson.TypeMapExpr("`js`")+" FROM "+snap+" WHERE id = ?", id).Scan(&typeMap))
+	copied, err := mysqljson.AppendTypeMap(nil, []byte(selected), typeMap)
+	require.NoError(t, err, what)
+	require.Equal(t, show(v), show(copied), "%s: the copy's typed value differs from replay's", what)
 	type patch struct{ typ, value string }
 	patches := map[string]patch{}
 	var order []string

@@ -65,9 +65,11 @@ var jsonDocs = []string{
 	`SELECT 301, JSON_OBJECT('a"b', DATE '2020-01-02', 'c\\d', CAST(1.5 AS DECIMAL(3,1)), 'é', TIME '01:02:03', '', CAST(7 AS UNSIGNED), 'x y', 'plain')`,
 	// Large: an array of 20,000 elements and an object of 5,000 members,
 	// with typed values among them.
-	`SELECT 400, JSON_ARRAYAGG(CASE n % 4 WHEN 0 THEN CAST(n / 7 AS DECIMAL(20,6)) WHEN 1 THEN n WHEN 2 THEN DATE '2020-01-01' + INTERVAL n DAY
-	  ELSE CONCAT('s', n) END) FROM (WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 20000) SELECT n FROM s) q`,
-	`SELECT 401, JSON_OBJECTAGG(CONCAT('k', n), IF(n % 2 = 0, CAST(n AS DECIMAL(10,2)), n * 1.5e0))
+	// (JSON_EXTRACT keeps each element's type, where a CASE of them would
+	// make them all strings.)
+	`SELECT 400, JSON_ARRAYAGG(JSON_EXTRACT(JSON_ARRAY(CAST(n / 7 AS DECIMAL(20,6)), n, DATE '2020-01-01' + INTERVAL n DAY, CONCAT('s', n),
+	  CAST(n AS UNSIGNED), n * 1000000), CONCAT('$[', n % 6, ']'))) FROM (WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 20000) SELECT n FROM s) q`,
+	`SELECT 401, JSON_OBJECTAGG(CONCAT('k', n), JSON_EXTRACT(JSON_ARRAY(CAST(n AS DECIMAL(10,2)), n * 1.5e0), CONCAT('$[', n % 2, ']')))
 	  FROM (WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 5000) SELECT n FROM s) q`,
 	// Documents whose text tells every type: no patch.
 	`SELECT 500 + id, JSON_OBJECT('s', 'text', 'n', id, 'f', id * 1.5e0, 'a', JSON_ARRAY(TRUE, NULL)) FROM j.vals`,
@@ -125,7 +127,7 @@ func TestMySQLJSONKeepsTypes(t *testing.T) {
 
 	// Same text, other type: verify must see it.
 	sandboxtest.Exec(t, e.dstDB,
-		"UPDATE j.docs SET j = JSON_SET(j, '$.d52', CAST(1.5 AS DOUBLE)) WHERE id = 103",
+		"UPDATE j.docs SET j = JSON_SET(j, '$.d52', CAST(-1.25 AS DOUBLE)) WHERE id = 103",
 		"UPDATE j.docs SET j = CAST(CAST(j AS CHAR) AS JSON) WHERE id = 213")
 	var text [2]string
 	for i, db := range []*sql.DB{e.srcDB, e.dstDB} {

@@ -18,19 +18,29 @@ import (
 // container in pre-order gives its children in stored order), and
 // AppendTypeMap finds each in the text. The map's values print as in the
 // document, so a map and a text that disagree are caught, not merged. One
-// JSON_TABLE with both paths nested costs about half of two. Its paths are
+// JSON_TABLE with both paths nested costs about half of two; it has no
+// column of the document itself, which it would copy into every row (a
+// document of n values would cost n²). Its paths are
 // utf8mb4 literals: under SET NAMES binary, as the streamer reads, JSON_TABLE
 // refuses binary ones ("Cannot create a JSON value from a string with
 // CHARACTER SET 'binary'").
 func TypeMapExpr(col string) string {
-	const v = "COALESCE(_rl_mv, _rl_av, _rl_r)"
-	return "(SELECT JSON_ARRAYAGG(JSON_ARRAY(IF(_rl_mo IS NULL, IF(_rl_ao IS NULL, 0, 2), 1), COALESCE(_rl_mo, _rl_ao, 0), JSON_TYPE(" + v + "), " + v + "))" +
-		" FROM JSON_TABLE(" + col + ", _utf8mb4'$' COLUMNS(_rl_r JSON PATH _utf8mb4'$'," +
-		" NESTED PATH _utf8mb4'$**.*' COLUMNS(_rl_mo FOR ORDINALITY, _rl_mv JSON PATH _utf8mb4'$')," +
+	const v = "COALESCE(_rl_mv, _rl_av)"
+	return "CASE WHEN JSON_TYPE(" + col + ") IN ('OBJECT', 'ARRAY') THEN" +
+		" (SELECT JSON_ARRAYAGG(JSON_ARRAY(IF(_rl_mo IS NULL, 2, 1), COALESCE(_rl_mo, _rl_ao), JSON_TYPE(" + v + "), " + v + "))" +
+		" FROM JSON_TABLE(" + col + ", _utf8mb4'$' COLUMNS(" +
+		"NESTED PATH _utf8mb4'$**.*' COLUMNS(_rl_mo FOR ORDINALITY, _rl_mv JSON PATH _utf8mb4'$')," +
 		" NESTED PATH _utf8mb4'$**[*]' COLUMNS(_rl_ao FOR ORDINALITY, _rl_av JSON PATH _utf8mb4'$'))) AS _rl_t" +
-		" WHERE CASE JSON_TYPE(" + v + ") WHEN 'INTEGER' THEN " + v + " > 4294967295 WHEN 'UNSIGNED INTEGER' THEN " + v + " <= 4294967295" +
+		" WHERE " + hidden(v) + ")" +
+		" WHEN " + hidden(col) + " THEN JSON_ARRAY(JSON_ARRAY(0, 0, JSON_TYPE(" + col + "), " + col + ")) END"
+}
+
+// hidden is the SQL condition that the JSON value v is a scalar whose type
+// its text does not tell.
+func hidden(v string) string {
+	return "CASE JSON_TYPE(" + v + ") WHEN 'INTEGER' THEN " + v + " > 4294967295 WHEN 'UNSIGNED INTEGER' THEN " + v + " <= 4294967295" +
 		" WHEN 'DECIMAL' THEN TRUE WHEN 'DATE' THEN TRUE WHEN 'TIME' THEN TRUE WHEN 'DATETIME' THEN TRUE WHEN 'TIMESTAMP' THEN TRUE" +
-		" WHEN 'BIT' THEN TRUE WHEN 'BLOB' THEN TRUE WHEN 'OPAQUE' THEN TRUE ELSE FALSE END)"
+		" WHEN 'BIT' THEN TRUE WHEN 'BLOB' THEN TRUE WHEN 'OPAQUE' THEN TRUE ELSE FALSE END"
 }
 
 // AppendTypeMap appends the typed value of a document from its text and its

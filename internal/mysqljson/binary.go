@@ -137,24 +137,23 @@ func (d *decoder) value(dst []byte, typ byte, data []byte, off, depth int) ([]by
 			return append(dst, "false"...), nil
 		}
 		return dst, fmt.Errorf("literal at byte %d has unknown value %d", off, data[0])
-	case binInt16, binUint16:
-		if len(data) < 2 {
-			return dst, fmt.Errorf("16-bit integer at byte %d is truncated", off)
+	case binInt16, binUint16, binInt32, binUint32:
+		width := 2
+		if typ == binInt32 || typ == binUint32 {
+			width = 4
 		}
-		v := binary.LittleEndian.Uint16(data)
-		if typ == binInt16 {
-			return strconv.AppendInt(dst, int64(int16(v)), 10), nil
+		if len(data) < width {
+			return dst, fmt.Errorf("%d-bit integer at byte %d is truncated", 8*width, off)
 		}
-		return d.unsigned(dst, uint64(v)), nil
-	case binInt32, binUint32:
-		if len(data) < 4 {
-			return dst, fmt.Errorf("32-bit integer at byte %d is truncated", off)
+		switch typ {
+		case binInt16:
+			return strconv.AppendInt(dst, int64(int16(binary.LittleEndian.Uint16(data))), 10), nil
+		case binInt32:
+			return strconv.AppendInt(dst, int64(int32(binary.LittleEndian.Uint32(data))), 10), nil
+		case binUint16:
+			return d.unsigned(dst, uint64(binary.LittleEndian.Uint16(data))), nil
 		}
-		v := binary.LittleEndian.Uint32(data)
-		if typ == binInt32 {
-			return strconv.AppendInt(dst, int64(int32(v)), 10), nil
-		}
-		return d.unsigned(dst, uint64(v)), nil
+		return d.unsigned(dst, uint64(binary.LittleEndian.Uint32(data))), nil
 	case binInt64, binUint64, binDouble:
 		if len(data) < 8 {
 			return dst, fmt.Errorf("8-byte number at byte %d is truncated", off)

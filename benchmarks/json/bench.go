@@ -49,6 +49,8 @@ type bench struct {
 	// zeroDocs are the typed documents with a DECIMAL whose text ends in 0.
 	zeroDocs int64
 	dump     string
+	// debugAddrs are the roles' --debug-listen addresses by role, with -profile.
+	debugAddrs map[string]string
 	*benchkit.Cluster
 	procs benchkit.Procs
 }
@@ -79,7 +81,11 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 	if _, err := b.SrcDB.ExecContext(ctx, "SELECT id, j INTO OUTFILE '"+b.dump+"' CHARACTER SET utf8mb4 FROM "+db+"."+table+" ORDER BY id"); err != nil {
 		return b, fmt.Errorf("dump the source table: %w", err)
 	}
-	if b.Cluster, err = benchkit.StartCluster(ctx, bin, b.tmp, b.Source.DSN(""), []*sandbox.Server{b.Target}, &b.procs); err != nil {
+	extra, err := b.debugArgs()
+	if err != nil {
+		return b, err
+	}
+	if b.Cluster, err = benchkit.StartClusterArgs(ctx, bin, b.tmp, b.Source.DSN(""), []*sandbox.Server{b.Target}, &b.procs, extra); err != nil {
 		return b, fmt.Errorf("%w\n%s", err, b.procs.LogTails())
 	}
 	return b, nil
@@ -227,9 +233,10 @@ func (b *bench) loadData(ctx context.Context) (s sample, err error) {
 
 // copy runs one workflow through the coordinator from StartWorkflow until
 // the target's copy is done, then verifies the target: by text for the text
-// path (and, when countTypes, counts the documents that differ by type), by
-// type for the typed one.
-func (b *bench) copy(ctx context.Context, asText, countTypes bool, rep *report) (s sample, err error) {
+// path (and, in the first round, counts the documents that differ by type),
+// by type for the typed one. With -profile the first round's copy is
+// profiled.
+func (b *bench) copy(ctx context.Context, asText, first bool, rep *report) (s sample, err error) {
 	spec := &rowliftv1.WorkflowSpec{
 		Name:           map[bool]string{false: "typed", true: "text"}[asText],
 		SourceDatabase: db,
@@ -266,10 +273,17 @@ func (b *bench) copy(ctx context.Context, asText, countTypes bool, rep *report) 
 	if _, err := b.Control.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: spec.Name}); err != nil {
 		return s, fmt.Errorf("start workflow: %s", status.Convert(err).Message())
 	}
+	profiled := func() error { return nil }
+	if first { // the first round
+		profiled = b.profile(ctx, spec.Name)
+	}
 	if err := b.waitCopied(ctx, store, spec.Name); err != nil {
-		return s, err
+		return s, errors.Join(err, profiled())
 	}
 	if s, err = m.stop(); err != nil {
+		return s, err
+	}
+	if err := profiled(); err != nil {
 		return s, err
 	}
 	if err := b.checkCount(ctx); err != nil {
@@ -291,7 +305,7 @@ func (b *bench) copy(ctx context.Context, asText, countTypes bool, rep *report) 
 	}
 	progress("  verified by %s in %.1f s (%d documents differ)", map[bool]string{false: "type", true: "text"}[asText],
 		time.Since(start).Seconds(), res.Different)
-	if asText && countTypes {
+	if asText && first {
 		res, err := verify.Table(ctx, b.SrcDB, b.TgtDB, db, db, table, verify.Options{MaxReported: 1})
 		if err != nil {
 			return s, err

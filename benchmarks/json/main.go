@@ -46,7 +46,9 @@ type config struct {
 	TypedPct int   `json:"typed_pct"`
 	Runs     int   `json:"runs"`
 	benchkit.ServerConfig
-	Out string `json:"out"`
+	Out            string  `json:"out"`
+	Profile        string  `json:"profile,omitempty"`
+	ProfileSeconds float64 `json:"profile_seconds,omitempty"`
 }
 
 func main() {
@@ -59,6 +61,8 @@ func main() {
 	// MySQL is the flavor whose JSON has types; -flavor mariadb is refused below.
 	cfg.Flavor = sandbox.MySQL
 	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/json-<rows>-mysql.json)")
+	flag.StringVar(&cfg.Profile, "profile", "", "directory for Go CPU profiles of the streamer and the applier during the first round's rowlift copies (<role>-<text|typed>.pprof)")
+	flag.Float64Var(&cfg.ProfileSeconds, "profile-seconds", 10, "length of each -profile profile; the copy waits for it")
 	flag.Parse()
 	if cfg.Out == "" {
 		cfg.Out = cfg.ResultPath(fmt.Sprintf("json-%d", cfg.Rows))

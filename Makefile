@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide soak soak-reshard soak-cutover clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
@@ -72,7 +72,7 @@ proto-check: proto
 ## The programs that run rowlift (copy, apply, lag, cutover, reshard) take -flavor mysql (through their
 ## flags variables, e.g. COPYFLAGS="-flavor mysql") to run on MySQL servers beside MySQL's own tools;
 ## results then land in <name>-mysql.json
-bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide
+bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
@@ -120,6 +120,15 @@ WIDE_MB ?= 2048
 WIDEFLAGS ?=
 bench-wide:
 	$(GO) run ./benchmarks/wide -mb $(WIDE_MB) $(WIDEFLAGS)
+
+## bench-json: a MySQL table of ~1 KiB JSON documents (JSON_ROWS= rows, full size 1000000), half of them
+## holding DECIMAL/DATE/DATETIME/UNSIGNED scalars, copied by rowlift's typed path and its text path
+## (json_as_text) beside the target's LOAD DATA of the same text, with the source's SELECT with and without
+## the type map (JSONFLAGS=more flags, e.g. -runs 1 -typed-pct 100 -doc-bytes 4096 -profile DIR); MySQL only
+JSON_ROWS ?= 200000
+JSONFLAGS ?=
+bench-json:
+	$(GO) run ./benchmarks/json -rows $(JSON_ROWS) $(JSONFLAGS)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
 ## the applier, streamer and source server each (a failing

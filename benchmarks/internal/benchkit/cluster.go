@@ -40,12 +40,19 @@ func TargetName(i int) string {
 // knows every target by TargetName, records them in procs and connects to
 // the coordinator. Close the returned cluster's Conn; procs stops the rest.
 func StartCluster(ctx context.Context, bin, logDir, sourceDSN string, targets []*sandbox.Server, procs *Procs) (*Cluster, error) {
+	return StartClusterArgs(ctx, bin, logDir, sourceDSN, targets, procs, nil)
+}
+
+// StartClusterArgs is StartCluster with more flags for some processes, by
+// their name in procs ("streamer", "applier of main", ...), such as
+// --debug-listen for a benchmark that profiles them.
+func StartClusterArgs(ctx context.Context, bin, logDir, sourceDSN string, targets []*sandbox.Server, procs *Procs, extra map[string][]string) (*Cluster, error) {
 	addrs, err := FreeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{StreamerAddr: addrs[0]}
-	if c.Streamer, err = StartStreamer(ctx, bin, logDir, c.StreamerAddr, sourceDSN); err != nil {
+	if c.Streamer, err = StartStreamer(ctx, bin, logDir, c.StreamerAddr, sourceDSN, extra["streamer"]...); err != nil {
 		return nil, err
 	}
 	procs.Add("streamer", c.Streamer)
@@ -56,7 +63,7 @@ func StartCluster(ctx context.Context, bin, logDir, sourceDSN string, targets []
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("log dir: %w", err)
 		}
-		ap, err := StartApplier(bin, dir, srv.DSN(""))
+		ap, err := StartProc(bin, dir, "applier", append([]string{"--target-dsn", srv.DSN(""), "--poll-interval", PollInterval.String()}, extra["applier of "+name]...)...)
 		if err != nil {
 			return nil, fmt.Errorf("applier of %s: %w", name, err)
 		}

@@ -32,6 +32,11 @@ func checkFlavors(ctx context.Context, t *target, spec *rowliftv1.WorkflowSpec, 
 	}
 	tgt := crossflavor.Target{JSONAsText: spec.GetOptions().GetJsonAsText()}
 	var refusals, warnings []string
+	if tgt.JSONAsText && tf == dbconn.MySQL {
+		warnings = append(warnings, fmt.Sprintf("target %s is MySQL, which keeps JSON's types, and --json-as-text writes the documents' text: "+
+			"MySQL parses it again, so a DECIMAL 0.10 becomes the DOUBLE 0.1 and a DATE a STRING, and verify reports those rows; "+
+			"leave --json-as-text off for MySQL targets", t.name))
+	}
 	for _, st := range streams {
 		src := st.Source.GetName()
 		sf := flavors[src]

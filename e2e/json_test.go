@@ -150,6 +150,16 @@ func TestMySQLJSONKeepsTypes(t *testing.T) {
 	}
 	require.Equal(t, 1, r.code, "%s %s", r.stdout, r.stderr)
 	require.Equal(t, []string{"different: (id=103)", "different: (id=213)"}, found, r.stdout)
+
+	// Moving JSON as text into MySQL loses what MySQL could keep: a warning.
+	_, ctl, _ := e.startCoordinator()
+	spec = e.workflow("js-text", "j", "docs")
+	spec.TargetDatabase, spec.Options.JsonAsText = "j_text", true
+	w := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
+	})
+	require.Len(t, w.GetWarnings(), 1)
+	require.Contains(t, w.GetWarnings()[0], "target main is MySQL, which keeps JSON's types, and --json-as-text writes the documents' text")
 }
 
 // fillJSON creates j.vals and j.docs on a MySQL source and fills them.

@@ -194,6 +194,7 @@ func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) (int, 
 	}
 	values := make([][]byte, r.plan.width)
 	typed := make([][]byte, len(r.plan.typeMaps))
+	var typer mysqljson.TypeMapper
 	var bytes int64
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
@@ -205,7 +206,7 @@ func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) (int, 
 		for j := range typed {
 			i := r.plan.jsonIdx[j]
 			if typeMap := raw[r.plan.width+j]; typeMap != nil {
-				if typed[j], err = mysqljson.AppendTypeMap(typed[j][:0], values[i], typeMap); err != nil {
+				if typed[j], err = typer.AppendTypeMap(typed[j][:0], values[i], typeMap); err != nil {
 					return 0, false, fmt.Errorf("read chunk row: column %s: %w", r.plan.jsonNames[j], err)
 				}
 				values[i] = typed[j]

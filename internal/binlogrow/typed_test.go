@@ -165,7 +165,7 @@ func checkTyped(t *testing.T, db *sql.DB, what, snap string, id int, v []byte) {
 	// The copy reads the same typed value, from the text and its type map.
 	var typeMap []byte
 	require.NoError(t, db.QueryRow("SELECT "+mysqljson.TypeMapExpr("`js`")+" FROM "+snap+" WHERE id = ?", id).Scan(&typeMap))
-	copied, err := mysqljson.AppendTypeMap(nil, []byte(selected), typeMap)
+	copied, err := new(mysqljson.TypeMapper).AppendTypeMap(nil, []byte(selected), typeMap)
 	require.NoError(t, err, what)
 	require.Equal(t, show(v), show(copied), "%s: the copy's typed value differs from replay's", what)
 	type patch struct{ typ, value string }

@@ -68,12 +68,13 @@ func TestTypeMapRoundTrip(t *testing.T) {
 		typed []byte
 	}
 	var docs []doc
+	var mapper TypeMapper
 	patched := 0
 	for rows.Next() {
 		var id string
 		var text, typeMap []byte
 		require.NoError(t, rows.Scan(&id, &text, &typeMap))
-		typed, err := AppendTypeMap(nil, text, typeMap)
+		typed, err := mapper.AppendTypeMap(nil, text, typeMap)
 		require.NoError(t, err, "document %s: %s with map %s", id, text, typeMap)
 		if typeMap != nil {
 			patched++

@@ -14,7 +14,7 @@
 // alone, byte for byte what rowlift always streamed. Replay builds typed
 // values from the binlog's binary JSON (AppendBinary); the copy builds them
 // from the text and a type map the source computes in the chunk's SELECT
-// (TypeMapExpr, AppendTypeMap). The target writes one through JSON_SET, which
+// (TypeMapExpr, TypeMapper). The target writes one through JSON_SET, which
 // stores each patch's SQL value with its own type (AppendSQL).
 package mysqljson
 

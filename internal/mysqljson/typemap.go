@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -43,50 +44,77 @@ func hidden(v string) string {
 		" WHEN 'BIT' THEN TRUE WHEN 'BLOB' THEN TRUE WHEN 'OPAQUE' THEN TRUE ELSE FALSE END"
 }
 
+// TypeMapper makes typed values of documents and their type maps, reusing
+// its buffers from one document to the next: the streamer runs one per
+// chunk scan, over every copied document that holds typed values. Its zero
+// value is ready.
+type TypeMapper struct {
+	doc     scanned
+	counts  []int
+	entries []entry
+}
+
+// entry is one [where, ordinal, type, value] of a type map; value is the
+// scalar's JSON text, as in the document.
+type entry struct {
+	node  int
+	typ   Type
+	value []byte
+}
+
 // AppendTypeMap appends the typed value of a document from its text and its
 // type map (TypeMapExpr; nil when the text tells every type).
-func AppendTypeMap(dst, text, typeMap []byte) ([]byte, error) {
+func (m *TypeMapper) AppendTypeMap(dst, text, typeMap []byte) ([]byte, error) {
 	dst = append(dst, text...)
 	if typeMap == nil {
 		return dst, nil
 	}
-	var entries [][4]json.RawMessage
-	if err := json.Unmarshal(typeMap, &entries); err != nil {
-		return dst, fmt.Errorf("JSON type map %q: %w", cut(typeMap), err)
-	}
-	doc, err := scan(text)
-	if err != nil {
+	if err := m.doc.scan(text, &m.counts); err != nil {
 		return dst, err
 	}
-	type found struct {
-		node  int
-		typ   Type
-		value json.RawMessage
-	}
-	patches := make([]found, 0, len(entries))
-	for _, e := range entries {
-		var where, ordinal int
-		var name string
-		if json.Unmarshal(e[0], &where) != nil || json.Unmarshal(e[1], &ordinal) != nil || json.Unmarshal(e[2], &name) != nil {
-			return dst, fmt.Errorf("JSON type map entry %s is not [where, ordinal, type, value]", e)
+	m.entries = m.entries[:0]
+	p := mapParser{in: typeMap}
+	p.expect('[')
+	for first := true; p.err == nil && !p.peek(']'); first = false {
+		if !first {
+			p.expect(',')
 		}
-		typ, ok := TypeOf(name)
-		if !ok {
-			return dst, fmt.Errorf("JSON type map names type %q, which its text tells", name)
+		p.expect('[')
+		where, ordinal := p.int(), 0
+		p.expect(',')
+		ordinal = p.int()
+		p.expect(',')
+		name := p.token()
+		p.expect(',')
+		value := p.token()
+		p.expect(']')
+		if p.err != nil {
+			break
 		}
-		node, err := doc.find(where, ordinal)
+		typ, ok := TypeOf(strings.Trim(string(name), `"`))
+		if !ok || name[0] != '"' {
+			return dst, fmt.Errorf("JSON type map names type %s, which its text tells", name)
+		}
+		node, err := m.doc.find(where, ordinal)
 		if err != nil {
 			return dst, err
 		}
-		n := doc.nodes[node]
-		if !bytes.Equal(text[n.start:n.end], e[3]) {
-			return dst, fmt.Errorf("JSON type map places %s %s where the document holds %s", name, e[3], text[n.start:n.end])
+		n := m.doc.nodes[node]
+		if !bytes.Equal(text[n.start:n.end], value) {
+			return dst, fmt.Errorf("JSON type map places %s %s where the document holds %s", typ, value, text[n.start:n.end])
 		}
-		patches = append(patches, found{node, typ, e[3]})
+		m.entries = append(m.entries, entry{node, typ, value})
 	}
-	slices.SortFunc(patches, func(a, b found) int { return doc.nodes[a.node].start - doc.nodes[b.node].start })
-	for i, p := range patches {
-		value := []byte(p.value)
+	p.expect(']')
+	if p.err == nil && p.pos != len(p.in) {
+		p.fail("bytes after its end")
+	}
+	if p.err != nil {
+		return dst, p.err
+	}
+	slices.SortFunc(m.entries, func(a, b entry) int { return a.node - b.node }) // nodes are in text order
+	for i, e := range m.entries {
+		value := e.value
 		if value[0] == '"' {
 			var s string
 			if err := json.Unmarshal(value, &s); err != nil {
@@ -94,9 +122,67 @@ func AppendTypeMap(dst, text, typeMap []byte) ([]byte, error) {
 			}
 			value = []byte(s)
 		}
-		dst = AppendPatch(dst, Patch{Path: doc.path(text, p.node), Type: p.typ, Value: value}, i == 0)
+		dst = AppendPatch(dst, Patch{Path: m.doc.path(text, e.node), Type: e.typ, Value: value}, i == 0)
 	}
 	return dst, nil
+}
+
+// mapParser reads a type map as MySQL prints it; the first error sticks.
+type mapParser struct {
+	in  []byte
+	pos int
+	err error
+}
+
+func (p *mapParser) fail(what string) {
+	if p.err == nil {
+		p.err = fmt.Errorf("JSON type map %q: %s at byte %d", cut(p.in), what, p.pos)
+	}
+}
+
+func (p *mapParser) space() {
+	p.pos = skipSpace(p.in, p.pos)
+}
+
+func (p *mapParser) peek(c byte) bool {
+	p.space()
+	return p.pos < len(p.in) && p.in[p.pos] == c
+}
+
+func (p *mapParser) expect(c byte) {
+	if !p.peek(c) {
+		p.fail(fmt.Sprintf("no %q", c))
+		return
+	}
+	p.pos++
+}
+
+// token reads one scalar: a quoted string or a bare word.
+func (p *mapParser) token() []byte {
+	p.space()
+	start := p.pos
+	var end int
+	var err error
+	if p.pos < len(p.in) && p.in[p.pos] == '"' {
+		end, err = stringEnd(p.in, p.pos)
+	} else {
+		end = scalarEnd(p.in, p.pos)
+	}
+	if err != nil || end == start {
+		p.fail("no value")
+		return nil
+	}
+	p.pos = end
+	return p.in[start:end]
+}
+
+func (p *mapParser) int() int {
+	t := p.token()
+	n, err := strconv.Atoi(string(t))
+	if err != nil && p.err == nil {
+		p.fail(fmt.Sprintf("%q is not a whole number", t))
+	}
+	return n
 }
 
 // cut shortens text for an error message.
@@ -120,41 +206,52 @@ type node struct {
 // scanned is a document's values, in the order their text starts.
 type scanned struct {
 	nodes []node
-	// members and elements list the values JSON_TABLE's '$**.*' and
-	// '$**[*]' enumerate, in its order.
+	// members and elements list the values the paths '$**.*' and '$**[*]'
+	// enumerate, in their order.
 	members, elements []int
 }
 
-// scan reads a document as MySQL prints it.
-func scan(text []byte) (*scanned, error) {
-	s := &scanned{}
+// scan reads a document as MySQL prints it, reusing s's storage; counts is
+// scratch space.
+func (s *scanned) scan(text []byte, counts *[]int) error {
+	s.nodes, s.members, s.elements = s.nodes[:0], s.members[:0], s.elements[:0]
 	end, err := s.value(text, skipSpace(text, 0), -1)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if skipSpace(text, end) != len(text) {
-		return nil, fmt.Errorf("JSON text %q has bytes after its value", cut(text))
+		return fmt.Errorf("JSON text %q has bytes after its value", cut(text))
 	}
 	// Every container in pre-order gives its children in stored order.
-	children := make([][]int, len(s.nodes))
-	for i, n := range s.nodes {
-		if n.parent >= 0 {
-			children[n.parent] = append(children[n.parent], i)
+	// Nodes are in pre-order and follow their parents, so ordering the
+	// children by their parent's index, then their own, is that order: a
+	// counting sort by parent.
+	c := slices.Grow((*counts)[:0], len(s.nodes)+1)[:len(s.nodes)+1]
+	clear(c)
+	for _, n := range s.nodes[1:] {
+		c[n.parent+1]++
+	}
+	for i := 1; i < len(c); i++ {
+		c[i] += c[i-1]
+	}
+	order := slices.Grow(s.members, len(s.nodes))[:len(s.nodes)-1]
+	for i, n := range s.nodes[1:] {
+		order[c[n.parent]] = i + 1
+		c[n.parent]++
+	}
+	*counts = c
+	s.elements = append(s.elements, order...)
+	s.members = order[:0]
+	elements := s.elements[:0]
+	for _, i := range s.elements {
+		if s.nodes[s.nodes[i].parent].isArray {
+			elements = append(elements, i)
+		} else {
+			s.members = append(s.members, i)
 		}
 	}
-	var walk func(i int)
-	walk = func(i int) {
-		if s.nodes[i].isArray {
-			s.elements = append(s.elements, children[i]...)
-		} else if s.nodes[i].container {
-			s.members = append(s.members, children[i]...)
-		}
-		for _, c := range children[i] {
-			walk(c)
-		}
-	}
-	walk(0)
-	return s, nil
+	s.elements = elements
+	return nil
 }
 
 // find returns the node a type map entry places: the document (where 0), or
@@ -220,10 +317,7 @@ func (s *scanned) value(text []byte, i, parent int) (int, error) {
 	case c == '"':
 		end, err = stringEnd(text, i)
 	default:
-		end = i
-		for end < len(text) && !strings.ContainsRune(",]} \n\t\r", rune(text[end])) {
-			end++
-		}
+		end = scalarEnd(text, i)
 		if end == i {
 			err = fmt.Errorf("JSON text %q has %q where a value should be", cut(text), text[i])
 		}
@@ -276,6 +370,14 @@ func (s *scanned) container(text []byte, i, me int) (int, error) {
 		}
 		return 0, fmt.Errorf("JSON text %q has no ',' or %q after a value", cut(text), closing)
 	}
+}
+
+// scalarEnd returns where the number or literal that starts at text[i] ends.
+func scalarEnd(text []byte, i int) int {
+	for i < len(text) && !strings.ContainsRune(",]} \n\t\r", rune(text[i])) {
+		i++
+	}
+	return i
 }
 
 // stringEnd returns where the string that starts at text[i] ends.

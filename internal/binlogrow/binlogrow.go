@@ -11,7 +11,9 @@
 //
 // MySQL's JSON travels in its binary form, which DecodeRows hands over as it is
 // and Convert turns into a typed value (see mysqljson): the text MySQL's SELECT
-// prints, and the types of the scalars that text does not tell.
+// prints, and the types of the scalars that text does not tell. A partial JSON
+// update's diffs (binlog_row_value_options=PARTIAL_JSON) are applied to the
+// before image's document, so an after image is always the whole document.
 package binlogrow
 
 import (
@@ -518,9 +520,9 @@ type partialJSON struct {
 
 // appendAfter appends the typed value of the updated document.
 func (p partialJSON) appendAfter(dst []byte) ([]byte, error) {
-	bin, _ := p.before.([]byte)
-	if bin == nil {
-		return dst, fmt.Errorf("partial JSON update of a %T value (not a document)", p.before)
+	bin, ok := p.before.([]byte)
+	if !ok {
+		return dst, fmt.Errorf("partial JSON update of a NULL or non-JSON before value (%T)", p.before)
 	}
 	before := []byte("null") // an empty document, see appendValue
 	if len(bin) > 0 {

@@ -142,6 +142,16 @@ type parser struct {
 	pos     int
 	patches []Patch
 	path    []byte
+	slab    []docNode // nodes are allocated from, a few hundred at a time
+}
+
+func (p *parser) node() *docNode {
+	if len(p.slab) == 0 {
+		p.slab = make([]docNode, 256)
+	}
+	n := &p.slab[0]
+	p.slab = p.slab[1:]
+	return n
 }
 
 func (p *parser) skipSpace() {
@@ -169,7 +179,7 @@ func (p *parser) value(depth int) (*docNode, error) {
 		return p.scalar(s), nil
 	}
 	start := p.pos
-	for p.pos < len(p.text) && !bytes.ContainsRune([]byte(",]} \n\t\r"), rune(p.text[p.pos])) {
+	for p.pos < len(p.text) && !endsScalar(p.text[p.pos]) {
 		p.pos++
 	}
 	if p.pos == start {
@@ -178,10 +188,20 @@ func (p *parser) value(depth int) (*docNode, error) {
 	return p.scalar(p.text[start:p.pos]), nil
 }
 
+// endsScalar says whether c ends a number or a literal.
+func endsScalar(c byte) bool {
+	switch c {
+	case ',', ']', '}', ' ', '\n', '\t', '\r':
+		return true
+	}
+	return false
+}
+
 // scalar makes the node of a scalar printed as text, with the next patch if
 // it is at this path.
 func (p *parser) scalar(text []byte) *docNode {
-	n := &docNode{text: text}
+	n := p.node()
+	n.text = text
 	if len(p.patches) > 0 && bytes.Equal(p.patches[0].Path, p.path) {
 		n.typ, n.value = p.patches[0].Type, p.patches[0].Value
 		p.patches = p.patches[1:]
@@ -205,7 +225,8 @@ func (p *parser) str() ([]byte, error) {
 }
 
 func (p *parser) container(open byte, depth int) (*docNode, error) {
-	n := &docNode{kind: open}
+	n := p.node()
+	n.kind = open
 	closing := byte(']')
 	if open == '{' {
 		closing = '}'

@@ -129,3 +129,21 @@ func FuzzApplyDiffs(f *testing.F) {
 		_, _ = ApplyDiffs(nil, before, d)
 	})
 }
+
+// BenchmarkApplyDiffs replaces one element of a 20,000-element array of
+// DECIMALs, integers and strings, as replay does for each partial update.
+func BenchmarkApplyDiffs(b *testing.B) {
+	var elems []val
+	for i := range 20000 {
+		elems = append(elems, []val{opq(fieldDecimal, decimalPayload("1.5", 3, 1)), i32(int32(i)), strv("s")}[i%3])
+	}
+	doc, err := AppendBinary(nil, container(true, nil, elems...).doc())
+	require.NoError(b, err)
+	d := diff(diffReplace, "$[7]", ptr(u16(1)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ApplyDiffs(nil, doc, d); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -252,13 +252,11 @@ func TestSourceSettingsAreChecked(t *testing.T) {
 				"gtid_strict_mode=0; rowlift needs gtid_strict_mode=1"}},
 		},
 		sandbox.MySQL: {
-			{"--binlog-format=STATEMENT --binlog-row-image=MINIMAL --binlog-row-metadata=MINIMAL --binlog-row-value-options=PARTIAL_JSON", []string{
+			{"--binlog-format=STATEMENT --binlog-row-image=MINIMAL --binlog-row-metadata=MINIMAL", []string{
 				"binlog_format=STATEMENT; rowlift needs binlog_format=ROW because it replays row images, not statements: SET PERSIST binlog_format=ROW",
 				"binlog_row_image=MINIMAL; rowlift needs binlog_row_image=FULL because it applies changes by key and checks before images, " +
 					"which need every column: SET PERSIST binlog_row_image=FULL",
-				"binlog_row_metadata=MINIMAL; rowlift needs binlog_row_metadata=FULL",
-				"binlog_row_value_options=PARTIAL_JSON; rowlift needs binlog_row_value_options='' because partial JSON updates carry only a diff, " +
-					"not the row's JSON: SET PERSIST binlog_row_value_options=''"}},
+				"binlog_row_metadata=MINIMAL; rowlift needs binlog_row_metadata=FULL"}},
 			{"--gtid-mode=OFF --enforce-gtid-consistency=WARN", []string{
 				"enforce_gtid_consistency=WARN; rowlift needs enforce_gtid_consistency=ON",
 				"gtid_mode=OFF; rowlift needs gtid_mode=ON because positions are GTID sets, which every transaction must have: " +

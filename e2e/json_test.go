@@ -95,7 +95,35 @@ var jsonUpdates = []string{
 // DECIMAL rewritten as a DOUBLE of the same text on the target, and a DATE
 // as a STRING, are then reported.
 func TestMySQLJSONKeepsTypes(t *testing.T) {
-	e := newEnvWith(t, sandbox.Options{Flavor: sandbox.MySQL})
+	testMySQLJSONKeepsTypes(t)
+}
+
+// TestMySQLJSONKeepsTypesPartialJSON is TestMySQLJSONKeepsTypes from a source
+// that logs partial JSON updates (binlog_row_value_options=PARTIAL_JSON): the
+// JSON_SET, JSON_REPLACE and JSON_REMOVE updates come as diffs, which replay
+// applies to the before images' documents.
+func TestMySQLJSONKeepsTypesPartialJSON(t *testing.T) {
+	e := testMySQLJSONKeepsTypes(t, "--binlog-row-value-options=PARTIAL_JSON")
+	types := map[string]int{}
+	for _, l := range binaryLogs(t, e) {
+		events, err := e.srcDB.Query("SHOW BINLOG EVENTS IN '" + l + "'")
+		require.NoError(t, err)
+		for events.Next() {
+			var logName, typ, info string
+			var pos, serverID, end int64
+			require.NoError(t, events.Scan(&logName, &pos, &typ, &serverID, &end, &info))
+			types[typ]++
+		}
+		require.NoError(t, events.Err())
+		require.NoError(t, events.Close())
+	}
+	require.NotZero(t, types["Update_rows_partial"], "the source logged partial updates: %v", types)
+}
+
+// testMySQLJSONKeepsTypes runs TestMySQLJSONKeepsTypes on MySQL servers
+// started with args, returning its environment.
+func testMySQLJSONKeepsTypes(t *testing.T, args ...string) *env {
+	e := newEnvWith(t, sandbox.Options{Flavor: sandbox.MySQL, Args: args})
 	fillJSON(t, e.srcDB)
 	e.startStreamer()
 	e.startApplier()
@@ -160,6 +188,7 @@ func TestMySQLJSONKeepsTypes(t *testing.T) {
 	})
 	require.Len(t, w.GetWarnings(), 1)
 	require.Contains(t, w.GetWarnings()[0], "target main is MySQL, which keeps JSON's types, and --json-as-text writes the documents' text")
+	return e
 }
 
 // fillJSON creates j.vals and j.docs on a MySQL source and fills them.

@@ -241,7 +241,10 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 				return err
 			}
 		}
-	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2:
+	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2,
+		// binlog_row_value_options=PARTIAL_JSON: binlogrow.DecodeRows
+		// applied its JSON diffs, its after images are whole.
+		replication.PARTIAL_UPDATE_ROWS_EVENT:
 		for i := 0; i+1 < len(e.Rows); i += 2 {
 			before, err := convert(e.Rows[i])
 			if err != nil {
@@ -257,7 +260,7 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 		}
 	default:
 		// Fail closed: a rows event this reader does not understand could carry
-		// changes the target needs (compressed or partial row events).
+		// changes the target needs (MariaDB's compressed row events).
 		return fmt.Errorf("binlog rows event %s of %s is not supported", typ, name)
 	}
 	return nil

@@ -588,7 +588,6 @@ var requiredSettings = map[dbconn.Flavor][]sourceSetting{
 		{name: "binlog_format", value: "ROW", why: "it replays row images, not statements", optional: true},
 		{name: "binlog_row_image", value: "FULL", why: "it applies changes by key and checks before images, which need every column"},
 		{name: "binlog_row_metadata", value: "FULL", why: "column names and signedness are only in the binlog with full metadata"},
-		{name: "binlog_row_value_options", value: "", why: "partial JSON updates carry only a diff, not the row's JSON"},
 		{name: "enforce_gtid_consistency", value: "ON", why: "positions are GTID sets, which every transaction must have"},
 		{name: "gtid_mode", value: "ON", why: "positions are GTID sets, which every transaction must have",
 			steps: "SET PERSIST enforce_gtid_consistency=ON, then SET PERSIST gtid_mode=OFF_PERMISSIVE, SET PERSIST gtid_mode=ON_PERMISSIVE " +

@@ -11,7 +11,9 @@
 //
 // MySQL's JSON travels in its binary form, which DecodeRows hands over as it is
 // and Convert turns into a typed value (see mysqljson): the text MySQL's SELECT
-// prints, and the types of the scalars that text does not tell.
+// prints, and the types of the scalars that text does not tell. A partial JSON
+// update's diffs (binlog_row_value_options=PARTIAL_JSON) are applied to the
+// before image's document, so an after image is always the whole document.
 package binlogrow
 
 import (
@@ -337,12 +339,8 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 				return append(dst, "null"...), nil
 			}
 			return mysqljson.AppendBinary(dst, j)
-		case *replication.JsonDiff:
-			return dst, fmt.Errorf("partial JSON update (%s of %s): the source must log with binlog_row_value_options='' "+
-				"(PARTIAL_JSON logs only the change, not the value)", j.Op, j.Path)
-		case partialEventJSON:
-			return dst, fmt.Errorf("JSON in a partial update event: the source must log with binlog_row_value_options='' " +
-				"(PARTIAL_JSON logs only the changes of JSON values)")
+		case partialJSON:
+			return j.appendAfter(dst)
 		case string:
 			return dst, fmt.Errorf("JSON decoded as text, which loses the types of its scalars: " +
 				"the binlog syncer must decode rows with binlogrow.DecodeRows")
@@ -473,11 +471,14 @@ func Unwrap(ev *replication.BinlogEvent) []*replication.BinlogEvent {
 // the BinlogSyncerConfig's RowsEventDecodeFunc (CheckConfig requires it).
 //
 // A JSON column's row data is laid out as a BLOB's, so DecodeRows decodes the
-// event with a copy of its table map in which JSON columns read as BLOBs. Not
-// a PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON), whose
-// after image holds diffs of JSON values and a bitmap of them that go-mysql
-// sizes by the JSON columns: it is decoded as go-mysql decodes it, and its JSON
-// values marked so that Convert refuses them.
+// event with a copy of its table map in which JSON columns read as BLOBs. In a
+// PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON) an after
+// image's JSON value may be a diff vector of the before image's document:
+// partialJSONColumns tells which, and the value is handed over with the
+// before image's (partialJSON), which Convert updates with it. Such an after
+// image holds a bitmap of them that go-mysql sizes by the table map's JSON
+// columns, so that copy ends with as many JSON columns, beyond the event's
+// column count, as it has: they are counted, never decoded.
 func DecodeRows(e *replication.RowsEvent, data []byte) error {
 	pos, err := e.DecodeHeader(data)
 	if err != nil {
@@ -485,44 +486,84 @@ func DecodeRows(e *replication.RowsEvent, data []byte) error {
 	}
 	tm := e.Table
 	// go-mysql's Type knows every rows event but the partial update one.
-	if e.Type() == replication.EnumRowsEventTypeUnknown {
-		err := e.DecodeData(pos, data)
-		for _, row := range e.Rows {
-			for i, v := range row {
-				if _, text := v.(string); text && i < len(tm.ColumnType) && tm.ColumnType[i] == mysql.MYSQL_TYPE_JSON {
-					row[i] = partialEventJSON{}
-				}
-			}
+	partial := e.Type() == replication.EnumRowsEventTypeUnknown && tm.JsonColumnCount() > 0
+	var diffs [][2]int
+	if partial {
+		if diffs, err = partialJSONColumns(e, data, pos); err != nil {
+			return fmt.Errorf("binlog partial update of %s.%s: %w", tm.Schema, tm.Table, err)
 		}
-		return err
 	}
-	e.Table = blobTable(tm)
+	e.Table = blobTable(tm, partial)
 	err = e.DecodeData(pos, data)
 	e.Table = tm
-	return err
+	if err != nil {
+		return err
+	}
+	for _, at := range diffs {
+		r, i := at[0], at[1]
+		vector, ok := e.Rows[r][i].([]byte)
+		if !ok {
+			return fmt.Errorf("binlog partial update of %s.%s: JSON diff vector of column %d in row image %d decoded as %T",
+				tm.Schema, tm.Table, i, r, e.Rows[r][i])
+		}
+		e.Rows[r][i] = partialJSON{before: e.Rows[r-1][i], diffs: vector}
+	}
+	return nil
 }
 
-// partialEventJSON stands for a whole JSON value in a partial update event,
-// which go-mysql rendered as text (see DecodeRows).
-type partialEventJSON struct{}
+// partialJSON is a JSON value of a partial update's after image: the column's
+// diff vector and the before image's value.
+type partialJSON struct {
+	before any // []byte, or nil for NULL
+	diffs  []byte
+}
+
+// appendAfter appends the typed value of the updated document.
+func (p partialJSON) appendAfter(dst []byte) ([]byte, error) {
+	bin, ok := p.before.([]byte)
+	if !ok {
+		return dst, fmt.Errorf("partial JSON update of a NULL or non-JSON before value (%T)", p.before)
+	}
+	before := []byte("null") // an empty document, see appendValue
+	if len(bin) > 0 {
+		var err error
+		if before, err = mysqljson.AppendBinary(nil, bin); err != nil {
+			return dst, err
+		}
+	}
+	if len(p.diffs) == 0 { // the update left the column alone
+		return append(dst, before...), nil
+	}
+	return mysqljson.ApplyDiffs(dst, before, p.diffs)
+}
 
 // blobTables caches, for the last table maps DecodeRows met, their copies whose
 // JSON columns read as BLOBs: each transaction logs its own table maps, and a
 // large one many rows events for each. Syncers may decode side by side.
 var blobTables = struct {
 	sync.Mutex
-	copies map[*replication.TableMapEvent]*replication.TableMapEvent
-}{copies: map[*replication.TableMapEvent]*replication.TableMapEvent{}}
+	copies map[blobKey]*replication.TableMapEvent
+}{copies: map[blobKey]*replication.TableMapEvent{}}
+
+// blobKey names a copy: of which table map, and whether for a partial update
+// event (with trailing JSON columns).
+type blobKey struct {
+	tm      *replication.TableMapEvent
+	partial bool
+}
 
 // blobTable returns tm itself if it has no JSON column, or its cached copy
-// with BLOB in place of JSON.
-func blobTable(tm *replication.TableMapEvent) *replication.TableMapEvent {
-	if !slices.Contains(tm.ColumnType, mysql.MYSQL_TYPE_JSON) {
+// with BLOB in place of JSON and, for a partial update event, as many JSON
+// columns after the last as it has.
+func blobTable(tm *replication.TableMapEvent, partial bool) *replication.TableMapEvent {
+	jsons := tm.JsonColumnCount()
+	if jsons == 0 {
 		return tm
 	}
 	blobTables.Lock()
 	defer blobTables.Unlock()
-	if c, ok := blobTables.copies[tm]; ok {
+	key := blobKey{tm, partial}
+	if c, ok := blobTables.copies[key]; ok {
 		return c
 	}
 	if len(blobTables.copies) >= 64 {
@@ -535,6 +576,11 @@ func blobTable(tm *replication.TableMapEvent) *replication.TableMapEvent {
 			c.ColumnType[i] = mysql.MYSQL_TYPE_BLOB
 		}
 	}
-	blobTables.copies[tm] = &c
+	if partial {
+		for range jsons {
+			c.ColumnType = append(c.ColumnType, mysql.MYSQL_TYPE_JSON)
+		}
+	}
+	blobTables.copies[key] = &c
 	return &c
 }

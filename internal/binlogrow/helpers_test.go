@@ -2,6 +2,7 @@ package binlogrow
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -302,16 +303,18 @@ func TestCheckConfig(t *testing.T) {
 
 // TestBlobTable checks that DecodeRows's table map copy reads JSON as BLOB,
 // leaves the event's own table map alone, and is made once per table map
-// even by syncers decoding side by side.
+// even by syncers decoding side by side; a partial update event's copy ends
+// with one JSON column more than the table has per JSON column.
 func TestBlobTable(t *testing.T) {
 	plain := handMadeTable()
-	require.Same(t, plain, blobTable(plain), "a table map without JSON is used as it is")
+	require.Same(t, plain, blobTable(plain, false), "a table map without JSON is used as it is")
+	require.Same(t, plain, blobTable(plain, true))
 	tm := handMadeTable()
 	tm.ColumnType[7] = mysql.MYSQL_TYPE_JSON
 	copies := make(chan *replication.TableMapEvent, 8)
 	var wg sync.WaitGroup
 	for range cap(copies) {
-		wg.Go(func() { copies <- blobTable(tm) })
+		wg.Go(func() { copies <- blobTable(tm, false) })
 	}
 	wg.Wait()
 	close(copies)
@@ -323,4 +326,11 @@ func TestBlobTable(t *testing.T) {
 	require.Equal(t, byte(mysql.MYSQL_TYPE_JSON), tm.ColumnType[7], "the original is unchanged")
 	require.Equal(t, tm.ColumnType[:7], first.ColumnType[:7])
 	require.Equal(t, tm.ColumnName, first.ColumnName)
+	require.Len(t, first.ColumnType, len(tm.ColumnType))
+	partial := blobTable(tm, true)
+	require.NotSame(t, first, partial)
+	require.Same(t, partial, blobTable(tm, true))
+	require.Equal(t, append(slices.Clone(first.ColumnType), mysql.MYSQL_TYPE_JSON), partial.ColumnType)
+	require.Equal(t, uint64(1), partial.JsonColumnCount(), "go-mysql sizes the partial bitmap by the original's JSON columns")
+	require.Equal(t, tm.ColumnCount, partial.ColumnCount, "the extra column is never decoded")
 }

@@ -68,6 +68,37 @@ var typedDocs = []struct{ what, sql string }{
 	{"top-level string", `'"s\\u0001"'`},
 	{"top-level null", "'null'"},
 	{"top-level boolean", "'true'"},
+	// Targets of partial updates, one for each (an image is checked against
+	// the document before and after all updates).
+	{"partial: DECIMAL replaced by a DATE", partialDoc},
+	{"partial: several diffs, members inserted in the middle, nested", partialDoc},
+	{"partial: array elements removed", partialDoc},
+	{"partial: array elements inserted", partialDoc},
+	{"partial: keys needing quotes", partialDoc},
+	{"partial: array insert", partialDoc},
+	{"partial: second column", partialDoc},
+}
+
+// partialDoc is a document MySQL can update partially: large enough that a
+// diff is smaller, with scalars of types the text does not tell.
+const partialDoc = "JSON_OBJECT('dec', CAST(1.50 AS DECIMAL(5,2)), 'arr', JSON_ARRAY(1, CAST(2 AS UNSIGNED), dt, 'four', " +
+	"CAST(5.5 AS DECIMAL(3,1))), 'nest', JSON_OBJECT('deep', JSON_ARRAY(JSON_OBJECT('x', tm))), 'a b', 'quoted key', " +
+	"'zzzz', REPEAT('long enough to be worth a diff ', 8))"
+
+// partialUpdates are updates MySQL logs as diffs under
+// binlog_row_value_options=PARTIAL_JSON (and as whole documents without it),
+// each of the typedDocs document it names.
+var partialUpdates = []struct{ what, set string }{
+	{"partial: DECIMAL replaced by a DATE", `js = JSON_SET(js, '$.dec', CAST('2022-02-02' AS DATE))`},
+	{"partial: several diffs, members inserted in the middle, nested", `js = JSON_SET(js, '$.bbb', CAST(3 AS UNSIGNED), ` +
+		`'$.mm', CAST(9.75 AS DECIMAL(3,2)), '$.arr[1]', 'was unsigned', '$.nest.deep[0].y', CAST('2020-01-02 03:04:05' AS DATETIME), ` +
+		`'$.nest.deep[0].x', 4294967296)`},
+	{"partial: array elements removed", `js = JSON_REMOVE(js, '$.arr[0]', '$.arr[last]', '$.nest.deep[0]')`},
+	{"partial: array elements inserted", `js = JSON_SET(js, '$.arr[10]', CAST(7 AS UNSIGNED), '$.arr[last]', CAST(0.5 AS DECIMAL(2,1)))`},
+	{"partial: keys needing quotes", `js = JSON_SET(js, '$."a b"', CAST(1 AS UNSIGNED), '$."q\\"k"', CAST(2.5 AS DECIMAL(2,1)), ` +
+		`'$."é 😀"', 'new', '$."a.b"', CAST('10:11:12' AS TIME))`},
+	{"partial: array insert", `js = JSON_ARRAY_INSERT(js, '$.arr[1]', CAST(8 AS UNSIGNED))`},
+	{"partial: second column", `js2 = JSON_REPLACE(js2, '$.k', CAST('2023-03-03' AS DATE)), js = JSON_ARRAY(1)`},
 }
 
 // typedSrcDDL is a table of a column of each type typedDocs build JSON of.
@@ -91,18 +122,44 @@ const typedSrcRow = `INSERT INTO binlogrow.src VALUES (
 // the text's (CAST(text AS JSON)), unless a patch is there, whose type is the
 // source's and whose value is the scalar as JSON_UNQUOTE prints it.
 func TestConvertTypedJSON(t *testing.T) {
+	diffs, unchanged := testConvertTypedJSON(t)
+	require.Zero(t, diffs+unchanged, "without PARTIAL_JSON no JSON value is a diff vector")
+}
+
+// TestConvertTypedJSONPartial is TestConvertTypedJSON on a source logging
+// partial JSON updates (binlog_row_value_options=PARTIAL_JSON): the diffs
+// applied to the before images' documents give the after images'.
+func TestConvertTypedJSONPartial(t *testing.T) {
+	diffs, unchanged := testConvertTypedJSON(t, "--binlog-row-value-options=PARTIAL_JSON")
+	require.GreaterOrEqual(t, diffs, len(partialUpdates)-1, "the partial updates but JSON_ARRAY_INSERT are logged as diffs")
+	require.NotZero(t, unchanged, "a JSON column an update leaves alone is an empty diff vector")
+}
+
+// testConvertTypedJSON runs TestConvertTypedJSON on a server started with
+// args, returning how many JSON values of after images were diff vectors, and
+// how many of them empty.
+func testConvertTypedJSON(t *testing.T, args ...string) (diffs, unchanged int) {
 	ctx := context.Background()
-	srv := sandboxtest.Start(t, sandbox.Options{Flavor: sandbox.MySQL, Args: []string{"--default-time-zone=" + serverZone}})
+	srv := sandboxtest.Start(t, sandbox.Options{Flavor: sandbox.MySQL, Args: append([]string{"--default-time-zone=" + serverZone}, args...)})
 	db := sandboxtest.Open(t, srv, "")
 	db.SetMaxOpenConns(1) // one session, in +05:30
 	sandboxtest.Exec(t, db, "SET SESSION cte_max_recursion_depth = 20000", "CREATE DATABASE binlogrow", typedSrcDDL, typedSrcRow,
 		"CREATE TABLE binlogrow.nums (n INT PRIMARY KEY)",
 		"INSERT INTO binlogrow.nums WITH RECURSIVE c (n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM c WHERE n < 19999) "+
 			"SELECT n FROM c",
-		"CREATE TABLE binlogrow.j (id INT PRIMARY KEY, js JSON)")
+		"CREATE TABLE binlogrow.j (id INT PRIMARY KEY, js JSON, js2 JSON)")
+	// js2 is NULL in every other row, not in the second column's test.
 	for i, d := range typedDocs {
-		sandboxtest.Exec(t, db, fmt.Sprintf("INSERT INTO binlogrow.j SELECT %d, %s FROM binlogrow.src", i, d.sql))
+		js2 := "NULL"
+		if i%2 == 0 || d.what == "partial: second column" {
+			js2 = "JSON_OBJECT('k', CAST(1.5 AS DECIMAL(2,1)), 'pad', REPEAT('long enough to be worth a diff ', 4))"
+		}
+		sandboxtest.Exec(t, db, fmt.Sprintf("INSERT INTO binlogrow.j SELECT %d, %s, %s FROM binlogrow.src", i, d.sql, js2))
 	}
+	var rowImage, valueOptions string
+	require.NoError(t, db.QueryRow("SELECT @@binlog_row_image, @@binlog_row_value_options").Scan(&rowImage, &valueOptions))
+	require.Equal(t, "FULL", rowImage)
+	t.Logf("binlog_row_value_options=%q", valueOptions)
 	// snap1 and snap2 hold the documents after the inserts and after the
 	// updates (CREATE ... SELECT copies JSON with its types).
 	sandboxtest.Exec(t, db, "CREATE TABLE binlogrow.snap1 AS SELECT * FROM binlogrow.j")
@@ -125,8 +182,11 @@ func TestConvertTypedJSON(t *testing.T) {
 			doc("integers")),
 		fmt.Sprintf(`UPDATE binlogrow.j SET js = JSON_SET(js, '$[0]', CAST(-7.125 AS DECIMAL(10,3)), '$[1]', 'shorter') WHERE id = %d`,
 			doc("decimals")),
-		fmt.Sprintf(`UPDATE binlogrow.j j JOIN binlogrow.src s SET j.js = JSON_ARRAY(s.bl, s.bit33, j.js) WHERE j.id = %d`, doc("top-level DATE")),
-		"CREATE TABLE binlogrow.snap2 AS SELECT * FROM binlogrow.j",
+		fmt.Sprintf(`UPDATE binlogrow.j j JOIN binlogrow.src s SET j.js = JSON_ARRAY(s.bl, s.bit33, j.js) WHERE j.id = %d`, doc("top-level DATE")))
+	for _, u := range partialUpdates {
+		sandboxtest.Exec(t, db, fmt.Sprintf("UPDATE binlogrow.j SET %s WHERE id = %d", u.set, doc(u.what)))
+	}
+	sandboxtest.Exec(t, db, "CREATE TABLE binlogrow.snap2 AS SELECT * FROM binlogrow.j",
 		"CREATE TABLE binlogrow.done (id INT PRIMARY KEY)", "INSERT INTO binlogrow.done VALUES (1)")
 
 	tbl, err := schema.Load(ctx, db, "binlogrow", "j")
@@ -138,6 +198,13 @@ func TestConvertTypedJSON(t *testing.T) {
 	row := &rowliftv1.Row{}
 	for _, im := range images {
 		counts[im.kind]++
+		for _, v := range im.values {
+			if p, ok := v.(partialJSON); ok && len(p.diffs) > 0 {
+				diffs++
+			} else if ok {
+				unchanged++
+			}
+		}
 		conv, err := NewConverter(im.table, cols)
 		require.NoError(t, err)
 		require.NoError(t, conv.Convert(row, im.values))
@@ -149,22 +216,33 @@ func TestConvertTypedJSON(t *testing.T) {
 		if im.state == updated {
 			snap = "binlogrow.snap2"
 		}
-		checkTyped(t, db, fmt.Sprintf("%s image of %s", im.kind, typedDocs[id].what), snap, id, vals[1])
+		for c, col := range []string{"js", "js2"} {
+			what := fmt.Sprintf("%s image of %s, %s", im.kind, typedDocs[id].what, col)
+			if vals[1+c] == nil {
+				var null bool
+				require.NoError(t, db.QueryRow("SELECT "+col+" IS NULL FROM "+snap+" WHERE id = ?", id).Scan(&null))
+				require.True(t, null, "%s: NULL, the SELECT's is not", what)
+				continue
+			}
+			checkTyped(t, db, what, snap, col, id, vals[1+c])
+		}
 	}
-	require.Equal(t, map[string]int{"insert": len(typedDocs), "update before": 6, "update after": 6}, counts)
+	updates := 6 + len(partialUpdates)
+	require.Equal(t, map[string]int{"insert": len(typedDocs), "update before": updates, "update after": updates}, counts)
+	return diffs, unchanged
 }
 
 // checkTyped checks the typed value v of the document with the given id in
 // table snap (see TestConvertTypedJSON).
-func checkTyped(t *testing.T, db *sql.DB, what, snap string, id int, v []byte) {
+func checkTyped(t *testing.T, db *sql.DB, what, snap, col string, id int, v []byte) {
 	t.Helper()
 	text, encoded := mysqljson.Split(v)
 	var selected string
-	require.NoError(t, db.QueryRow("SELECT js FROM "+snap+" WHERE id = ?", id).Scan(&selected))
+	require.NoError(t, db.QueryRow("SELECT "+col+" FROM "+snap+" WHERE id = ?", id).Scan(&selected))
 	require.Equal(t, show([]byte(selected)), show(text), "%s: text differs from SELECT's", what)
 	// The copy reads the same typed value, from the text and its type map.
 	var typeMap []byte
-	require.NoError(t, db.QueryRow("SELECT "+mysqljson.TypeMapExpr("`js`")+" FROM "+snap+" WHERE id = ?", id).Scan(&typeMap))
+	require.NoError(t, db.QueryRow("SELECT "+mysqljson.TypeMapExpr("`"+col+"`")+" FROM "+snap+" WHERE id = ?", id).Scan(&typeMap))
 	copied, err := new(mysqljson.TypeMapper).AppendTypeMap(nil, []byte(selected), typeMap)
 	require.NoError(t, err, what)
 	require.Equal(t, show(v), show(copied), "%s: the copy's typed value differs from replay's", what)
@@ -190,7 +268,7 @@ func checkTyped(t *testing.T, db *sql.DB, what, snap string, id int, v []byte) {
 		var list []string
 		var args []any
 		for _, p := range batch {
-			list = append(list, "JSON_TYPE(JSON_EXTRACT(s.js, ?)), JSON_TYPE(JSON_EXTRACT(t.js, ?)), JSON_UNQUOTE(JSON_EXTRACT(s.js, ?))")
+			list = append(list, "JSON_TYPE(JSON_EXTRACT(s."+col+", ?)), JSON_TYPE(JSON_EXTRACT(t.js, ?)), JSON_UNQUOTE(JSON_EXTRACT(s."+col+", ?))")
 			args = append(args, p, p, p)
 		}
 		var out string

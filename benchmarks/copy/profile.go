@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 	"github.com/rowlift/rowlift/internal/sandbox"
 )
 
@@ -93,33 +92,12 @@ func (p *profiler) start(ctx context.Context) func() error {
 }
 
 func (p *profiler) fetch(ctx context.Context, role, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(p.seconds*float64(time.Second))+30*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%g", addr, p.seconds)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
+	path := filepath.Join(p.dir, fmt.Sprintf("%s-%d.pprof", role, p.run))
+	if err := benchkit.FetchProfile(ctx, role, addr, p.seconds, path); err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("profile %s: %w", role, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("profile %s: %s: %s", role, resp.Status, body)
-	}
-	path := filepath.Join(p.dir, fmt.Sprintf("%s-%d.pprof", role, p.run))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("profile %s: %w", role, err)
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("profile %s: %w", role, err)
-	}
 	progress("profile of the %s written to %s", role, path)
-	return f.Close()
+	return nil
 }
 
 // sampleTarget polls the target's process list every few milliseconds for

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 )
@@ -56,31 +53,10 @@ func (b *bench) profile(ctx context.Context, name string) func() error {
 }
 
 func (b *bench) fetchProfile(ctx context.Context, role, addr, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(b.cfg.ProfileSeconds*float64(time.Second))+30*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%g", addr, b.cfg.ProfileSeconds)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
+	path := filepath.Join(b.cfg.Profile, role+"-"+name+".pprof")
+	if err := benchkit.FetchProfile(ctx, role, addr, b.cfg.ProfileSeconds, path); err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("profile %s: %w", role, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("profile %s: %s: %s", role, resp.Status, body)
-	}
-	path := filepath.Join(b.cfg.Profile, role+"-"+name+".pprof")
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("profile %s: %w", role, err)
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("profile %s: %w", role, err)
-	}
 	progress("  profile of the %s written to %s", role, path)
-	return f.Close()
+	return nil
 }

@@ -45,6 +45,11 @@ type bench struct {
 	control rowliftv1.ControlClient
 	spec    *rowliftv1.WorkflowSpec
 	tmp     string // rowlift binary and process logs
+	// spans receives the forward applier's spans: its verify chunks' durations.
+	spans *benchkit.SpanReceiver
+	// copied is how long the workflow took from its start until its copy
+	// was done and it ran.
+	copied time.Duration
 }
 
 // setup builds rowlift, starts both servers, seeds the source, starts the five
@@ -102,6 +107,9 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 		return err
 	}
 	fwdAddr, revAddr, coordAddr := addrs[0], addrs[1], addrs[2]
+	if b.spans, err = benchkit.StartSpanReceiver(); err != nil {
+		return err
+	}
 	for _, pair := range []struct {
 		name     string // and the directory of its logs
 		addr     string
@@ -119,7 +127,12 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 			return fmt.Errorf("%s streamer: %w", pair.name, err)
 		}
 		b.procs.Add(pair.name+" streamer", st)
-		ap, err := benchkit.StartApplier(bin, dir, pair.to.DSN(""))
+		// The forward applier verifies; its spans time each verify chunk.
+		var env []string
+		if pair.name == "forward" {
+			env = b.spans.Env()
+		}
+		ap, err := benchkit.StartProcEnv(bin, dir, "applier", env, "--target-dsn", pair.to.DSN(""), "--poll-interval", benchkit.PollInterval.String())
 		if err != nil {
 			return fmt.Errorf("%s applier: %w", pair.name, err)
 		}
@@ -146,13 +159,14 @@ func (b *bench) startProcs(ctx context.Context, bin string) error {
 }
 
 // startWorkflow creates and starts the workflow through the coordinator and
-// waits until its copy is done and it replays the binlog.
+// waits until its copy is done and it replays the binlog, timing that from
+// the StartWorkflow call (to within WaitRunning's poll).
 func (b *bench) startWorkflow(ctx context.Context) error {
-	start := time.Now()
 	if _, err := b.control.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: b.spec}); err != nil {
 		return fmt.Errorf("create workflow %s: %s", workflow, status.Convert(err).Message())
 	}
 	ref := &rowliftv1.WorkflowRef{Name: workflow}
+	start := time.Now()
 	if _, err := b.control.StartWorkflow(ctx, ref); err != nil {
 		return fmt.Errorf("start workflow %s: %s", workflow, status.Convert(err).Message())
 	}
@@ -161,7 +175,8 @@ func (b *bench) startWorkflow(ctx context.Context) error {
 	if _, err := controlclient.WaitRunning(ctx, b.control, workflow, 100*time.Millisecond, nil); err != nil {
 		return err
 	}
-	progress("workflow %s copied %d rows and runs, %.1f s after its creation", workflow, b.cfg.Rows, time.Since(start).Seconds())
+	b.copied = time.Since(start)
+	progress("workflow %s copied %d rows and runs, %.1f s after its start", workflow, b.cfg.Rows, b.copied.Seconds())
 	return nil
 }
 
@@ -172,6 +187,9 @@ func (b *bench) close() {
 	}
 	if err := b.procs.Stop(); err != nil {
 		progress("%v", err)
+	}
+	if b.spans != nil {
+		b.spans.Stop()
 	}
 	b.ClosePools()
 	b.Remove(progress)

@@ -7,7 +7,8 @@
 //  1. loads the seed's stress_test_pk (-rows rows) on the source, starts a
 //     streamer and an applier next to each server and a coordinator that knows
 //     both, creates the workflow with what a switch needs (its reverse target
-//     and reverse streamer) and waits until it runs;
+//     and reverse streamer) and times it from its start until it runs: the
+//     copy of the table, which the verify is put beside;
 //  2. starts a steady write load at -rate transactions/s (updates, inserts and
 //     deletes of single rows) over -writers connections that write wherever
 //     the route points, as an application does: the source, and after each
@@ -15,7 +16,10 @@
 //     or locked is retried until it commits, and timed from its first try;
 //  3. under that load, compares the table on both servers with a plain
 //     CHECKSUM TABLE, one server after the other and both at once (the
-//     baseline), and with VerifyWorkflow, when the coordinator has it;
+//     baseline), and with VerifyWorkflow, when the coordinator has it, timing
+//     each verify chunk on the target from the forward applier's
+//     rowlift.applier.verify_chunk spans, which it exports to an OTLP
+//     receiver in the benchmark;
 //  4. runs -switches switches, each followed by a reverse, -interval apart,
 //     with a routing hook that re-routes the writers to the side that takes
 //     the writes, and records each call's write pause as rowlift reports it,

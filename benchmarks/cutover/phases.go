@@ -54,6 +54,9 @@ func (b *bench) measureAll(ctx context.Context) (*report, error) {
 	if err := b.final(ctx, rep); err != nil {
 		return nil, err
 	}
+	// The verify ended before the cutovers: its spans have been exported since.
+	rep.VerifyChunks = holdsOf(b.spans.Durations(verifyChunkSpan))
+	rep.ratios()
 	rep.LogProblems, err = b.procs.LogProblems()
 	return rep, err
 }
@@ -157,6 +160,39 @@ type verifyResult struct {
 	Missing      int64   `json:"missing,omitempty"`
 	Extra        int64   `json:"extra,omitempty"`
 	Different    int64   `json:"different,omitempty"`
+}
+
+// copyResult is the workflow's copy of the table, before the load: from the
+// StartWorkflow call until the workflow ran (its copy done), read every 100 ms.
+type copyResult struct {
+	Rows     int64   `json:"rows"`
+	WallS    float64 `json:"wall_s"`
+	RowsPerS float64 `json:"rows_per_s"`
+}
+
+func (b *bench) copyResult() copyResult {
+	r := copyResult{Rows: b.cfg.Rows, WallS: b.copied.Seconds()}
+	r.RowsPerS = float64(r.Rows) / r.WallS
+	return r
+}
+
+// verifyChunkSpan is the applier's span of one verify chunk: from before it
+// reads the chunk's key range on the target until it has committed what it
+// found, so its duration bounds how long the chunk holds the target.
+const verifyChunkSpan = "rowlift.applier.verify_chunk"
+
+// chunkHolds are the durations of the verify's chunks on the target, ms.
+type chunkHolds struct {
+	Chunks int `json:"chunks"`
+	dist
+}
+
+func holdsOf(ds []time.Duration) chunkHolds {
+	ms := make([]float64, len(ds))
+	for i, d := range ds {
+		ms[i] = float64(d.Microseconds()) / 1e3
+	}
+	return chunkHolds{Chunks: len(ds), dist: distOf(ms)}
 }
 
 // verify runs VerifyWorkflow and times it from the call until its status says

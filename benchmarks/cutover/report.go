@@ -15,8 +15,15 @@ type report struct {
 	Load  loadResult `json:"load"`
 	// Checksum is the baseline and Verify the workflow's verify, both under
 	// the load, before the cutovers.
-	Checksum checksumResult  `json:"checksum_table"`
-	Verify   verifyResult    `json:"verify"`
+	Checksum checksumResult `json:"checksum_table"`
+	Verify   verifyResult   `json:"verify"`
+	// Copy is the workflow's copy of the same table, without the load.
+	Copy copyResult `json:"copy"`
+	// VerifyChunks is how long each verify chunk held the target, from the
+	// forward applier's spans.
+	VerifyChunks chunkHolds `json:"verify_chunk_ms"`
+	// Ratios put the verify beside the copy and CHECKSUM TABLE.
+	Ratios   ratios          `json:"ratios"`
 	Cutovers []cutoverResult `json:"cutovers"`
 	// WritePauseMs, WritersMs, RerouteMs, AnswerMs and CallMs are the
 	// distributions of the cutovers' fields of the same names.
@@ -31,6 +38,25 @@ type report struct {
 	Differences string `json:"differences,omitempty"`
 	// LogProblems are the warning and error lines of the rowlift logs, by process.
 	LogProblems map[string][]string `json:"log_problems"`
+}
+
+// ratios are the verify's rows/s and time beside the copy's and CHECKSUM
+// TABLE's rows/s.
+type ratios struct {
+	VerifyPerCopyRate     float64 `json:"verify_per_copy_rows_per_s"`
+	VerifyPerCopyTime     float64 `json:"verify_per_copy_time"`
+	VerifyPerChecksumSeq  float64 `json:"verify_per_checksum_sequential_rows_per_s"`
+	VerifyPerChecksumBoth float64 `json:"verify_per_checksum_parallel_rows_per_s"`
+}
+
+func (r *report) ratios() {
+	v, c, cp := r.Verify, r.Checksum, r.Copy
+	r.Ratios = ratios{
+		VerifyPerCopyRate:     v.RowsPerS / cp.RowsPerS,
+		VerifyPerCopyTime:     v.WallS / cp.WallS,
+		VerifyPerChecksumSeq:  v.RowsPerS / c.SequentialRowsPerS,
+		VerifyPerChecksumBoth: v.RowsPerS / c.ParallelRowsPerS,
+	}
 }
 
 // flags is config with the interval readable.
@@ -57,6 +83,7 @@ func distOf(values []float64) dist {
 func (b *bench) newReport() *report {
 	return &report{
 		Header: benchkit.NewHeader(b.Version),
+		Copy:   b.copyResult(),
 		Flags:  flags{config: b.cfg, Interval: b.cfg.Interval.String()},
 	}
 }
@@ -103,12 +130,20 @@ func (r *report) print(w io.Writer) {
 
 	fmt.Fprintln(w)
 	c := r.Checksum
-	row(fmt.Sprintf("comparison of the %d rows, under the load", c.Rows), "seconds", "rows/s")
-	v := r.Verify
+	row(fmt.Sprintf("comparison of the %d rows, under the load", c.Rows), "seconds", "rows/s", "verify ÷")
+	v, cp, q := r.Verify, r.Copy, r.Ratios
+	ratio := func(x float64) string { return fmt.Sprintf("%.2f", x) }
 	row(fmt.Sprintf("verify (VerifyWorkflow), differences: %d", v.Missing+v.Extra+v.Different),
-		fmt.Sprintf("%.2f", v.WallS), fmt.Sprintf("%.0f", v.RowsPerS))
-	row("CHECKSUM TABLE, one server after the other", fmt.Sprintf("%.2f", c.SequentialS), fmt.Sprintf("%.0f", c.SequentialRowsPerS))
-	row("CHECKSUM TABLE, both servers at once", fmt.Sprintf("%.2f", c.ParallelS), fmt.Sprintf("%.0f", c.ParallelRowsPerS))
+		fmt.Sprintf("%.2f", v.WallS), fmt.Sprintf("%.0f", v.RowsPerS), "")
+	row("CHECKSUM TABLE, one server after the other", fmt.Sprintf("%.2f", c.SequentialS), fmt.Sprintf("%.0f", c.SequentialRowsPerS), ratio(q.VerifyPerChecksumSeq))
+	row("CHECKSUM TABLE, both servers at once", fmt.Sprintf("%.2f", c.ParallelS), fmt.Sprintf("%.0f", c.ParallelRowsPerS), ratio(q.VerifyPerChecksumBoth))
+	row("copy (workflow start until running), without the load", fmt.Sprintf("%.2f", cp.WallS), fmt.Sprintf("%.0f", cp.RowsPerS), ratio(q.VerifyPerCopyRate))
+	row("verify time ÷ copy time", "", "", ratio(q.VerifyPerCopyTime))
+
+	fmt.Fprintln(w)
+	h := r.VerifyChunks
+	row(fmt.Sprintf("verify chunks on the target (%d chunks), ms", h.Chunks), "p50", "p99", "max")
+	row("hold per chunk (applier's verify_chunk span)", ms(h.dist)...)
 
 	fmt.Fprintf(w, "\n%-7s %3s %14s %14s %10s %10s %10s %14s\n", "cutover", "#", "pause, rowlift", "pause, writers", "re-routed", "call", "answer", "blocked writes")
 	count := map[string]int{}
@@ -120,7 +155,8 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "\nwrite pause as rowlift reports it: SwitchResponse.write_pause_ms, from the freeze until the other side could take writes")
 	fmt.Fprintln(w, "as the writers saw it: the longest from a write's first refused try (table frozen or locked) to its commit")
 	fmt.Fprintln(w, "re-routed: when the routing hook (--hook-cmd) re-routed the writers, from the call's start; answer: how much later the call answered")
-	fmt.Fprintln(w, "verify and CHECKSUM TABLE: from the call until the result, rows of the table per second")
+	fmt.Fprintln(w, "verify and CHECKSUM TABLE: from the call until the result, rows of the table per second; verify ÷: verify rows/s over that row's rows/s")
+	fmt.Fprintln(w, "hold per chunk: the applier's span of a verify chunk, from reading its key range on the target to the commit of what it found")
 	fmt.Fprintf(w, "identical: %s\n", map[bool]string{true: "yes", false: "NO"}[r.Identical])
 	if r.Differences != "" {
 		fmt.Fprintln(w, r.Differences)

@@ -93,7 +93,7 @@ func TestVerifyChunkQuery(t *testing.T) {
 	require.NoError(t, err)
 	vp, err := verify.NewPlan(context.Background(), nil, tbl, nil, false)
 	require.NoError(t, err)
-	hash := "SHA2(CONCAT_WS(',', IFNULL(SHA2(`v`, 256), 'n'), IFNULL(SHA2(`id`, 256), 'n'), IFNULL(SHA2(CAST(`f` AS DOUBLE), 256), 'n')), 256)"
+	hash := "SHA2(CONCAT_WS(',', IFNULL(LENGTH(`v`), 'n'), CAST(`v` AS BINARY), IFNULL(`id`, 'n'), IFNULL(CAST(`f` AS DOUBLE), 'n')), 256)"
 
 	v := p.verifying(vp, false)
 	q, err := v.chunkQuery([][]byte{[]byte("7")}, 100)

@@ -7,8 +7,10 @@ import (
 
 // StreamProtocol is the version of the stream's items both sides must agree
 // on (StreamRequest.protocol, StreamResponse.protocol): 1 packs a chunk's rows
-// into one byte string (AppendRow), where 0 sent a Row message per row.
-const StreamProtocol = 1
+// into one byte string (AppendRow), where 0 sent a Row message per row; 2
+// sends MySQL JSON as typed values (package mysqljson), which an applier of
+// 1 would write as text, and verify chunks hash a row with one SHA-256.
+const StreamProtocol = 2
 
 // AppendRow appends a row of values (nil for NULL) to a block of packed rows:
 // a uvarint count of values, then per value a uvarint of its length plus one

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -455,13 +454,5 @@ func (b *bench) drain(ctx context.Context, q string) (wall, cpu float64, third i
 }
 
 func (b *bench) close() {
-	if b.Cluster != nil {
-		b.Conn.Close()
-	}
-	if err := b.procs.Stop(); err != nil {
-		progress("%v", err)
-	}
-	b.ClosePools()
-	b.Remove(progress)
-	os.RemoveAll(b.tmp)
+	benchkit.Teardown(b.Cluster, &b.procs, &b.Servers, b.tmp, progress)
 }

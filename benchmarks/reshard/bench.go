@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -273,13 +272,5 @@ func rowsRead(ctx context.Context, pool *sql.DB) (n int64, counter string, err e
 
 // close stops the rowlift processes and the servers and removes the temp dir.
 func (b *bench) close() {
-	if b.Cluster != nil {
-		b.Conn.Close()
-	}
-	if err := b.procs.Stop(); err != nil {
-		progress("%v", err)
-	}
-	b.ClosePools()
-	b.Remove(progress)
-	os.RemoveAll(b.tmp)
+	benchkit.Teardown(b.Cluster, &b.procs, &b.Servers, b.tmp, progress)
 }

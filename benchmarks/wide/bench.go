@@ -291,15 +291,7 @@ func (b *bench) check(ctx context.Context, dbs []*sql.DB) error {
 }
 
 func (b *bench) close() {
-	if b.Cluster != nil {
-		b.Conn.Close()
-	}
-	if err := b.procs.Stop(); err != nil {
-		progress("%v", err)
-	}
-	b.ClosePools()
-	b.Remove(progress)
-	os.RemoveAll(b.tmp)
+	benchkit.Teardown(b.Cluster, &b.procs, &b.Servers, b.tmp, progress)
 }
 
 // report is what a run prints and stores as JSON.

@@ -81,3 +81,18 @@ func StartClusterArgs(ctx context.Context, bin, logDir, sourceDSN string, target
 	c.Control = rowliftv1.NewControlClient(c.Conn)
 	return c, nil
 }
+
+// Teardown undoes a cluster benchmark's setup in reverse, whatever part of it
+// was done: the Control API connection (c may be nil), every rowlift process,
+// the servers and the temporary directory with the binary and the logs.
+func Teardown(c *Cluster, procs *Procs, servers *Servers, tmp string, progress func(string, ...any)) {
+	if c != nil {
+		c.Conn.Close()
+	}
+	if err := procs.Stop(); err != nil {
+		progress("%v", err)
+	}
+	servers.ClosePools()
+	servers.Remove(progress)
+	os.RemoveAll(tmp)
+}

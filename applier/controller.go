@@ -75,6 +75,14 @@ func (c *controller) run(ctx context.Context) {
 			}
 			return
 		}
+		var vr *verifyRecheck
+		if errors.As(err, &vr) {
+			// Not a retry: the stream opens again at once and sends the chunk's rows.
+			c.log.Info("a verify chunk's digests differ; reopening the stream to compare its rows", zap.String("table", vr.table),
+				zap.Stringer("source", vr.source), zap.Stringer("target", vr.target))
+			attempt, backoff = 0, minBackoff
+			continue
+		}
 		var vf *verifyFailure
 		if errors.As(err, &vf) {
 			// Not a retry: the stream opens again at once, without the table's verify.
@@ -184,7 +192,10 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		return false, permanent("streamer address %q of source %s: %v", c.source.GetStreamerAddress(), c.source.GetName(), err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithCancel(ctx)
+	// A verify's digest checks run beside the stream and end it, with their
+	// error as the cause, when they fail or ask for a chunk's rows.
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(nil) }
 	defer cancel()
 	client := rowliftv1.NewStreamerClient(conn)
 	stream, err := client.Stream(ctx, StreamRequest(c.pair, position, progress, verifying))
@@ -235,6 +246,12 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		}
 	}()
 	verifiers := map[string]*verifier{}
+	defer func() {
+		cancel() // the digest checks still running stop; a failed one ended the stream with its cause
+		for _, v := range verifiers {
+			_ = v.wait()
+		}
+	}()
 	for table, tv := range verifying {
 		i := slices.IndexFunc(c.spec.GetTables(), func(t *rowliftv1.TableSpec) bool { return t.GetName() == table })
 		if i < 0 {
@@ -244,7 +261,8 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, c.spec.GetOptions().GetJsonAsText(), maxPacket-1024, c.log); err != nil {
+		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, c.spec.GetOptions().GetJsonAsText(), maxPacket-1024,
+			cancelCause, c.log); err != nil {
 			return false, err
 		}
 	}
@@ -332,7 +350,11 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 				return err
 			}
 			testhook.Delay(ctx, testhook.VerifyCheck)
-			if err := v.check(ctx, chunk, &rowWriter{p: play, keys: replay.keys}); err != nil {
+			if chunk.GetDigest() != nil {
+				if err := v.startDigest(ctx, chunk); err != nil {
+					return err
+				}
+			} else if err := v.check(ctx, chunk, &rowWriter{p: play, keys: replay.keys}); err != nil {
 				return err
 			}
 			verified = true
@@ -420,21 +442,29 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		}
 		return nil
 	}
+	// A digest check that ended the stream did so with its error as the
+	// cause: whatever failed from that on failed because of it.
+	because := func(err error) error {
+		if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return err
+	}
 	for _, item := range first.GetItems() {
 		if item.GetFields() == nil {
 			if err := handle(item); err != nil {
-				return committed(), err
+				return committed(), because(err)
 			}
 		}
 	}
 	for {
 		msg, err := c.recv(stream)
 		if err != nil {
-			return committed(), err
+			return committed(), because(err)
 		}
 		for _, item := range msg.GetItems() {
 			if err := handle(item); err != nil {
-				return committed(), err
+				return committed(), because(err)
 			}
 		}
 	}
@@ -533,6 +563,12 @@ func StreamRequest(st reshard.Stream, position string, progress map[string]state
 			Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}}
 		if v, ok := verifying[t.GetName()]; ok {
 			tr.Verify = &rowliftv1.VerifyProgress{LastPk: v.LastPK, Done: v.Done, Repair: v.Repair}
+			if v.Recheck {
+				tr.Verify.RowsThrough = v.RowsThrough
+				if tr.Verify.RowsThrough == nil {
+					tr.Verify.RowsThrough = &rowliftv1.Row{} // to the table's end
+				}
+			}
 		}
 		req.Tables = append(req.Tables, tr)
 	}

@@ -8,9 +8,10 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/reshard"
-
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/tracing"
@@ -41,7 +42,14 @@ type verifier struct {
 	// lower is the last verified key (nil: from the table's start).
 	lower     [][]byte
 	maxPacket int
-	log       *zap.Logger
+	flavor    dbconn.Flavor
+	// pending is the digest check running beside the stream (nil: none);
+	// it sends its result once. fail ends the stream with a check's error.
+	pending chan error
+	fail    context.CancelCauseFunc
+	// recheckFound counts the differences found since a recheck began.
+	recheckFound int64
+	log          *zap.Logger
 }
 
 // verifyScope keeps the target rows a reshard stream's verify compares: a
@@ -70,8 +78,12 @@ func scopeOf(st reshard.Stream, t *rowliftv1.TableSpec) (*verifyScope, error) {
 }
 
 func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, tv state.TableVerify, scope *verifyScope,
-	jsonText bool, maxPacket int, log *zap.Logger) (*verifier, error) {
+	jsonText bool, maxPacket int, fail context.CancelCauseFunc, log *zap.Logger) (*verifier, error) {
 	tt, err := schema.Load(ctx, db, t.database, t.table)
+	if err != nil {
+		return nil, fmt.Errorf("verify %s: target: %w", t.name, err)
+	}
+	flavor, _, err := dbconn.ServerFlavor(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: target: %w", t.name, err)
 	}
@@ -83,7 +95,8 @@ func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, 
 	if err != nil {
 		return nil, permanent("verify %s: target: %v", t.name, err)
 	}
-	v := &verifier{db: db, play: play, t: t, plan: plan, state: tv, scope: scope, maxPacket: maxPacket, log: log.With(zap.String("table", t.name))}
+	v := &verifier{db: db, play: play, t: t, plan: plan, state: tv, scope: scope, maxPacket: maxPacket, flavor: flavor, fail: fail,
+		log: log.With(zap.String("table", t.name))}
 	for _, idx := range t.fields.GetPkColumns() {
 		f := t.fields.GetFields()[idx]
 		v.key.Idents = append(v.key.Idents, rowcodec.Ident(f.GetName()))
@@ -117,6 +130,17 @@ func (v *verifier) query(c *rowliftv1.Chunk) (string, error) {
 		buf = append(buf, ", "...)
 		buf = append(buf, rowcodec.SelectExpr(f.GetName(), f.GetDataType())...)
 	}
+	buf, err := v.appendRange(buf, c)
+	if err != nil {
+		return "", err
+	}
+	buf = append(buf, " ORDER BY "...)
+	buf = append(buf, v.plan.OrderBy()...)
+	return string(buf), nil
+}
+
+// appendRange appends FROM and WHERE of the chunk's key range.
+func (v *verifier) appendRange(buf []byte, c *rowliftv1.Chunk) ([]byte, error) {
 	buf = append(buf, " FROM "...)
 	buf = append(buf, v.t.ident...)
 	where := " WHERE "
@@ -128,19 +152,20 @@ func (v *verifier) query(c *rowliftv1.Chunk) (string, error) {
 	if !c.GetTableDone() {
 		upper, err := rowcodec.Values(nil, c.GetLastPk())
 		if err != nil || len(upper) != len(v.key.Idents) {
-			return "", permanent("verify %s: chunk's last key does not fit the key (%v)", v.t.name, err)
+			return nil, permanent("verify %s: chunk's last key does not fit the key (%v)", v.t.name, err)
 		}
 		buf = append(buf, where...)
 		buf = v.key.AppendUpTo(buf, upper)
 	}
-	buf = append(buf, " ORDER BY "...)
-	buf = append(buf, v.plan.OrderBy()...)
-	return string(buf), nil
+	return buf, nil
 }
 
 // check compares one verify chunk with the target, repairs if asked, and
 // commits what it found with the table's verify progress.
 func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) (err error) {
+	if err := v.wait(); err != nil {
+		return err
+	}
 	span := w.p.startSpan(ctx, "rowlift.applier.verify_chunk", c.GetTraceContext(), v.t.name)
 	defer func() { tracing.End(span, err, c.GetRowCount(), int64(len(c.GetPackedRows()))) }()
 	q, err := v.query(c)
@@ -211,6 +236,11 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 	if c.GetLastPk() != nil {
 		found.LastPK = c.GetLastPk()
 	}
+	if v.state.Recheck {
+		v.recheckFound += res.Missing + res.Extra + res.Different
+		through := v.state.RowsThrough
+		found.EndRecheck = found.Done || through != nil && proto.Equal(through, c.GetLastPk())
+	}
 	if err := w.exec(ctx, conn, v.maxPacket); err != nil {
 		return fmt.Errorf("verify %s: repair: %w", v.t.name, err)
 	}
@@ -223,6 +253,14 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 	committed = true
 	if found.LastPK != nil {
 		v.lower, _ = rowcodec.Values(nil, found.LastPK)
+	}
+	if found.EndRecheck {
+		v.state.Recheck, v.state.RowsThrough = false, nil
+		if v.recheckFound == 0 {
+			v.log.Warn("verify found no difference in the rows of a chunk whose digests differed: later changes, replicated " +
+				"since the digests' position, replaced the rows that differed there")
+		}
+		v.recheckFound = 0
 	}
 	if !res.Identical() {
 		v.log.Warn("verify found differences", zap.Int64("missing", res.Missing), zap.Int64("extra", res.Extra),

@@ -97,6 +97,8 @@ func testVerifyFindsPlantedDifferences(t *testing.T, flavor sandbox.Flavor) {
 	found, code := p.verifyWait()
 	require.Equal(t, 1, code, "verify of a changed target exits 1")
 	require.ElementsMatch(t, planted, found)
+	require.Contains(t, p.applier.logText(), "digests differ; reopening the stream to compare its rows",
+		"chunks are summed up first, and only those whose digests differ compare rows")
 
 	found, code = p.verifyWait("--repair")
 	require.Zero(t, code, "a verify that repaired everything it found exits 0")
@@ -112,6 +114,62 @@ func testVerifyFindsPlantedDifferences(t *testing.T, flavor sandbox.Flavor) {
 	t.Logf("%d writes during the verifies", stop())
 	p.waitCaughtUp("race", time.Minute)
 	p.sameRows(p.srcDB, p.dstDB, nil)
+}
+
+// TestVerifyFindsSwappedValues plants, under live writes, a difference that
+// the 32-bit chunk checksum other tools use (BIT_XOR of the rows' CRC32)
+// cannot see: two rows of the same shape that swapped a value on the target.
+// The test shows that checksum is blind to it, and verify names both keys.
+func TestVerifyFindsSwappedValues(t *testing.T) {
+	sandboxtest.EachFlavor(t, testVerifyFindsSwappedValues)
+}
+
+func testVerifyFindsSwappedValues(t *testing.T, flavor sandbox.Flavor) {
+	const keys = 1500
+	p := newPairEnv(t, flavor, keys, nil)
+	stop := p.writers(keys)
+	k := keys + 1000
+	sandboxtest.Exec(t, p.srcDB, fmt.Sprintf("INSERT INTO race.ints VALUES (%d, 'aaaaaa', 1), (%d, 'bbbbbb', 1)", k+1, k+2))
+	p.waitFor("the planted rows on the target", time.Minute, func() (bool, string) {
+		return count(t, p.dstDB, fmt.Sprintf("race.ints WHERE id IN (%d, %d)", k+1, k+2)) == 2, "not yet"
+	})
+	sandboxtest.Exec(t, p.dstDB, fmt.Sprintf("UPDATE race.ints SET v = IF(id = %d, 'bbbbbb', 'aaaaaa') WHERE id IN (%d, %d)", k+1, k+1, k+2))
+	crc := func(db *sql.DB) (n, x uint64) {
+		q := fmt.Sprintf("SELECT COUNT(*), BIT_XOR(CRC32(CONCAT_WS(',', id, v, n))) FROM race.ints WHERE id IN (%d, %d)", k+1, k+2)
+		require.NoError(t, db.QueryRow(q).Scan(&n, &x))
+		return n, x
+	}
+	sn, sx := crc(p.srcDB)
+	dn, dx := crc(p.dstDB)
+	require.Equal(t, [2]uint64{sn, sx}, [2]uint64{dn, dx}, "the swap is invisible to BIT_XOR(CRC32)")
+
+	found, code := p.verifyWait()
+	require.Equal(t, 1, code, "verify of a changed target exits 1")
+	require.ElementsMatch(t, []string{fmt.Sprintf("different: (id=%d)", k+1), fmt.Sprintf("different: (id=%d)", k+2)}, found)
+	t.Logf("%d writes during the verify", stop())
+}
+
+// TestVerifyOnReadCommittedTarget runs a verify under live writes on a target
+// whose default isolation is READ COMMITTED, where a plain START TRANSACTION
+// WITH CONSISTENT SNAPSHOT takes none: the target's digest of a chunk must
+// still be of the rows at the chunk's point, not of later ones the apply
+// commits meanwhile, so no chunk of the identical tables is rechecked.
+func TestVerifyOnReadCommittedTarget(t *testing.T) {
+	sandboxtest.EachFlavor(t, testVerifyOnReadCommittedTarget)
+}
+
+func testVerifyOnReadCommittedTarget(t *testing.T, flavor sandbox.Flavor) {
+	const keys = 1500
+	p := newPairEnv(t, flavor, keys, nil)
+	sandboxtest.Exec(t, p.dstDB, "SET GLOBAL TRANSACTION ISOLATION LEVEL READ COMMITTED")
+	p.applier.kill()
+	p.applier.restart() // its connections take the new default
+	stop := p.writers(keys)
+	found, code := p.verifyWait()
+	require.Zero(t, code, "verify of an identical target")
+	require.Empty(t, found)
+	require.NotContains(t, p.applier.logText(), "digests differ", "a digest saw rows of a later point than its chunk's")
+	t.Logf("%d writes during the verify", stop())
 }
 
 // TestVerifyFollowingWorkflowsIsExact verifies, under live writers that

@@ -137,6 +137,8 @@ var schemaDDL = []string{
 		updated_at_us BIGINT NOT NULL DEFAULT 0,
 		outcome VARCHAR(16) NOT NULL DEFAULT '' COMMENT 'how a done row ended early: cancelled or failed; empty otherwise',
 		message TEXT NULL COMMENT 'why the verify was cancelled or failed',
+		recheck TINYINT(1) NOT NULL DEFAULT 0 COMMENT 'a chunk''s digests differed: compare rows after last_pk up to rows_through',
+		rows_through VARBINARY(16384) NULL COMMENT 'rowlift.v1.Row of the last key whose rows are compared (NULL: the table''s end)',
 		PRIMARY KEY (workflow, source, table_name)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.cutover (
@@ -164,6 +166,8 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"copy_state", "updated_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"verify", "outcome", "VARCHAR(16) NOT NULL DEFAULT ''"},
 	{"verify", "message", "TEXT NULL"},
+	{"verify", "recheck", "TINYINT(1) NOT NULL DEFAULT 0"},
+	{"verify", "rows_through", "VARBINARY(16384) NULL"},
 }
 
 // Store reads and writes the sidecar schema of one target server.

@@ -35,6 +35,10 @@ type TableVerify struct {
 	Repair      bool
 	LastPK      *rowliftv1.Row // nil before the first chunk
 	Done        bool
+	// Recheck is set after a chunk's digests differed: the stream compares
+	// rows, not digests, after LastPK up to RowsThrough (nil: the table's end).
+	Recheck     bool
+	RowsThrough *rowliftv1.Row
 	VerifyCounts
 	// Examples are the first differing (or repaired) keys, like
 	// "missing on target: (id=5)".
@@ -63,6 +67,9 @@ const (
 type VerifyChunk struct {
 	LastPK *rowliftv1.Row // nil: the chunk had no rows
 	Done   bool
+	// EndRecheck says the chunk's rows were the last of a recheck
+	// (TableVerify.Recheck): the verify goes on with digests.
+	EndRecheck bool
 	VerifyCounts
 	Examples []string
 }
@@ -180,7 +187,7 @@ func (s *Store) Verify(ctx context.Context, workflow, source string) ([]TableVer
 // verifies returns the verify rows where says, by workflow.
 func (s *Store) verifies(ctx context.Context, where string, args ...any) (map[string][]TableVerify, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, table_name, started_at_us, repair, last_pk, done, rows_compared, missing, extra, different, "+
-		"repaired, examples, finished_at_us, updated_at_us, outcome, COALESCE(message, '') FROM "+Schema+".verify "+where+
+		"repaired, examples, finished_at_us, updated_at_us, outcome, COALESCE(message, ''), recheck, rows_through FROM "+Schema+".verify "+where+
 		" ORDER BY workflow, source, table_name", args...)
 	if err != nil {
 		return nil, err
@@ -190,10 +197,16 @@ func (s *Store) verifies(ctx context.Context, where string, args ...any) (map[st
 	for rows.Next() {
 		var workflow string
 		var v TableVerify
-		var lastPK, examples []byte
+		var lastPK, examples, through []byte
 		if err := rows.Scan(&workflow, &v.Source, &v.Table, &v.StartedAtUS, &v.Repair, &lastPK, &v.Done, &v.RowsCompared, &v.Missing, &v.Extra,
-			&v.Different, &v.Repaired, &examples, &v.FinishedAtUS, &v.UpdatedAtUS, &v.Outcome, &v.Message); err != nil {
+			&v.Different, &v.Repaired, &examples, &v.FinishedAtUS, &v.UpdatedAtUS, &v.Outcome, &v.Message, &v.Recheck, &through); err != nil {
 			return nil, err
+		}
+		if v.Recheck && through != nil {
+			v.RowsThrough = &rowliftv1.Row{}
+			if err := proto.Unmarshal(through, v.RowsThrough); err != nil {
+				return nil, fmt.Errorf("decode verify rows_through of %s.%s: %w", workflow, v.Table, err)
+			}
 		}
 		if lastPK != nil {
 			v.LastPK = &rowliftv1.Row{}
@@ -284,10 +297,39 @@ func SaveVerifyChunk(ctx context.Context, tx Execer, workflow, source string, ow
 	}
 	_, err = tx.ExecContext(ctx, "UPDATE "+Schema+".verify SET last_pk = COALESCE(?, last_pk), done = ?, rows_compared = rows_compared + ?, "+
 		"missing = missing + ?, extra = extra + ?, different = different + ?, repaired = repaired + ?, examples = ?, finished_at_us = ?, "+
-		"updated_at_us = ? WHERE workflow = ? AND source = ? AND table_name = ?", pk, c.Done, c.RowsCompared, c.Missing, c.Extra, c.Different,
-		c.Repaired, examples, finished, now, workflow, source, table)
+		"updated_at_us = ?, recheck = recheck AND NOT ?, rows_through = IF(?, NULL, rows_through) WHERE workflow = ? AND source = ? AND table_name = ?",
+		pk, c.Done, c.RowsCompared, c.Missing, c.Extra, c.Different, c.Repaired, examples, finished, now, c.EndRecheck || c.Done, c.EndRecheck || c.Done,
+		workflow, source, table)
 	if err != nil {
 		return fmt.Errorf("save verify of %s: %w", table, err)
+	}
+	return nil
+}
+
+// SaveVerifyRecheck records that a verify chunk's digests differed: the
+// stream, reopened, compares the rows after the table's last verified key up
+// to through (nil: the table's end) before it goes on with digests. It fails
+// as SaveVerifyChunk does when the stream was taken over or the verify
+// replaced.
+func SaveVerifyRecheck(ctx context.Context, tx Execer, workflow, source string, owner int64, table string, started int64, through *rowliftv1.Row) error {
+	if err := checkOwner(ctx, tx, workflow, source, owner); err != nil {
+		return err
+	}
+	var pk []byte
+	if through != nil {
+		var err error
+		if pk, err = proto.Marshal(through); err != nil {
+			return fmt.Errorf("encode verify rows_through of %s: %w", table, err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, "UPDATE "+Schema+".verify SET recheck = 1, rows_through = ?, updated_at_us = ? "+
+		"WHERE workflow = ? AND source = ? AND table_name = ? AND started_at_us = ? AND outcome = '' AND NOT done",
+		pk, time.Now().UnixMicro(), workflow, source, table, started)
+	if err != nil {
+		return fmt.Errorf("save verify recheck of %s: %w", table, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("save verify recheck of %s: the verify was replaced, cancelled or removed meanwhile: %w", table, ErrNotOwner)
 	}
 	return nil
 }

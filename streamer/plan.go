@@ -128,27 +128,45 @@ func (p *tablePlan) verifying(vp *verify.Plan, repair bool) *tablePlan {
 	return &v
 }
 
-// chunkQuery returns the SELECT of the chunk after lastPK (nil: from the start).
-func (p *tablePlan) chunkQuery(lastPK [][]byte, limit int64) (string, error) {
-	if lastPK != nil && len(lastPK) != len(p.keyIdx) {
-		return "", fmt.Errorf("last PK of %s has %d values, key has %d columns", p.table.Name, len(lastPK), len(p.keyIdx))
-	}
+// chunkQuery returns the SELECT of the chunk after lastPK (nil: from the
+// start) and up to upTo (nil: to the end).
+func (p *tablePlan) chunkQuery(lastPK, upTo [][]byte, limit int64) (string, error) {
 	buf := make([]byte, 0, len(p.selectFrom)+len(p.orderBy)+64)
 	buf = append(buf, p.selectFrom...)
+	buf, err := p.appendRange(buf, lastPK, upTo)
+	if err != nil {
+		return "", err
+	}
+	buf = append(buf, p.orderBy...)
+	buf = append(buf, " LIMIT "...)
+	buf = strconv.AppendInt(buf, limit, 10)
+	return string(buf), nil
+}
+
+// appendRange appends the WHERE clause of the rows after lastPK (nil: from
+// the start) up to upTo (nil: to the end) in the plan's key range.
+func (p *tablePlan) appendRange(buf []byte, lastPK, upTo [][]byte) ([]byte, error) {
+	for _, k := range [][][]byte{lastPK, upTo} {
+		if k != nil && len(k) != len(p.keyIdx) {
+			return nil, fmt.Errorf("key bound of %s has %d values, key has %d columns", p.table.Name, len(k), len(p.keyIdx))
+		}
+	}
 	where := " WHERE "
 	if lastPK != nil {
 		buf = append(buf, where...)
 		buf = p.key.AppendAfter(buf, lastPK)
 		where = " AND "
 	}
+	if upTo != nil {
+		buf = append(buf, where...)
+		buf = p.key.AppendUpTo(buf, upTo)
+		where = " AND "
+	}
 	if p.rangeCond != "" {
 		buf = append(buf, where...)
 		buf = append(buf, p.rangeCond...)
 	}
-	buf = append(buf, p.orderBy...)
-	buf = append(buf, " LIMIT "...)
-	buf = strconv.AppendInt(buf, limit, 10)
-	return string(buf), nil
+	return buf, nil
 }
 
 // keyOf packs the key values of a row (values in streamed column order).
@@ -157,9 +175,7 @@ func (p *tablePlan) keyOf(values [][]byte) *rowliftv1.Row {
 	for i, idx := range p.keyIdx {
 		key[i] = values[idx]
 	}
-	row := &rowliftv1.Row{}
-	rowcodec.Pack(row, key)
-	return row
+	return packKey(key)
 }
 
 // shardFilter keeps the rows of a table whose keyspace ID is in the stream's

@@ -29,7 +29,7 @@ func testTable() *schema.Table {
 func TestChunkQueryFirstChunk(t *testing.T) {
 	p, err := newTablePlan(testTable(), nil, false)
 	require.NoError(t, err)
-	q, err := p.chunkQuery(nil, 1000)
+	q, err := p.chunkQuery(nil, nil, 1000)
 	require.NoError(t, err)
 	require.Equal(t, "SELECT `region`, `id`, `at`, `note` FROM `shop`.`orders` ORDER BY `region`, `id`, `at` LIMIT 1000", q,
 		"generated columns are not streamed")
@@ -38,7 +38,7 @@ func TestChunkQueryFirstChunk(t *testing.T) {
 func TestChunkQueryCompositeKeyAfterLastPK(t *testing.T) {
 	p, err := newTablePlan(testTable(), nil, false)
 	require.NoError(t, err)
-	q, err := p.chunkQuery([][]byte{[]byte("eu'"), []byte("42"), []byte("2024-01-02 03:04:05")}, 500)
+	q, err := p.chunkQuery([][]byte{[]byte("eu'"), []byte("42"), []byte("2024-01-02 03:04:05")}, nil, 500)
 	require.NoError(t, err)
 	require.Equal(t, "SELECT `region`, `id`, `at`, `note` FROM `shop`.`orders` WHERE `region` >= _utf8mb4 X'657527' AND "+
 		"(`region` > _utf8mb4 X'657527' OR (`region` = _utf8mb4 X'657527' AND "+
@@ -50,7 +50,7 @@ func TestChunkQuerySingleKey(t *testing.T) {
 	tbl := &schema.Table{Database: "d", Name: "t", Columns: []schema.Column{{Name: "id", DataType: "int"}, {Name: "v", DataType: "blob"}}, Key: []string{"id"}}
 	p, err := newTablePlan(tbl, nil, false)
 	require.NoError(t, err)
-	q, err := p.chunkQuery([][]byte{[]byte("-7")}, 10)
+	q, err := p.chunkQuery([][]byte{[]byte("-7")}, nil, 10)
 	require.NoError(t, err)
 	require.Equal(t, "SELECT `id`, `v` FROM `d`.`t` WHERE `id` >= -7 AND (`id` > -7) ORDER BY `id` LIMIT 10", q)
 }
@@ -58,7 +58,7 @@ func TestChunkQuerySingleKey(t *testing.T) {
 func TestChunkQueryWrongKeyWidth(t *testing.T) {
 	p, err := newTablePlan(testTable(), nil, false)
 	require.NoError(t, err)
-	_, err = p.chunkQuery([][]byte{[]byte("x")}, 10)
+	_, err = p.chunkQuery([][]byte{[]byte("x")}, nil, 10)
 	require.ErrorContains(t, err, "has 1 values, key has 3 columns")
 }
 
@@ -80,7 +80,7 @@ func TestChunkQuerySelectsFloatAndYearExactly(t *testing.T) {
 		{Name: "id", DataType: "int"}, {Name: "f", DataType: "float"}, {Name: "y", DataType: "year"}, {Name: "d", DataType: "double"}}}
 	p, err := newTablePlan(tbl, nil, false)
 	require.NoError(t, err)
-	q, err := p.chunkQuery(nil, 5)
+	q, err := p.chunkQuery(nil, nil, 5)
 	require.NoError(t, err)
 	require.Equal(t, "SELECT `id`, CAST(`f` AS DOUBLE), CAST(`y` AS CHAR), `d` FROM `d`.`t` ORDER BY `id` LIMIT 5", q,
 		"FLOAT text has 6 digits and the driver turns YEAR 0000 into 0: both are selected in exact forms")
@@ -96,7 +96,7 @@ func TestVerifyChunkQuery(t *testing.T) {
 	hash := "SHA2(CONCAT_WS(',', IFNULL(LENGTH(`v`), 'n'), CAST(`v` AS BINARY), IFNULL(`id`, 'n'), IFNULL(CAST(`f` AS DOUBLE), 'n')), 256)"
 
 	v := p.verifying(vp, false)
-	q, err := v.chunkQuery([][]byte{[]byte("7")}, 100)
+	q, err := v.chunkQuery([][]byte{[]byte("7")}, nil, 100)
 	require.NoError(t, err)
 	require.Equal(t, "SELECT CONCAT(`id`), "+hash+", `id` FROM `d`.`t` WHERE `id` >= 7 AND (`id` > 7) ORDER BY `id` LIMIT 100", q,
 		"the key's sort form and the row hash, then the key as the copy selects it")
@@ -106,7 +106,7 @@ func TestVerifyChunkQuery(t *testing.T) {
 	require.Equal(t, [][]byte{[]byte("7")}, vals, "the last key is the copy's form, after the verify columns")
 
 	v = p.verifying(vp, true)
-	q, err = v.chunkQuery(nil, 100)
+	q, err = v.chunkQuery(nil, nil, 100)
 	require.NoError(t, err)
 	require.Equal(t, "SELECT CONCAT(`id`), "+hash+", `v`, `id`, CAST(`f` AS DOUBLE) FROM `d`.`t` ORDER BY `id` LIMIT 100", q,
 		"with repair, the whole streamed row follows")

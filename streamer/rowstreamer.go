@@ -41,6 +41,13 @@ type rowStreamer struct {
 	gate *copyGate
 	// verify marks the chunks as a verify's (plan is then the verifying one).
 	verify bool
+	// digest, in a verify, sums each chunk up on the source instead of
+	// sending its rows (nil: the chunks send row hashes).
+	digest *digestPlan
+	// rechecking, in a verify, sends the rows (row hashes) of the chunks up to
+	// recheckTo (nil: to the table's end), whose digests differed.
+	rechecking bool
+	recheckTo  [][]byte
 	// shared is the stream's chunk group when the plan has a key range (nil:
 	// the chunks are read and streamed by this stream alone).
 	shared *chunkMember
@@ -104,6 +111,9 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 	if err := r.sink.request(ctx, r.plan.table.Name); err != nil {
 		return false, err
 	}
+	if r.digest != nil && !r.rechecking {
+		return r.digestChunk(ctx)
+	}
 	if r.plan.filter == nil || r.plan.rangeCond != "" {
 		return r.stream(ctx) // every row the SELECT returns is in range
 	}
@@ -162,6 +172,15 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 		part.LastPk = r.plan.keyOf(lastRow(part.PackedRows[last:]))
 		r.lastPK = rowKey(part.LastPk)
 	}
+	if r.rechecking && done {
+		// The rows whose digests differed are sent: the verify goes on with
+		// digests after them.
+		r.rechecking = false
+		if r.recheckTo != nil {
+			part.LastPk = packKey(r.recheckTo)
+			r.lastPK, done = r.recheckTo, false
+		}
+	}
 	part.TableDone = done
 	testhook.Delay(ctx, testhook.ChunkEmit)
 	return done, r.sendPart(ctx, part, true)
@@ -176,7 +195,11 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) (int, error)) (n int64, more bool, err error) {
 	testhook.Delay(ctx, testhook.ChunkRead)
 	limit := r.sizer.limit()
-	q, err := r.plan.chunkQuery(r.lastPK, limit)
+	var upTo [][]byte
+	if r.rechecking {
+		upTo = r.recheckTo
+	}
+	q, err := r.plan.chunkQuery(r.lastPK, upTo, limit)
 	if err != nil {
 		return 0, false, err
 	}
@@ -401,6 +424,13 @@ func lastRow(block []byte) [][]byte {
 	rows := rowcodec.ReadRows(block)
 	rows.Next()
 	return rows.Values()
+}
+
+// packKey packs key values as a chunk's last_pk.
+func packKey(key [][]byte) *rowliftv1.Row {
+	row := &rowliftv1.Row{}
+	rowcodec.Pack(row, key)
+	return row
 }
 
 // rowKey unpacks a row this package packed, which is always well-formed.

@@ -38,7 +38,7 @@ func sourceWithRows(t *testing.T, n int) (*sql.DB, *tablePlan) {
 
 func TestChunkQueryUsesKeyRange(t *testing.T) {
 	db, p := sourceWithRows(t, 2000)
-	q, err := p.chunkQuery([][]byte{[]byte("B"), []byte("700")}, 100)
+	q, err := p.chunkQuery([][]byte{[]byte("B"), []byte("700")}, nil, 100)
 	require.NoError(t, err)
 	var id, selectType, table, typ, key, rows, extra sql.NullString
 	var possible, keyLen, ref sql.NullString

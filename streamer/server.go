@@ -282,7 +282,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	})
 	g.Go(func() error {
 		fences := &fenceStats{}
-		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate, newFencers(flavor, s.db, req.GetDatabase(), fences)); err != nil {
+		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate, flavor, newFencers(flavor, s.db, req.GetDatabase(), fences)); err != nil {
 			return err
 		}
 		log.Info("copy and verify finished", fences.fields()...)
@@ -295,7 +295,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 // verify chunks for every copied table the workflow verifies, at most
 // ParallelTables at once, each on its own source connection.
 func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, plans []*tablePlan, opts *rowliftv1.StreamOptions,
-	sink chunkSink, start position, gate *copyGate, fencers func() fencer) error {
+	sink chunkSink, start position, gate *copyGate, flavor dbconn.Flavor, fencers func() fencer) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(opts.ParallelTables))
 	spanAttrs := []attribute.KeyValue{tracing.Workflow.String(req.GetWorkflow()), tracing.SourceAddress.String(s.cfg.Addr)}
@@ -349,6 +349,19 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 					return status.Errorf(codes.FailedPrecondition, "verify %s: %v", t.GetName(), err)
 				}
 				r.plan = plan.verifying(vp, t.GetVerify().GetRepair())
+				if plan.filter == nil {
+					// A reshard's chunks are filtered by key range row by row
+					// (on the target too): they send row hashes.
+					r.digest = newDigestPlan(plan, vp, flavor, opts.ChunkRows)
+				}
+				if through := t.GetVerify().GetRowsThrough(); through != nil {
+					r.rechecking = true
+					if len(through.GetLengths()) > 0 {
+						if r.recheckTo, err = rowcodec.Values(nil, through); err != nil {
+							return status.Errorf(codes.InvalidArgument, "verify %s: rows_through: %v", t.GetName(), err)
+						}
+					}
+				}
 				return verifyFailed(req.GetDatabase(), t.GetName(), r.run(ctx))
 			}
 			return r.run(ctx)

@@ -9,8 +9,10 @@ import (
 // on (StreamRequest.protocol, StreamResponse.protocol): 1 packs a chunk's rows
 // into one byte string (AppendRow), where 0 sent a Row message per row; 2
 // sends MySQL JSON as typed values (package mysqljson), which an applier of
-// 1 would write as text, and verify chunks hash a row with one SHA-256.
-const StreamProtocol = 2
+// 1 would write as text, and verify chunks hash a row with one SHA-256; 3
+// sums verify chunks up (Chunk.digest), which an applier of 2 would take
+// for empty chunks.
+const StreamProtocol = 3
 
 // AppendRow appends a row of values (nil for NULL) to a block of packed rows:
 // a uvarint count of values, then per value a uvarint of its length plus one

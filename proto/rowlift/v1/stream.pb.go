@@ -568,7 +568,12 @@ type VerifyProgress struct {
 	Done bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
 	// Verify chunks carry the full source rows too, so the applier can rewrite
 	// rows that differ (VerifyRequest.repair).
-	Repair        bool `protobuf:"varint,3,opt,name=repair,proto3" json:"repair,omitempty"`
+	Repair bool `protobuf:"varint,3,opt,name=repair,proto3" json:"repair,omitempty"`
+	// Set after a chunk's digests differed: the verify compares rows, not
+	// digests, from last_pk up to and including this key, so that it names the
+	// keys that differ (and repairs them); a Row with no values means up to
+	// the table's end.
+	RowsThrough   *Row `protobuf:"bytes,4,opt,name=rows_through,json=rowsThrough,proto3" json:"rows_through,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -622,6 +627,13 @@ func (x *VerifyProgress) GetRepair() bool {
 		return x.Repair
 	}
 	return false
+}
+
+func (x *VerifyProgress) GetRowsThrough() *Row {
+	if x != nil {
+		return x.RowsThrough
+	}
+	return nil
 }
 
 // VerifyFailure is the detail of a Stream error that ends one table's verify
@@ -1573,7 +1585,11 @@ type Chunk struct {
 	// the chunk, set only when that span is sampled: the stream is one long RPC,
 	// so the applier parents its span of the chunk with this, not the RPC's.
 	// Empty when tracing is off.
-	TraceContext  map[string]string `protobuf:"bytes,10,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,10,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set on a verify chunk that sums its key range up instead of listing its
+	// rows: after the verify's last key (or the table's start) up to last_pk,
+	// or to the table's end when table_done. packed_rows is empty.
+	Digest        *VerifyDigest `protobuf:"bytes,11,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1671,6 +1687,69 @@ func (x *Chunk) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *Chunk) GetDigest() *VerifyDigest {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+// VerifyDigest is internal/verify.Digest: a key range's rows at the chunk's
+// fence, summed up.
+type VerifyDigest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rows  int64                  `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	// The XOR of the first 128 bits of every row's SHA-256 row hash (16 bytes;
+	// empty when rows is 0).
+	Sum           []byte `protobuf:"bytes,2,opt,name=sum,proto3" json:"sum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyDigest) Reset() {
+	*x = VerifyDigest{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyDigest) ProtoMessage() {}
+
+func (x *VerifyDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyDigest.ProtoReflect.Descriptor instead.
+func (*VerifyDigest) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *VerifyDigest) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *VerifyDigest) GetSum() []byte {
+	if x != nil {
+		return x.Sum
+	}
+	return nil
+}
+
 // RowChange is one row of a binlog row event. Inserts have only after, deletes only
 // before, updates both.
 type RowChange struct {
@@ -1683,7 +1762,7 @@ type RowChange struct {
 
 func (x *RowChange) Reset() {
 	*x = RowChange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1774,7 @@ func (x *RowChange) String() string {
 func (*RowChange) ProtoMessage() {}
 
 func (x *RowChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1787,7 @@ func (x *RowChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowChange.ProtoReflect.Descriptor instead.
 func (*RowChange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RowChange) GetBefore() *Row {
@@ -1736,7 +1815,7 @@ type RowEvent struct {
 
 func (x *RowEvent) Reset() {
 	*x = RowEvent{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1827,7 @@ func (x *RowEvent) String() string {
 func (*RowEvent) ProtoMessage() {}
 
 func (x *RowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1840,7 @@ func (x *RowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowEvent.ProtoReflect.Descriptor instead.
 func (*RowEvent) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RowEvent) GetTable() string {
@@ -1794,7 +1873,7 @@ type Transaction struct {
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1885,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1898,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Transaction) GetGtid() string {
@@ -1874,7 +1953,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +1965,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +1978,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{24}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Heartbeat) GetPosition() *Position {
@@ -1952,7 +2031,7 @@ type DDL struct {
 
 func (x *DDL) Reset() {
 	*x = DDL{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2043,7 @@ func (x *DDL) String() string {
 func (*DDL) ProtoMessage() {}
 
 func (x *DDL) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2056,7 @@ func (x *DDL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DDL.ProtoReflect.Descriptor instead.
 func (*DDL) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{25}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DDL) GetGtid() string {
@@ -2065,11 +2144,12 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x04copy\x18\x04 \x01(\v2\x18.rowlift.v1.CopyProgressR\x04copy\x122\n" +
 	"\x06verify\x18\x05 \x01(\v2\x1a.rowlift.v1.VerifyProgressR\x06verify\x12+\n" +
 	"\x11sharding_function\x18\x06 \x01(\tR\x10shardingFunction\x12\x1c\n" +
-	"\treference\x18\a \x01(\bR\treference\"f\n" +
+	"\treference\x18\a \x01(\bR\treference\"\x9a\x01\n" +
 	"\x0eVerifyProgress\x12(\n" +
 	"\alast_pk\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x16\n" +
-	"\x06repair\x18\x03 \x01(\bR\x06repair\"?\n" +
+	"\x06repair\x18\x03 \x01(\bR\x06repair\x122\n" +
+	"\frows_through\x18\x04 \x01(\v2\x0f.rowlift.v1.RowR\vrowsThrough\"?\n" +
 	"\rVerifyFailure\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"L\n" +
@@ -2133,7 +2213,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\n" +
 	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
 	"\fcreate_table\x18\x04 \x01(\fR\vcreateTable\x12#\n" +
-	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xa3\x03\n" +
+	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xd5\x03\n" +
 	"\x05Chunk\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x1f\n" +
 	"\vpacked_rows\x18\b \x01(\fR\n" +
@@ -2146,10 +2226,14 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\rfence_time_us\x18\x06 \x01(\x03R\vfenceTimeUs\x12\x16\n" +
 	"\x06verify\x18\a \x01(\bR\x06verify\x12H\n" +
 	"\rtrace_context\x18\n" +
-	" \x03(\v2#.rowlift.v1.Chunk.TraceContextEntryR\ftraceContext\x1a?\n" +
+	" \x03(\v2#.rowlift.v1.Chunk.TraceContextEntryR\ftraceContext\x120\n" +
+	"\x06digest\x18\v \x01(\v2\x18.rowlift.v1.VerifyDigestR\x06digest\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x02\x10\x03R\x04rows\"[\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x02\x10\x03R\x04rows\"4\n" +
+	"\fVerifyDigest\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\x03R\x04rows\x12\x10\n" +
+	"\x03sum\x18\x02 \x01(\fR\x03sum\"[\n" +
 	"\tRowChange\x12'\n" +
 	"\x06before\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06before\x12%\n" +
 	"\x05after\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x05after\"Q\n" +
@@ -2201,7 +2285,7 @@ func file_rowlift_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_rowlift_v1_stream_proto_goTypes = []any{
 	(FreezeMode)(0),             // 0: rowlift.v1.FreezeMode
 	(*CheckFreezeResponse)(nil), // 1: rowlift.v1.CheckFreezeResponse
@@ -2225,12 +2309,13 @@ var file_rowlift_v1_stream_proto_goTypes = []any{
 	(*Field)(nil),               // 19: rowlift.v1.Field
 	(*TableFields)(nil),         // 20: rowlift.v1.TableFields
 	(*Chunk)(nil),               // 21: rowlift.v1.Chunk
-	(*RowChange)(nil),           // 22: rowlift.v1.RowChange
-	(*RowEvent)(nil),            // 23: rowlift.v1.RowEvent
-	(*Transaction)(nil),         // 24: rowlift.v1.Transaction
-	(*Heartbeat)(nil),           // 25: rowlift.v1.Heartbeat
-	(*DDL)(nil),                 // 26: rowlift.v1.DDL
-	nil,                         // 27: rowlift.v1.Chunk.TraceContextEntry
+	(*VerifyDigest)(nil),        // 22: rowlift.v1.VerifyDigest
+	(*RowChange)(nil),           // 23: rowlift.v1.RowChange
+	(*RowEvent)(nil),            // 24: rowlift.v1.RowEvent
+	(*Transaction)(nil),         // 25: rowlift.v1.Transaction
+	(*Heartbeat)(nil),           // 26: rowlift.v1.Heartbeat
+	(*DDL)(nil),                 // 27: rowlift.v1.DDL
+	nil,                         // 28: rowlift.v1.Chunk.TraceContextEntry
 }
 var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: rowlift.v1.FreezeRequest.mode:type_name -> rowlift.v1.FreezeMode
@@ -2242,43 +2327,45 @@ var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	10, // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
 	8,  // 7: rowlift.v1.TableRequest.verify:type_name -> rowlift.v1.VerifyProgress
 	18, // 8: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
-	18, // 9: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
-	12, // 10: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
-	20, // 11: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
-	17, // 12: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
-	20, // 13: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
-	21, // 14: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
-	24, // 15: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
-	25, // 16: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
-	26, // 17: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
-	19, // 18: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
-	13, // 19: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	18, // 20: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	27, // 21: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
-	18, // 22: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	18, // 23: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	22, // 24: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	13, // 25: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	23, // 26: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	13, // 27: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	13, // 28: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
-	6,  // 29: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
-	6,  // 30: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
-	4,  // 31: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
-	2,  // 32: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
-	2,  // 33: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
-	2,  // 34: rowlift.v1.Streamer.CheckFreeze:input_type -> rowlift.v1.FreezeRequest
-	16, // 35: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	15, // 36: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
-	5,  // 37: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
-	3,  // 38: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
-	3,  // 39: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
-	1,  // 40: rowlift.v1.Streamer.CheckFreeze:output_type -> rowlift.v1.CheckFreezeResponse
-	35, // [35:41] is the sub-list for method output_type
-	29, // [29:35] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	18, // 9: rowlift.v1.VerifyProgress.rows_through:type_name -> rowlift.v1.Row
+	18, // 10: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
+	12, // 11: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
+	20, // 12: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
+	17, // 13: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
+	20, // 14: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
+	21, // 15: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
+	25, // 16: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
+	26, // 17: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
+	27, // 18: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
+	19, // 19: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
+	13, // 20: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
+	18, // 21: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	28, // 22: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
+	22, // 23: rowlift.v1.Chunk.digest:type_name -> rowlift.v1.VerifyDigest
+	18, // 24: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	18, // 25: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	23, // 26: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	13, // 27: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	24, // 28: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	13, // 29: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	13, // 30: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	6,  // 31: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
+	6,  // 32: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
+	4,  // 33: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
+	2,  // 34: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
+	2,  // 35: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
+	2,  // 36: rowlift.v1.Streamer.CheckFreeze:input_type -> rowlift.v1.FreezeRequest
+	16, // 37: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	15, // 38: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	5,  // 39: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
+	3,  // 40: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
+	3,  // 41: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
+	1,  // 42: rowlift.v1.Streamer.CheckFreeze:output_type -> rowlift.v1.CheckFreezeResponse
+	37, // [37:43] is the sub-list for method output_type
+	31, // [31:37] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_stream_proto_init() }
@@ -2299,7 +2386,7 @@ func file_rowlift_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_stream_proto_rawDesc), len(file_rowlift_v1_stream_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

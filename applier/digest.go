@@ -22,16 +22,18 @@ func (v *verifier) startDigest(ctx context.Context, c *rowliftv1.Chunk) error {
 	if err := v.wait(); err != nil {
 		return err
 	}
-	buf := []byte("SELECT " + v.plan.DigestColumns(v.flavor))
+	// The source chose the width; the target sums up as many bytes.
+	sum := c.GetDigest().GetSum()
+	source := verify.Digest{Rows: c.GetDigest().GetRows(), Bytes: len(sum)}
+	if source.Bytes != 8 && source.Bytes != 16 {
+		return permanent("verify %s: the source's digest has %d bytes, want 8 or 16", v.t.name, source.Bytes)
+	}
+	copy(source.Sum[:], sum)
+	buf := []byte("SELECT " + v.plan.DigestColumns(v.flavor, source.Bytes))
 	buf, err := v.appendRange(buf, c)
 	if err != nil {
 		return err
 	}
-	source := verify.Digest{Rows: c.GetDigest().GetRows()}
-	if sum := c.GetDigest().GetSum(); source.Rows > 0 && len(sum) != len(source.Sum) || source.Rows == 0 && len(sum) > 0 {
-		return permanent("verify %s: the source's digest has %d bytes for %d rows", v.t.name, len(sum), source.Rows)
-	}
-	copy(source.Sum[:], c.GetDigest().GetSum())
 	// The span is the target's hold: the apply waits for the snapshot only.
 	span := v.play.startSpan(ctx, "rowlift.applier.verify_chunk", c.GetTraceContext(), v.t.name)
 	conn, err := v.snapshot(ctx)
@@ -76,7 +78,7 @@ func (v *verifier) snapshot(ctx context.Context) (*sql.Conn, error) {
 func (v *verifier) finishDigest(ctx context.Context, conn *sql.Conn, query string, c *rowliftv1.Chunk, source verify.Digest) (err error) {
 	span := v.play.startSpan(ctx, "rowlift.applier.verify_digest", c.GetTraceContext(), v.t.name)
 	defer func() { tracing.End(span, err, source.Rows, 0) }()
-	target, err := verify.QueryDigest(ctx, conn, v.flavor, query)
+	target, err := verify.QueryDigest(ctx, conn, v.flavor, source.Bytes, query)
 	if _, cerr := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
 		err = cerr
 	}

@@ -34,6 +34,7 @@ const (
 // query's select list and the key as the copy selects it (last_pk).
 type digestPlan struct {
 	flavor  dbconn.Flavor
+	width   int    // verify.DigestBytes
 	columns string // verify.Plan.DigestColumns
 	keys    string // the key columns as the copy selects them, for the chunk's bound
 	from    string
@@ -49,7 +50,8 @@ func newDigestPlan(p *tablePlan, vp *verify.Plan, flavor dbconn.Flavor, maxRows 
 	for i, idx := range p.keyIdx {
 		keys[i] = p.exprs[idx]
 	}
-	return &digestPlan{flavor: flavor, columns: vp.DigestColumns(flavor), keys: strings.Join(keys, ", "),
+	width := verify.DigestBytes(flavor)
+	return &digestPlan{flavor: flavor, width: width, columns: vp.DigestColumns(flavor, width), keys: strings.Join(keys, ", "),
 		from: " FROM " + rowcodec.QualifiedIdent(p.table.Database, p.table.Name), order: p.orderBy,
 		rows: max(1, min(digestFirstRows, maxRows)), maxRows: max(1, maxRows)}
 }
@@ -96,17 +98,14 @@ func (r *rowStreamer) digestChunk(ctx context.Context) (done bool, err error) {
 		return false, err
 	}
 	start := time.Now()
-	d, err := verify.QueryDigest(ctx, r.conn, r.digest.flavor, string(buf))
+	d, err := verify.QueryDigest(ctx, r.conn, r.digest.flavor, r.digest.width, string(buf))
 	if err != nil {
 		return false, grants.Refused(ctx, r.conn, "source", err, selectGrant(r.plan.table.Database, r.plan.table.Name))
 	}
 	r.digest.observe(d.Rows, time.Since(start))
 	part := r.newPart(fence, fenceTime)
 	part.PackedRows = nil
-	part.Digest = &rowliftv1.VerifyDigest{Rows: d.Rows}
-	if d.Rows > 0 {
-		part.Digest.Sum = d.Sum[:]
-	}
+	part.Digest = &rowliftv1.VerifyDigest{Rows: d.Rows, Sum: d.Sum[:d.Bytes]}
 	if upTo != nil {
 		part.LastPk = packKey(upTo)
 		r.lastPK = upTo

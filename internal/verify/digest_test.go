@@ -30,30 +30,30 @@ var digestTable = []string{
 }
 
 // digestOf is the Digest of the rows of table with lo < id <= hi on db.
-func digestOf(t *testing.T, db *sql.DB, flavor dbconn.Flavor, p *Plan, table string, lo, hi int) Digest {
+func digestOf(t *testing.T, db *sql.DB, flavor dbconn.Flavor, width int, p *Plan, table string, lo, hi int) Digest {
 	t.Helper()
 	conn, err := db.Conn(t.Context())
 	require.NoError(t, err)
 	defer conn.Close()
-	d, err := QueryDigest(t.Context(), conn, flavor, fmt.Sprintf("SELECT %s FROM %s WHERE id > %d AND id <= %d", p.DigestColumns(flavor), table, lo, hi))
+	d, err := QueryDigest(t.Context(), conn, flavor, width, fmt.Sprintf("SELECT %s FROM %s WHERE id > %d AND id <= %d", p.DigestColumns(flavor, width), table, lo, hi))
 	require.NoError(t, err)
 	return d
 }
 
 // digestByRows is the same digest computed here from the rows' hashes.
-func digestByRows(t *testing.T, db *sql.DB, p *Plan, lo, hi int) Digest {
+func digestByRows(t *testing.T, db *sql.DB, width int, p *Plan, lo, hi int) Digest {
 	t.Helper()
 	rows, err := db.Query("SELECT "+p.selects[len(p.selects)-1]+" FROM d.t WHERE id > ? AND id <= ?", lo, hi)
 	require.NoError(t, err)
 	defer rows.Close()
-	var d Digest
+	d := Digest{Bytes: width}
 	for rows.Next() {
 		var h string
 		require.NoError(t, rows.Scan(&h))
 		sum, err := hex.DecodeString(h)
 		require.NoError(t, err)
 		require.Len(t, sum, sha256.Size)
-		for i := range d.Sum {
+		for i := range width {
 			d.Sum[i] ^= sum[i]
 		}
 		d.Rows++
@@ -63,9 +63,10 @@ func digestByRows(t *testing.T, db *sql.DB, p *Plan, lo, hi int) Digest {
 }
 
 // TestDigestIsTheSameOnBothFlavors: each flavor sums a range up in its own
-// SQL (MySQL one binary BIT_XOR, MariaDB two 64-bit ones), and both give the
-// XOR of the first 128 bits of the rows' SHA-256, so a MariaDB source and a
-// MySQL target compare digests; an empty range is the zero digest on both.
+// SQL (MySQL one binary BIT_XOR, MariaDB one 64-bit one per 8 bytes), and
+// both give the XOR of the first 8 or 16 bytes of the rows' SHA-256, so
+// sources and targets of either flavor compare digests of either width; an
+// empty range is the zero digest on both.
 func TestDigestIsTheSameOnBothFlavors(t *testing.T) {
 	t.Parallel()
 	dbs := map[dbconn.Flavor]*sql.DB{}
@@ -74,19 +75,21 @@ func TestDigestIsTheSameOnBothFlavors(t *testing.T) {
 		sandboxtest.Exec(t, db, digestTable...)
 		dbs[dbconn.Flavor(f)] = db
 	}
-	for _, r := range [][2]int{{0, 5}, {1, 3}, {4, 4}, {0, 1}} {
-		var got []Digest
-		for flavor, db := range dbs {
-			tbl, err := schema.Load(context.Background(), db, "d", "t")
-			require.NoError(t, err)
-			p, err := NewPlan(context.Background(), db, tbl, nil, false)
-			require.NoError(t, err)
-			d := digestOf(t, db, flavor, p, "d.t", r[0], r[1])
-			require.Equal(t, digestByRows(t, db, p, r[0], r[1]), d, "%s, rows %d < id <= %d", flavor, r[0], r[1])
-			got = append(got, d)
+	for _, width := range []int{8, 16} {
+		for _, r := range [][2]int{{0, 5}, {1, 3}, {4, 4}, {0, 1}} {
+			var got []Digest
+			for flavor, db := range dbs {
+				tbl, err := schema.Load(context.Background(), db, "d", "t")
+				require.NoError(t, err)
+				p, err := NewPlan(context.Background(), db, tbl, nil, false)
+				require.NoError(t, err)
+				d := digestOf(t, db, flavor, width, p, "d.t", r[0], r[1])
+				require.Equal(t, digestByRows(t, db, width, p, r[0], r[1]), d, "%s, %d bytes, rows %d < id <= %d", flavor, width, r[0], r[1])
+				got = append(got, d)
+			}
+			require.Equal(t, got[0], got[1], "%d bytes, rows %d < id <= %d", width, r[0], r[1])
+			require.EqualValues(t, r[1]-r[0], got[0].Rows)
 		}
-		require.Equal(t, got[0], got[1], "rows %d < id <= %d", r[0], r[1])
-		require.EqualValues(t, r[1]-r[0], got[0].Rows)
 	}
 }
 
@@ -109,10 +112,11 @@ func TestDigestSeesWhatCRC32Misses(t *testing.T) {
 			return n, x
 		}
 		n, x := crc()
-		before := digestOf(t, db, flavor, p, "d.s", 0, 3)
+		width := DigestBytes(flavor)
+		before := digestOf(t, db, flavor, width, p, "d.s", 0, 3)
 		sandboxtest.Exec(t, db, "UPDATE d.s SET v = IF(id = 1, 'bbbbbb', 'aaaaaa') WHERE id IN (1, 2)")
 		n2, x2 := crc()
 		require.Equal(t, [2]uint64{uint64(n), x}, [2]uint64{uint64(n2), x2}, "the swap must collide under BIT_XOR(CRC32)")
-		require.NotEqual(t, before, digestOf(t, db, flavor, p, "d.s", 0, 3))
+		require.NotEqual(t, before, digestOf(t, db, flavor, width, p, "d.s", 0, 3))
 	})
 }

@@ -1699,8 +1699,9 @@ func (x *Chunk) GetDigest() *VerifyDigest {
 type VerifyDigest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Rows  int64                  `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
-	// The XOR of the first 128 bits of every row's SHA-256 row hash (16 bytes;
-	// empty when rows is 0).
+	// The XOR of the first 8 or 16 bytes of every row's SHA-256 row hash, as
+	// many as the source chose (internal/verify.DigestBytes); zeros when rows
+	// is 0. The target sums up as many.
 	Sum           []byte `protobuf:"bytes,2,opt,name=sum,proto3" json:"sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

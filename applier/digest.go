@@ -12,45 +12,86 @@ import (
 	"github.com/rowlift/rowlift/state"
 )
 
+// digestQueue is how many chunks' target snapshots may wait for the check
+// of the chunk before them: each holds a read view open on the target, so
+// the queue is short; once it is full the apply waits, and that wait counts
+// in the chunk's hold.
+const digestQueue = 2
+
+// digestJob is a digest chunk whose target snapshot is open, waiting for
+// its check.
+type digestJob struct {
+	conn   *sql.Conn
+	query  string
+	chunk  *rowliftv1.Chunk
+	source verify.Digest
+}
+
 // startDigest checks a verify chunk that sums its range up, exactly at its
-// fence: all the apply waits for is a snapshot of the target opened there.
-// The target's digest of the range is then read in that snapshot beside the
-// stream, and recorded (or, when it differs from the source's, turned into a
-// recheck of the range's rows, which ends the stream) before the table's
-// next chunk is checked, so chunks are recorded in key order.
-func (v *verifier) startDigest(ctx context.Context, c *rowliftv1.Chunk) error {
-	if err := v.wait(); err != nil {
-		return err
-	}
+// fence: all the apply waits for is a snapshot of the target opened there
+// (and, when the checks fall behind, room in their queue). The target's
+// digest of the range is read in that snapshot beside the stream by the
+// table's check worker, which records the chunks in key order, or turns a
+// chunk whose digests differ into a recheck of its rows and ends the
+// stream.
+func (v *verifier) startDigest(ctx context.Context, c *rowliftv1.Chunk) (err error) {
 	// The source chose the width; the target sums up as many bytes.
 	sum := c.GetDigest().GetSum()
-	source := verify.Digest{Rows: c.GetDigest().GetRows(), Bytes: len(sum)}
-	if source.Bytes != 8 && source.Bytes != 16 {
-		return permanent("verify %s: the source's digest has %d bytes, want 8 or 16", v.t.name, source.Bytes)
+	job := digestJob{chunk: c, source: verify.Digest{Rows: c.GetDigest().GetRows(), Bytes: len(sum)}}
+	if job.source.Bytes != 8 && job.source.Bytes != 16 {
+		return permanent("verify %s: the source's digest has %d bytes, want 8 or 16", v.t.name, job.source.Bytes)
 	}
-	copy(source.Sum[:], sum)
-	buf := []byte("SELECT " + v.plan.DigestColumns(v.flavor, source.Bytes))
-	buf, err := v.appendRange(buf, c)
-	if err != nil {
+	copy(job.source.Sum[:], sum)
+	buf := []byte("SELECT " + v.plan.DigestColumns(v.flavor, job.source.Bytes))
+	if buf, err = v.appendRange(buf, c); err != nil {
 		return err
 	}
-	// The span is the target's hold: the apply waits for the snapshot only.
-	span := v.play.startSpan(ctx, "rowlift.applier.verify_chunk", c.GetTraceContext(), v.t.name)
-	conn, err := v.snapshot(ctx)
-	tracing.End(span, err, source.Rows, 0)
-	if err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	v.pending = done
-	go func() {
-		err := v.finishDigest(ctx, conn, string(buf), c, source)
-		if err != nil {
-			v.fail(err)
+	job.query = string(buf)
+	// The next chunk's range starts after this one's, whether or not its
+	// check has ended: a chunk whose digests differ ends the stream.
+	if c.GetLastPk() != nil {
+		if v.lower, err = rowcodec.Values(nil, c.GetLastPk()); err != nil {
+			return permanent("verify %s: chunk's last key: %v", v.t.name, err)
 		}
-		done <- err
-	}()
-	return nil
+	}
+	span := v.play.startSpan(ctx, "rowlift.applier.verify_chunk", c.GetTraceContext(), v.t.name)
+	defer func() { tracing.End(span, err, job.source.Rows, 0) }()
+	if job.conn, err = v.snapshot(ctx); err != nil {
+		return err
+	}
+	if v.jobs == nil {
+		v.jobs, v.checked = make(chan digestJob, digestQueue), make(chan error, 1)
+		go v.checkDigests(ctx, v.jobs, v.checked)
+	}
+	select {
+	case v.jobs <- job:
+		return nil
+	case err := <-v.checked: // the worker failed: it closes what is queued and ends
+		job.conn.Close()
+		close(v.jobs)
+		v.jobs, v.checked = nil, nil
+		return err
+	}
+}
+
+// checkDigests checks the queued chunks in order until jobs is closed or a
+// check fails (or asks for a recheck), then sends its error to checked and
+// ends the stream with it.
+func (v *verifier) checkDigests(ctx context.Context, jobs <-chan digestJob, checked chan<- error) {
+	var err error
+	for job := range jobs {
+		if err != nil {
+			job.conn.Close()
+			continue
+		}
+		if err = v.finishDigest(ctx, job); err != nil {
+			v.fail(err)
+			checked <- err
+		}
+	}
+	if err == nil {
+		checked <- nil
+	}
 }
 
 // snapshot opens a connection with a consistent snapshot of the target as
@@ -72,17 +113,18 @@ func (v *verifier) snapshot(ctx context.Context) (*sql.Conn, error) {
 	return conn, nil
 }
 
-// finishDigest reads the target's digest of the chunk's range in the
-// snapshot conn holds, compares it with the source's, and records the
+// finishDigest reads the target's digest of a chunk's range in the
+// snapshot the job holds, compares it with the source's, and records the
 // chunk as compared or its range as to recheck (*verifyRecheck).
-func (v *verifier) finishDigest(ctx context.Context, conn *sql.Conn, query string, c *rowliftv1.Chunk, source verify.Digest) (err error) {
+func (v *verifier) finishDigest(ctx context.Context, job digestJob) (err error) {
+	c, source := job.chunk, job.source
 	span := v.play.startSpan(ctx, "rowlift.applier.verify_digest", c.GetTraceContext(), v.t.name)
 	defer func() { tracing.End(span, err, source.Rows, 0) }()
-	target, err := verify.QueryDigest(ctx, conn, v.flavor, source.Bytes, query)
-	if _, cerr := conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
+	target, err := verify.QueryDigest(ctx, job.conn, v.flavor, source.Bytes, job.query)
+	if _, cerr := job.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
 		err = cerr
 	}
-	conn.Close()
+	job.conn.Close()
 	if err != nil {
 		return fmt.Errorf("verify %s: target: %w", v.t.name, err)
 	}
@@ -112,23 +154,21 @@ func (v *verifier) finishDigest(ctx context.Context, conn *sql.Conn, query strin
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("verify %s: commit: %w", v.t.name, err)
 	}
-	if found.LastPK != nil {
-		v.lower, _ = rowcodec.Values(nil, found.LastPK)
-	}
 	if found.Done {
 		v.log.Info("table verified")
 	}
 	return nil
 }
 
-// wait waits for the digest check running beside the stream, if any, and
-// returns its error.
+// wait ends the table's check worker, if it runs, once it has checked what
+// is queued, and returns its error.
 func (v *verifier) wait() error {
-	if v.pending == nil {
+	if v.jobs == nil {
 		return nil
 	}
-	err := <-v.pending
-	v.pending = nil
+	close(v.jobs)
+	err := <-v.checked
+	v.jobs, v.checked = nil, nil
 	return err
 }
 

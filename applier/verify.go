@@ -43,9 +43,11 @@ type verifier struct {
 	lower     [][]byte
 	maxPacket int
 	flavor    dbconn.Flavor
-	// pending is the digest check running beside the stream (nil: none);
-	// it sends its result once. fail ends the stream with a check's error.
-	pending chan error
+	// jobs queue digest chunks for the check worker that runs beside the
+	// stream (nil: none runs), which sends its end to checked; fail ends
+	// the stream with a check's error.
+	jobs    chan digestJob
+	checked chan error
 	fail    context.CancelCauseFunc
 	// recheckFound counts the differences found since a recheck began.
 	recheckFound int64

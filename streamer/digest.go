@@ -79,19 +79,11 @@ func (r *rowStreamer) digestChunk(ctx context.Context) (done bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	fenceTime := time.Now().UnixMicro()
-	fence, fencePos, err := r.snapshot(ctx)
+	fence, fenceTime, err := r.begin(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer func() {
-		if _, cerr := r.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
-			err = fmt.Errorf("end snapshot: %w", cerr)
-		}
-	}()
-	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
-		return false, err
-	}
+	defer r.endSnapshot(ctx, &err)
 	testhook.Delay(ctx, testhook.ChunkRead)
 	buf := []byte("SELECT " + r.digest.columns + r.digest.from)
 	if buf, err = r.plan.appendRange(buf, r.lastPK, upTo); err != nil {

@@ -131,19 +131,11 @@ func (r *rowStreamer) chunk(ctx context.Context) (done bool, err error) {
 // stream reads the chunk in its snapshot and sends its rows in parts of about
 // packetBytes as they are read.
 func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
-	fenceTime := time.Now().UnixMicro() // the snapshot sees at least every commit before now
-	fence, fencePos, err := r.snapshot(ctx)
+	fence, fenceTime, err := r.begin(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer func() {
-		if _, cerr := r.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
-			err = fmt.Errorf("end snapshot: %w", cerr)
-		}
-	}()
-	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
-		return false, err
-	}
+	defer r.endSnapshot(ctx, &err)
 	part := r.newPart(fence, fenceTime)
 	last := 0 // where the part's last row starts
 	_, more, err := r.scan(ctx, func(values [][]byte) (int, error) {
@@ -303,11 +295,7 @@ func (r *rowStreamer) read(ctx context.Context, c *sharedChunk) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if _, cerr := r.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
-			err = fmt.Errorf("end snapshot: %w", cerr)
-		}
-	}()
+	defer r.endSnapshot(ctx, &err)
 	last := 0
 	n, more, err := r.scan(ctx, func(values [][]byte) (int, error) {
 		last = len(c.rows)
@@ -360,6 +348,29 @@ func (r *rowStreamer) emit(ctx context.Context, c *sharedChunk) (done bool, err 
 	part.TableDone = !c.more
 	testhook.Delay(ctx, testhook.ChunkEmit)
 	return !c.more, r.sendPart(ctx, part, true)
+}
+
+// begin opens the chunk's snapshot and places its fence in the stream; the
+// caller defers endSnapshot. fenceTime is the source's clock just before.
+func (r *rowStreamer) begin(ctx context.Context) (fence *rowliftv1.Position, fenceTime int64, err error) {
+	fenceTime = time.Now().UnixMicro() // the snapshot sees at least every commit before now
+	fence, fencePos, err := r.snapshot(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
+		r.endSnapshot(ctx, &err)
+		return nil, 0, err
+	}
+	return fence, fenceTime, nil
+}
+
+// endSnapshot ends the chunk's snapshot; a failure to is *err unless *err
+// already holds one.
+func (r *rowStreamer) endSnapshot(ctx context.Context, err *error) {
+	if _, cerr := r.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); *err == nil && cerr != nil {
+		*err = fmt.Errorf("end snapshot: %w", cerr)
+	}
 }
 
 // snapshot begins the chunk's snapshot and returns its fence. A snapshot older

@@ -56,6 +56,7 @@ func (b *bench) measureAll(ctx context.Context) (*report, error) {
 	}
 	// The verify ended before the cutovers: its spans have been exported since.
 	rep.VerifyChunks = holdsOf(b.spans.Durations(verifyChunkSpan))
+	rep.VerifyDigests = holdsOf(b.spans.Durations(verifyDigestSpan))
 	rep.ratios()
 	rep.LogProblems, err = b.procs.LogProblems()
 	return rep, err
@@ -176,23 +177,31 @@ func (b *bench) copyResult() copyResult {
 	return r
 }
 
-// verifyChunkSpan is the applier's span of one verify chunk: from before it
-// reads the chunk's key range on the target until it has committed what it
-// found, so its duration bounds how long the chunk holds the target.
+// verifyChunkSpan is the applier's span of one verify chunk while the apply
+// waits for it: a digest chunk's target snapshot (and its place in the queue
+// of checks), or a row chunk's whole comparison and the commit of what it
+// found. Its duration bounds how long the chunk holds the target.
 const verifyChunkSpan = "rowlift.applier.verify_chunk"
+
+// verifyDigestSpan is the applier's span of the target's digest of a verify
+// chunk, read in the chunk's snapshot beside the apply.
+const verifyDigestSpan = "rowlift.applier.verify_digest"
 
 // chunkHolds are the durations of the verify's chunks on the target, ms.
 type chunkHolds struct {
-	Chunks int `json:"chunks"`
+	Chunks  int     `json:"chunks"`
+	TotalMs float64 `json:"total_ms"`
 	dist
 }
 
 func holdsOf(ds []time.Duration) chunkHolds {
 	ms := make([]float64, len(ds))
+	var total float64
 	for i, d := range ds {
 		ms[i] = float64(d.Microseconds()) / 1e3
+		total += ms[i]
 	}
-	return chunkHolds{Chunks: len(ds), dist: distOf(ms)}
+	return chunkHolds{Chunks: len(ds), TotalMs: total, dist: distOf(ms)}
 }
 
 // verify runs VerifyWorkflow and times it from the call until its status says

@@ -19,9 +19,11 @@ type report struct {
 	Verify   verifyResult   `json:"verify"`
 	// Copy is the workflow's copy of the same table, without the load.
 	Copy copyResult `json:"copy"`
-	// VerifyChunks is how long each verify chunk held the target, from the
-	// forward applier's spans.
-	VerifyChunks chunkHolds `json:"verify_chunk_ms"`
+	// VerifyChunks is how long each verify chunk held the target, and
+	// VerifyDigests how long the target took to sum each chunk up beside the
+	// apply (digest chunks only), from the forward applier's spans.
+	VerifyChunks  chunkHolds `json:"verify_chunk_ms"`
+	VerifyDigests chunkHolds `json:"verify_digest_ms"`
 	// Ratios put the verify beside the copy and CHECKSUM TABLE.
 	Ratios   ratios          `json:"ratios"`
 	Cutovers []cutoverResult `json:"cutovers"`
@@ -144,6 +146,9 @@ func (r *report) print(w io.Writer) {
 	h := r.VerifyChunks
 	row(fmt.Sprintf("verify chunks on the target (%d chunks), ms", h.Chunks), "p50", "p99", "max")
 	row("hold per chunk (applier's verify_chunk span)", ms(h.dist)...)
+	if d := r.VerifyDigests; d.Chunks > 0 {
+		row(fmt.Sprintf("target's digest per chunk, beside the apply (%.2f s in all)", d.TotalMs/1e3), ms(d.dist)...)
+	}
 
 	fmt.Fprintf(w, "\n%-7s %3s %14s %14s %10s %10s %10s %14s\n", "cutover", "#", "pause, rowlift", "pause, writers", "re-routed", "call", "answer", "blocked writes")
 	count := map[string]int{}
@@ -156,7 +161,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "as the writers saw it: the longest from a write's first refused try (table frozen or locked) to its commit")
 	fmt.Fprintln(w, "re-routed: when the routing hook (--hook-cmd) re-routed the writers, from the call's start; answer: how much later the call answered")
 	fmt.Fprintln(w, "verify and CHECKSUM TABLE: from the call until the result, rows of the table per second; verify ÷: verify rows/s over that row's rows/s")
-	fmt.Fprintln(w, "hold per chunk: the applier's span of a verify chunk, from reading its key range on the target to the commit of what it found")
+	fmt.Fprintln(w, "hold per chunk: the applier's span of a verify chunk while the apply waits for it (a digest chunk's target snapshot, a row chunk's comparison)")
 	fmt.Fprintf(w, "identical: %s\n", map[bool]string{true: "yes", false: "NO"}[r.Identical])
 	if r.Differences != "" {
 		fmt.Fprintln(w, r.Differences)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/tracing"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -66,8 +67,8 @@ func (v *verifier) startDigest(ctx context.Context, c *rowliftv1.Chunk) (err err
 	select {
 	case v.jobs <- job:
 		return nil
-	case err := <-v.checked: // the worker failed: it closes what is queued and ends
-		job.conn.Close()
+	case err := <-v.checked: // the worker failed: it releases what is queued and ends
+		release(ctx, job.conn)
 		close(v.jobs)
 		v.jobs, v.checked = nil, nil
 		return err
@@ -81,7 +82,7 @@ func (v *verifier) checkDigests(ctx context.Context, jobs <-chan digestJob, chec
 	var err error
 	for job := range jobs {
 		if err != nil {
-			job.conn.Close()
+			release(ctx, job.conn)
 			continue
 		}
 		if err = v.finishDigest(ctx, job); err != nil {
@@ -106,7 +107,7 @@ func (v *verifier) snapshot(ctx context.Context) (*sql.Conn, error) {
 	}
 	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
-			conn.Close()
+			release(ctx, conn)
 			return nil, fmt.Errorf("verify %s: target snapshot: %w", v.t.name, err)
 		}
 	}
@@ -120,11 +121,11 @@ func (v *verifier) finishDigest(ctx context.Context, job digestJob) (err error) 
 	c, source := job.chunk, job.source
 	span := v.play.startSpan(ctx, "rowlift.applier.verify_digest", c.GetTraceContext(), v.t.name)
 	defer func() { tracing.End(span, err, source.Rows, 0) }()
+	testhook.Delay(ctx, testhook.VerifyDigest)
 	target, err := verify.QueryDigest(ctx, job.conn, v.flavor, source.Bytes, job.query)
-	if _, cerr := job.conn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err == nil && cerr != nil {
-		err = cerr
-	}
-	job.conn.Close()
+	// Released, never closed in its transaction: back in the pool, a READ
+	// ONLY transaction would refuse the next user's writes.
+	release(ctx, job.conn)
 	if err != nil {
 		return fmt.Errorf("verify %s: target: %w", v.t.name, err)
 	}

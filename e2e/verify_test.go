@@ -149,6 +149,29 @@ func testVerifyFindsSwappedValues(t *testing.T, flavor sandbox.Flavor) {
 	t.Logf("%d writes during the verify", stop())
 }
 
+// TestVerifyRecheckWithChecksQueued changes a row of a table's first chunk
+// on the target while the target's digest checks are slowed, so the next
+// chunks' snapshots wait in the queue when the first chunk's digests differ
+// and end the stream: their connections go back to the pool out of their
+// read-only transactions (else the stream's next takeover, on one of them,
+// fails forever), and verify names the key.
+func TestVerifyRecheckWithChecksQueued(t *testing.T) {
+	sandboxtest.EachFlavor(t, testVerifyRecheckWithChecksQueued)
+}
+
+func testVerifyRecheckWithChecksQueued(t *testing.T, flavor sandbox.Flavor) {
+	const keys = 1500
+	p := newPairEnv(t, flavor, keys, nil)
+	p.applier.kill()
+	p.applier.env = append(p.applier.env, testhook.EnvVar+"="+string(testhook.VerifyDigest)+"=200-300ms")
+	p.applier.restart()
+	sandboxtest.Exec(t, p.dstDB, "UPDATE race.ints SET n = IFNULL(n, 0) + 1 WHERE id = 10")
+	found, code := p.verifyWait()
+	require.Equal(t, 1, code, "verify of a changed target exits 1")
+	require.Equal(t, []string{"different: (id=10)"}, found)
+	require.Contains(t, p.applier.logText(), "digests differ; reopening the stream to compare its rows")
+}
+
 // TestVerifyOnReadCommittedTarget runs a verify under live writes on a target
 // whose default isolation is READ COMMITTED, where a plain START TRANSACTION
 // WITH CONSISTENT SNAPSHOT takes none: the target's digest of a chunk must

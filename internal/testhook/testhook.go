@@ -40,6 +40,10 @@ const (
 	// VerifyCheck is before the applier checks a verify chunk: a slow verify
 	// that a test can kill processes in the middle of.
 	VerifyCheck Point = "verify_check"
+	// VerifyDigest is before the applier reads the target's digest of a
+	// verify chunk, beside the apply: later chunks' snapshots queue up
+	// behind a slow check, as they do behind a large chunk.
+	VerifyDigest Point = "verify_digest"
 	// CutoverStep is after the coordinator records each step of a cutover: a
 	// window in which a test kills processes at that step.
 	CutoverStep Point = "cutover_step"
@@ -85,7 +89,8 @@ func parse(s string) (*config, error) {
 				return nil, fmt.Errorf("seed %q: %w", v, err)
 			}
 			c.rng = rand.New(rand.NewPCG(seed, 1))
-		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(SlowTarget), string(CutoverStep), string(VerifyCheck):
+		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(SlowTarget), string(CutoverStep), string(VerifyCheck),
+			string(VerifyDigest):
 			lo, hi, ok := strings.Cut(v, "-")
 			if !ok {
 				return nil, fmt.Errorf("%s=%q: want a range like 0-30ms", k, v)

@@ -261,8 +261,8 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, c.spec.GetOptions().GetJsonAsText(), maxPacket-1024,
-			cancelCause, c.log); err != nil {
+		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, mergeOf(c.pair), c.spec.GetOptions().GetJsonAsText(),
+			maxPacket-1024, cancelCause, c.log); err != nil {
 			return false, err
 		}
 	}
@@ -563,7 +563,12 @@ func StreamRequest(st reshard.Stream, position string, progress map[string]state
 			Copy: &rowliftv1.CopyProgress{Done: p.Done, LastPk: p.LastPK}}
 		if v, ok := verifying[t.GetName()]; ok {
 			tr.Verify = &rowliftv1.VerifyProgress{LastPk: v.LastPK, Done: v.Done, Repair: v.Repair}
-			if v.Recheck {
+			switch {
+			case st.Merges():
+				// A chunk's target rows are several sources': no digest of
+				// one source's rows can match them.
+				tr.Verify.RowsThrough = &rowliftv1.Row{}
+			case v.Recheck:
 				tr.Verify.RowsThrough = v.RowsThrough
 				if tr.Verify.RowsThrough == nil {
 					tr.Verify.RowsThrough = &rowliftv1.Row{} // to the table's end

@@ -39,6 +39,9 @@ type verifier struct {
 	// scope, in a reshard, is which of the target's rows this stream's chunks
 	// answer for (nil: all of them).
 	scope *verifyScope
+	// merge, when the target receives several sources whole, is this
+	// stream's source among them (nil: it answers for every target row).
+	merge *mergeScope
 	// lower is the last verified key (nil: from the table's start).
 	lower     [][]byte
 	maxPacket int
@@ -65,6 +68,35 @@ type verifyScope struct {
 	keep   func(id uint64) bool
 }
 
+// mergeScope is a stream's source among the several a target receives
+// whole. Its verify compares the target rows of the source's keys and
+// records, in the target's state, the keys it holds and the target's keys it
+// does not; once every source has verified a table, the keys no source
+// holds are extra and those several hold are reported
+// (state.FinishMergeVerify). Under writes this is exact: a key a source
+// holds is on the target at that source's chunk's point, so no source finds
+// it foreign there, and a key every source found foreign was on the target
+// at each source's point without that source holding it.
+type mergeScope struct {
+	index   int
+	sources []string
+}
+
+// mergeOf is the merge scope of a stream (nil when it does not merge).
+func mergeOf(st reshard.Stream) *mergeScope {
+	if !st.Merges() {
+		return nil
+	}
+	m := &mergeScope{}
+	for i, src := range st.Spec.GetSources() {
+		m.sources = append(m.sources, src.GetName())
+		if src.GetName() == st.Source.GetName() {
+			m.index = i
+		}
+	}
+	return m
+}
+
 // scopeOf is the verify scope of a stream's table (nil: the whole table).
 func scopeOf(st reshard.Stream, t *rowliftv1.TableSpec) (*verifyScope, error) {
 	if !st.Filtered || t.GetReference() {
@@ -79,7 +111,7 @@ func scopeOf(st reshard.Stream, t *rowliftv1.TableSpec) (*verifyScope, error) {
 	}}, nil
 }
 
-func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, tv state.TableVerify, scope *verifyScope,
+func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, tv state.TableVerify, scope *verifyScope, merge *mergeScope,
 	jsonText bool, maxPacket int, fail context.CancelCauseFunc, log *zap.Logger) (*verifier, error) {
 	tt, err := schema.Load(ctx, db, t.database, t.table)
 	if err != nil {
@@ -97,7 +129,10 @@ func newVerifier(ctx context.Context, db *sql.DB, play *player, t *targetTable, 
 	if err != nil {
 		return nil, permanent("verify %s: target: %v", t.name, err)
 	}
-	v := &verifier{db: db, play: play, t: t, plan: plan, state: tv, scope: scope, maxPacket: maxPacket, flavor: flavor, fail: fail,
+	if merge != nil && tv.Repair {
+		return nil, permanent("verify %s: a repair of a merge of several sources cannot tell which source's row a key should have", t.name)
+	}
+	v := &verifier{db: db, play: play, t: t, plan: plan, state: tv, scope: scope, merge: merge, maxPacket: maxPacket, flavor: flavor, fail: fail,
 		log: log.With(zap.String("table", t.name))}
 	for _, idx := range t.fields.GetPkColumns() {
 		f := t.fields.GetFields()[idx]
@@ -186,6 +221,14 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 		}
 	}()
 	src := &chunkRows{rows: rowcodec.ReadRows(c.GetPackedRows()), width: v.plan.Width()}
+	// A merge's keys are recorded in batches as the merge meets them: the
+	// table's last chunk meets every other source's keys above this one's.
+	var mergeKeys []state.MergeKey
+	saveKeys := func() error {
+		err := state.SaveMergeKeys(ctx, v.db, v.play.workflow, v.t.name, v.merge.index, mergeKeys)
+		mergeKeys = mergeKeys[:0]
+		return err
+	}
 	found := state.VerifyChunk{Done: c.GetTableDone()}
 	var res verify.Result
 	w.reset()
@@ -208,7 +251,22 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 				return v.scope.keep(id), nil
 			}
 		}
-		_, _, err = v.plan.Merge(src, dst, func(d verify.Diff) error {
+		merge := v.plan.Merge
+		if v.merge != nil {
+			merge = v.plan.MergeAll
+		}
+		_, _, err = merge(src, dst, func(d verify.Diff) error {
+			if v.merge != nil && d.Kind != verify.Missing {
+				// Told once all sources have verified the table: a key held
+				// here (whose row may differ because another source holds it
+				// too), or one on the target this source lacks.
+				mergeKeys = append(mergeKeys, state.MergeKey{Form: slices.Clone(d.KeyForm), Shown: d.Key, Holder: d.Kind != verify.Extra,
+					Differs: d.Kind == verify.Different, Foreign: d.Kind == verify.Extra})
+				if len(mergeKeys) == mergeKeyBatch {
+					return saveKeys()
+				}
+				return nil
+			}
 			res.Add(d, state.MaxVerifyExamples)
 			if !v.state.Repair {
 				return nil
@@ -246,6 +304,14 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 	if err := w.exec(ctx, conn, v.maxPacket); err != nil {
 		return fmt.Errorf("verify %s: repair: %w", v.t.name, err)
 	}
+	if v.merge != nil {
+		if err := saveKeys(); err != nil {
+			return err
+		}
+		if err := v.finishMerge(ctx, conn, &found); err != nil {
+			return err
+		}
+	}
 	if err := state.SaveVerifyChunk(ctx, conn, v.play.workflow, v.play.source, v.play.owner, v.t.name, v.state.StartedAtUS, found); err != nil {
 		return err
 	}
@@ -264,13 +330,36 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 		}
 		v.recheckFound = 0
 	}
-	if !res.Identical() {
-		v.log.Warn("verify found differences", zap.Int64("missing", res.Missing), zap.Int64("extra", res.Extra),
-			zap.Int64("different", res.Different), zap.Strings("examples", res.Examples))
+	if found.Missing+found.Extra+found.Different > 0 {
+		v.log.Warn("verify found differences", zap.Int64("missing", found.Missing), zap.Int64("extra", found.Extra),
+			zap.Int64("different", found.Different), zap.Strings("examples", found.Examples))
 	}
 	if found.Done {
 		v.log.Info("table verified")
 	}
+	return nil
+}
+
+// mergeKeyBatch is how many keys a merge's chunk records at once.
+const mergeKeyBatch = 1000
+
+// finishMerge adds to what a merge stream's last chunk of a table found, in
+// its transaction on conn, what every source's keys together tell (extra
+// keys, keys on several sources, differing rows), once all sources have
+// verified the table. The keys themselves are recorded outside that
+// transaction: recording one twice (a chunk checked again after a crash) is
+// a no-op, since each only sets this source's bits.
+func (v *verifier) finishMerge(ctx context.Context, conn *sql.Conn, found *state.VerifyChunk) error {
+	if !found.Done {
+		return nil
+	}
+	extra, several, different, last, err := state.FinishMergeVerify(ctx, conn, v.play.workflow, v.t.name, v.merge.index, v.merge.sources)
+	if err != nil || !last {
+		return err
+	}
+	found.Extra += int64(len(extra))
+	found.Different += int64(len(several) + len(different))
+	found.Examples = slices.Concat(found.Examples, extra, several, different)
 	return nil
 }
 

@@ -28,10 +28,14 @@ func (s *Server) VerifyWorkflow(ctx context.Context, req *rowliftv1.VerifyReques
 	if err := cutover.Idle(pair, lastOf(last)); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	if n := len(spec.GetSources()); n > 1 && !reshard.Resharding(spec) {
-		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target without key ranges; verify "+
-			"compares one source with its targets and cannot tell which source a target row came from: verify each source's tables with a "+
-			"workflow of its own, or give the sources key ranges (a reshard), by which it can", name, n)
+	if n := len(spec.GetSources()); n > 64 && !reshard.Resharding(spec) {
+		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target without key ranges; "+
+			"verify tells the sources of a key apart for at most 64", name, n)
+	}
+	if n := len(spec.GetSources()); n > 1 && !reshard.Resharding(spec) && req.GetRepair() {
+		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target without key ranges; a verify "+
+			"tells which keys differ, but a repair cannot tell which source's row a key should get: run the verify without --repair and "+
+			"fix the keys it names on the sources or the target", name, n)
 	}
 	for _, v := range views {
 		if err := verifiable(name, v); err != nil {

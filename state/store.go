@@ -141,6 +141,16 @@ var schemaDDL = []string{
 		rows_through VARBINARY(16384) NULL COMMENT 'rowlift.v1.Row of the last key whose rows are compared (NULL: the table''s end)',
 		PRIMARY KEY (workflow, source, table_name)
 	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.verify_key (
+		workflow VARCHAR(64) NOT NULL,
+		table_name VARCHAR(64) NOT NULL,
+		key_hash BINARY(32) NOT NULL COMMENT 'SHA-256 of the key as the servers compare it',
+		shown TEXT NOT NULL COMMENT 'the key as verify shows it',
+		foreign_sources BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'bit i: source i found the key on the target and not on itself',
+		holders BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'bit i: source i holds the key',
+		differs BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'bit i: the target row differs from source i''s',
+		PRIMARY KEY (workflow, table_name, key_hash)
+	) ENGINE=InnoDB COMMENT 'the keys a verify of a merge of several sources met, until every source has verified the table'`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.cutover (
 		workflow VARCHAR(64) NOT NULL COMMENT 'the forward workflow of the pair',
 		step VARCHAR(16) NOT NULL,
@@ -419,7 +429,7 @@ func (s *Store) setState(ctx context.Context, name string, st State, message, co
 // DeleteWorkflow removes a workflow and all its progress. Copied rows stay.
 func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, table := range []string{"replay_slot", "copy_state", "verify", "stream", "cutover", "workflow"} {
+		for _, table := range []string{"replay_slot", "copy_state", "verify", "verify_key", "stream", "cutover", "workflow"} {
 			col := "workflow"
 			if table == "workflow" {
 				col = "name"

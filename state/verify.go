@@ -2,10 +2,12 @@ package state
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -108,8 +110,10 @@ func (s *Store) StartVerify(ctx context.Context, workflow string, repair, restar
 		if running > 0 && !restart {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+Schema+".verify WHERE workflow = ?", workflow); err != nil {
-			return fmt.Errorf("start verify of %q: %w", workflow, err)
+		for _, t := range []string{"verify", "verify_key"} {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+Schema+"."+t+" WHERE workflow = ?", workflow); err != nil {
+				return fmt.Errorf("start verify of %q: %w", workflow, err)
+			}
 		}
 		now := time.Now().UnixMicro()
 		for _, st := range streams {
@@ -332,4 +336,155 @@ func SaveVerifyRecheck(ctx context.Context, tx Execer, workflow, source string, 
 		return fmt.Errorf("save verify recheck of %s: the verify was replaced, cancelled or removed meanwhile: %w", table, ErrNotOwner)
 	}
 	return nil
+}
+
+// Queryer is what FinishMergeVerify reads and writes with: the caller's
+// transaction, or the connection it runs on.
+type Queryer interface {
+	Execer
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// MergeKey is a key the verify of a merge met in one source's chunk: held
+// by that source (Holder; Differs when the target's row is not the
+// source's), or on the target and not on it (Foreign).
+type MergeKey struct {
+	// Form is the key as the servers compare it (verify.Diff.KeyForm).
+	Form    []byte
+	Shown   string
+	Holder  bool
+	Differs bool
+	Foreign bool
+}
+
+// SaveMergeKeys records, inside the caller's transaction (the one that
+// records the chunk), the keys a chunk of source number source met, for the
+// end of the table's verify (FinishMergeVerify). Keys of one kind go in one
+// statement whose update is a constant (MySQL warns on every VALUES() in ON
+// DUPLICATE KEY UPDATE); a key keeps the text it was first shown with.
+func SaveMergeKeys(ctx context.Context, tx Execer, workflow, table string, source int, keys []MergeKey) error {
+	const batch = 500
+	bit := uint64(1) << source
+	for _, kind := range []struct {
+		foreign, holder, differs bool
+		update                   string
+	}{
+		{foreign: true, update: "foreign_sources = foreign_sources | ?"},
+		{holder: true, update: "holders = holders | ?"},
+		{holder: true, differs: true, update: "holders = holders | ?, differs = differs | ?"},
+	} {
+		var args []any
+		n := 0
+		flush := func() error {
+			if n == 0 {
+				return nil
+			}
+			q := "INSERT INTO " + Schema + ".verify_key (workflow, table_name, key_hash, shown, foreign_sources, holders, differs) VALUES " +
+				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?),", n), ",") + " ON DUPLICATE KEY UPDATE " + kind.update
+			args = append(args, bit)
+			if kind.differs {
+				args = append(args, bit)
+			}
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return fmt.Errorf("save the verify's keys of %s: %w", table, err)
+			}
+			args, n = args[:0], 0
+			return nil
+		}
+		flag := func(b bool) uint64 {
+			if b {
+				return bit
+			}
+			return 0
+		}
+		for _, k := range keys {
+			if k.Foreign != kind.foreign || k.Holder != kind.holder || k.Differs != kind.differs {
+				continue
+			}
+			hash := sha256.Sum256(k.Form)
+			args = append(args, workflow, table, hash[:], k.Shown, flag(k.Foreign), flag(k.Holder), flag(k.Differs))
+			if n++; n == batch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FinishMergeVerify is called, inside the caller's transaction, by the
+// stream of source number source when its verify of table has reached the
+// table's end. It locks the table's verify rows of every source (in key
+// order, so two sources finishing at once wait rather than deadlock) and,
+// when every other source's verify of the table is done too, reads what only
+// all of them together can tell, as verify's examples: keys on the target
+// that no source holds (extra), keys that several sources hold (several,
+// with the names of their holders, from sources by number), and keys one
+// source holds whose target row differs from it (different); then it
+// forgets the table's keys. last says whether it did.
+func FinishMergeVerify(ctx context.Context, tx Queryer, workflow, table string, source int, sources []string) (extra, several, different []string, last bool, err error) {
+	rows, err := tx.QueryContext(ctx, "SELECT source, done FROM "+Schema+".verify WHERE workflow = ? AND table_name = ? ORDER BY source FOR UPDATE",
+		workflow, table)
+	if err != nil {
+		return nil, nil, nil, false, fmt.Errorf("finish the verify of %s: %w", table, err)
+	}
+	pending := false
+	for rows.Next() {
+		var name string
+		var done bool
+		if err := rows.Scan(&name, &done); err != nil {
+			rows.Close()
+			return nil, nil, nil, false, fmt.Errorf("finish the verify of %s: %w", table, err)
+		}
+		pending = pending || !done && name != sources[source]
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || pending {
+		return nil, nil, nil, false, err
+	}
+	read := func(what, where string, args ...any) ([]string, error) {
+		rows, err := tx.QueryContext(ctx, "SELECT shown, holders FROM "+Schema+".verify_key WHERE workflow = ? AND table_name = ? AND "+where+
+			" ORDER BY shown", append([]any{workflow, table}, args...)...)
+		if err != nil {
+			return nil, fmt.Errorf("finish the verify of %s: %w", table, err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var shown string
+			var holders uint64
+			if err := rows.Scan(&shown, &holders); err != nil {
+				return nil, fmt.Errorf("finish the verify of %s: %w", table, err)
+			}
+			prefix := what
+			if what == "" {
+				var names []string
+				for i, n := range sources {
+					if holders&(1<<i) != 0 {
+						names = append(names, n)
+					}
+				}
+				prefix = "on several sources (" + strings.Join(names, ", ") + "): "
+			}
+			out = append(out, prefix+shown)
+		}
+		return out, rows.Err()
+	}
+	if extra, err = read("extra on target: ", "holders = 0 AND foreign_sources = ?", uint64(1)<<len(sources)-1); err != nil {
+		return nil, nil, nil, false, err
+	}
+	if several, err = read("", "BIT_COUNT(holders) > 1"); err != nil {
+		return nil, nil, nil, false, err
+	}
+	if different, err = read("different: ", "BIT_COUNT(holders) = 1 AND differs <> 0"); err != nil {
+		return nil, nil, nil, false, err
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+Schema+".verify_key WHERE workflow = ? AND table_name = ?", workflow, table); err != nil {
+		return nil, nil, nil, false, fmt.Errorf("finish the verify of %s: %w", table, err)
+	}
+	return extra, several, different, true, nil
 }

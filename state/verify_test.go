@@ -157,3 +157,105 @@ func TestVerifyCancelAndFail(t *testing.T) {
 		require.True(t, started2, "a cancelled verify is not running: a new one starts")
 	})
 }
+
+// TestMergeVerifyKeys: the streams of a merge record the keys their chunks
+// met; only once every source has verified a table does the last one read
+// the keys no source holds (extra: every source found them foreign), those
+// several sources hold, and those one source holds whose target row differs,
+// and the table's keys are forgotten; a new verify starts from none.
+func TestMergeVerifyKeys(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		store, db := openStore(t, flavor)
+		ctx := context.Background()
+		require.NoError(t, store.CreateWorkflow(ctx, spec("m"), "main"))
+		_, err := store.StartVerify(ctx, "m", false, false)
+		require.NoError(t, err)
+		sources := []string{"-80", "80-"}
+		key := func(id int) state.MergeKey {
+			return state.MergeKey{Form: []byte{byte(id)}, Shown: fmt.Sprintf("(id=%d)", id)}
+		}
+		held := func(id int) state.MergeKey { k := key(id); k.Holder = true; return k }
+		differs := func(id int) state.MergeKey { k := held(id); k.Differs = true; return k }
+		foreign := func(id int) state.MergeKey { k := key(id); k.Foreign = true; return k }
+		// finish records source i's last chunk of orders and says what the
+		// end of the table's verify found, if it was the last source.
+		finish := func(i int, keys ...state.MergeKey) (extra, several, different []string, last bool) {
+			owner, err := store.TakeOver(ctx, "m", sources[i])
+			require.NoError(t, err)
+			rows, err := store.Verify(ctx, "m", sources[i])
+			require.NoError(t, err)
+			conn, err := db.Conn(ctx)
+			require.NoError(t, err)
+			defer conn.Close()
+			_, err = conn.ExecContext(ctx, "START TRANSACTION")
+			require.NoError(t, err)
+			require.NoError(t, state.SaveMergeKeys(ctx, conn, "m", "orders", i, keys))
+			extra, several, different, last, err = state.FinishMergeVerify(ctx, conn, "m", "orders", i, sources)
+			require.NoError(t, err)
+			require.NoError(t, state.SaveVerifyChunk(ctx, conn, "m", sources[i], owner, "orders", rows[0].StartedAtUS, state.VerifyChunk{Done: true}))
+			_, err = conn.ExecContext(ctx, "COMMIT")
+			require.NoError(t, err)
+			return extra, several, different, last
+		}
+		// 1, 2: each held by one source; 3: no source's; 4: both sources';
+		// 5: a's, its target row differs; 6: b's, foreign to a.
+		_, _, _, last := finish(0, held(1), foreign(2), foreign(3), held(4), differs(5), foreign(6))
+		require.False(t, last, "source 80- has not verified orders yet")
+		extra, several, different, last := finish(1, foreign(1), held(2), foreign(3), differs(4), foreign(5), held(6))
+		require.True(t, last)
+		require.Equal(t, []string{"extra on target: (id=3)"}, extra)
+		require.Equal(t, []string{"on several sources (-80, 80-): (id=4)"}, several)
+		require.Equal(t, []string{"different: (id=5)"}, different)
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM _rowlift.verify_key").Scan(&n))
+		require.Zero(t, n, "the table's keys are forgotten")
+
+		require.NoError(t, state.SaveMergeKeys(ctx, db, "m", "users", 0, []state.MergeKey{held(9)}))
+		_, err = store.StartVerify(ctx, "m", false, true)
+		require.NoError(t, err)
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM _rowlift.verify_key").Scan(&n))
+		require.Zero(t, n, "a new verify starts from no keys")
+	})
+}
+
+// TestVerifyRecheck: a chunk whose digests differed asks for its rows up
+// to a key (or to the table's end), the stream reads that back, and the
+// chunk that ends the recheck clears it; a verify that was replaced
+// meanwhile takes no recheck.
+func TestVerifyRecheck(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		store, db := openStore(t, flavor)
+		ctx := context.Background()
+		require.NoError(t, store.CreateWorkflow(ctx, spec("r"), "main"))
+		_, err := store.StartVerify(ctx, "r", false, false)
+		require.NoError(t, err)
+		owner, err := store.TakeOver(ctx, "r", "-80")
+		require.NoError(t, err)
+		rows, err := store.Verify(ctx, "r", "-80")
+		require.NoError(t, err)
+		started := rows[0].StartedAtUS
+		through := &rowliftv1.Row{}
+		rowcodec.Pack(through, [][]byte{[]byte("700")})
+		read := func() state.TableVerify {
+			rows, err := store.Verify(ctx, "r", "-80")
+			require.NoError(t, err)
+			return rows[0]
+		}
+
+		require.NoError(t, state.SaveVerifyRecheck(ctx, db, "r", "-80", owner, "orders", started, through))
+		got := read()
+		require.True(t, got.Recheck)
+		require.Equal(t, through.String(), got.RowsThrough.String())
+		require.NoError(t, state.SaveVerifyChunk(ctx, db, "r", "-80", owner, "orders", started, state.VerifyChunk{LastPK: through, EndRecheck: true}))
+		got = read()
+		require.False(t, got.Recheck)
+		require.Nil(t, got.RowsThrough)
+
+		require.NoError(t, state.SaveVerifyRecheck(ctx, db, "r", "-80", owner, "orders", started, nil))
+		got = read()
+		require.True(t, got.Recheck, "up to the table's end")
+		require.Nil(t, got.RowsThrough)
+		require.ErrorIs(t, state.SaveVerifyRecheck(ctx, db, "r", "-80", owner, "orders", started+1, through), state.ErrNotOwner)
+		require.ErrorIs(t, state.SaveVerifyRecheck(ctx, db, "r", "-80", owner+1, "orders", started, through), state.ErrNotOwner)
+	})
+}

@@ -123,6 +123,11 @@ func (s Stream) Name() string {
 	return s.Source.GetName() + "→" + s.Target.GetName()
 }
 
+// Merges reports whether the stream is one of several whose sources its
+// target receives whole, without key ranges: its verify cannot tell a target
+// row of another source from a row no source holds on its own.
+func (s Stream) Merges() bool { return !s.Filtered && len(s.Spec.GetSources()) > 1 }
+
 // KeyRange is the stream's range for status ("" when it is not filtered).
 func (s Stream) KeyRange() string {
 	if !s.Filtered {

@@ -172,19 +172,24 @@ func compare(ctx context.Context, src, dst *sql.DB, srcDB, dstDB, table string, 
 // DiffKind says how a key differs between the two sides.
 type DiffKind uint8
 
-// The kinds of difference.
+// The kinds of difference, and Same for a key whose rows are equal (which
+// only MergeAll reports).
 const (
 	Missing DiffKind = iota + 1
 	Extra
 	Different
+	Same
 )
 
 // Diff is one key a merge found differing. Source and Target are that side's
 // select-list values (nil on the side that lacks the key), valid only during
-// the callback; Key shows the key for a person.
+// the callback; Key shows the key for a person. KeyForm, from MergeAll only,
+// is the key as the servers compare it (each column's sort form, length
+// first): keys equal under their collations have equal forms.
 type Diff struct {
 	Kind           DiffKind
 	Key            string
+	KeyForm        []byte
 	Source, Target [][]byte
 }
 
@@ -276,6 +281,29 @@ type Rows interface {
 // strictly increasing order: then the servers' order and this package's
 // comparison disagree, and the merge would report wrong differences.
 func (p *Plan) Merge(src, dst Rows, found func(Diff) error) (srcRows, dstRows int64, err error) {
+	return p.merge(src, dst, found, false)
+}
+
+// MergeAll is Merge that also reports every key whose rows are equal (Same),
+// and each key's KeyForm: a merge of several sources attributes each target
+// key to the sources that hold it.
+func (p *Plan) MergeAll(src, dst Rows, found func(Diff) error) (srcRows, dstRows int64, err error) {
+	return p.merge(src, dst, found, true)
+}
+
+func (p *Plan) merge(src, dst Rows, found func(Diff) error, all bool) (srcRows, dstRows int64, err error) {
+	var form []byte
+	keyForm := func(c *cursor) []byte {
+		if !all {
+			return nil
+		}
+		form = form[:0]
+		for _, k := range c.cur {
+			form = binary.AppendUvarint(form, uint64(len(k)))
+			form = append(form, k...)
+		}
+		return form
+	}
 	a := &cursor{side: "source", rows: src, cur: make([][]byte, len(p.keys)), prev: make([][]byte, len(p.keys))}
 	b := &cursor{side: "target", rows: dst, cur: make([][]byte, len(p.keys)), prev: make([][]byte, len(p.keys))}
 	if err := a.next(p.keys); err != nil {
@@ -296,12 +324,12 @@ func (p *Plan) Merge(src, dst Rows, found func(Diff) error) (srcRows, dstRows in
 		}
 		switch {
 		case c < 0:
-			err = found(Diff{Kind: Missing, Key: a.display(p.keys), Source: a.vals})
+			err = found(Diff{Kind: Missing, Key: a.display(p.keys), KeyForm: keyForm(a), Source: a.vals})
 			if err == nil {
 				err = a.next(p.keys)
 			}
 		case c > 0:
-			err = found(Diff{Kind: Extra, Key: b.display(p.keys), Target: b.vals})
+			err = found(Diff{Kind: Extra, Key: b.display(p.keys), KeyForm: keyForm(b), Target: b.vals})
 			if err == nil {
 				err = b.next(p.keys)
 			}
@@ -311,7 +339,9 @@ func (p *Plan) Merge(src, dst Rows, found func(Diff) error) (srcRows, dstRows in
 				if bk != ak { // equal under the key's collation, not in bytes
 					ak += ", on target " + bk
 				}
-				err = found(Diff{Kind: Different, Key: ak, Source: a.vals, Target: b.vals})
+				err = found(Diff{Kind: Different, Key: ak, KeyForm: keyForm(a), Source: a.vals, Target: b.vals})
+			} else if all {
+				err = found(Diff{Kind: Same, Key: a.display(p.keys), KeyForm: keyForm(a), Source: a.vals, Target: b.vals})
 			}
 			if err == nil {
 				err = a.next(p.keys)

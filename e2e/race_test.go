@@ -49,8 +49,16 @@ func createRaceTables(e *env, keys int) []string {
 // fillRaceTables is createRaceTables on any server.
 func fillRaceTables(t *testing.T, db *sql.DB, keys int) []string {
 	t.Helper()
+	return fillRaceTablesAt(t, db, 0, keys)
+}
+
+// fillRaceTablesAt is fillRaceTables with every row built from base + i
+// instead of i: with a base far above another server's keys, the two
+// servers' rows share no key (nor uniq email), as the sources of a merge.
+func fillRaceTablesAt(t *testing.T, db *sql.DB, base, keys int) []string {
+	t.Helper()
 	sandboxtest.Exec(t, db, "CREATE DATABASE race", "CREATE TABLE race.seq (i INT PRIMARY KEY)",
-		fmt.Sprintf("INSERT INTO race.seq WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s", keys/3))
+		fmt.Sprintf("INSERT INTO race.seq WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT %d + i FROM s", keys/3, base))
 	var names []string
 	for _, tbl := range raceTables {
 		sandboxtest.Exec(t, db, tbl.ddl, tbl.fill)
@@ -60,11 +68,11 @@ func fillRaceTables(t *testing.T, db *sql.DB, keys int) []string {
 	return names
 }
 
-// raceStatements returns one random change; several make a multi-statement
-// transaction.
-func raceStatements(rng *rand.Rand, keys int) []string {
-	id := rng.IntN(keys)
-	to := rng.IntN(keys)
+// raceStatements returns one random change of the keys (and uniq emails)
+// base to base+keys-1; several make a multi-statement transaction.
+func raceStatements(rng *rand.Rand, base, keys int) []string {
+	id := base + rng.IntN(keys)
+	to := base + rng.IntN(keys)
 	v := rng.Uint64()
 	region := []string{"eu", "EU", "us", "ap", "Sa"}[rng.IntN(5)]
 	switch rng.IntN(4) {
@@ -87,9 +95,9 @@ func raceStatements(rng *rand.Rand, keys int) []string {
 	case 2:
 		switch rng.IntN(4) {
 		case 0:
-			return []string{fmt.Sprintf("INSERT IGNORE INTO race.uniq VALUES (%d, 'e%d', NULL)", id, v%uint64(keys))}
+			return []string{fmt.Sprintf("INSERT IGNORE INTO race.uniq VALUES (%d, 'e%d', NULL)", id, uint64(base)+v%uint64(keys))}
 		case 1:
-			return []string{fmt.Sprintf("UPDATE IGNORE race.uniq SET email = 'e%d' WHERE id = %d", v%uint64(keys), id)}
+			return []string{fmt.Sprintf("UPDATE IGNORE race.uniq SET email = 'e%d' WHERE id = %d", uint64(base)+v%uint64(keys), id)}
 		case 2:
 			return []string{fmt.Sprintf("DELETE FROM race.uniq WHERE id = %d", id)}
 		}
@@ -116,12 +124,12 @@ func raceStatements(rng *rand.Rand, keys int) []string {
 // errors (a source being killed, a unique collision) just skip the transaction.
 // It counts each commit in committed as it happens, and returns its own count;
 // when it returns, no transaction it started can still commit (raceTx).
-func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, keys int, committed *atomic.Int64, ledger *txLedger) int {
+func raceWriter(ctx context.Context, db func() *sql.DB, rng *rand.Rand, base, keys int, committed *atomic.Int64, ledger *txLedger) int {
 	n := 0
 	for ctx.Err() == nil {
 		var stmts []string
 		for k := 1 + rng.IntN(3); k > 0; k-- {
-			stmts = append(stmts, raceStatements(rng, keys)...)
+			stmts = append(stmts, raceStatements(rng, base, keys)...)
 		}
 		var id int64
 		if ledger != nil {
@@ -205,13 +213,19 @@ func startRaceWriters(ctx context.Context, e *env, seed, stream uint64, keys int
 // counting each commit in committed as it happens, and in ledger (if not nil)
 // by its number.
 func startRoutedWriters(ctx context.Context, db func() *sql.DB, seed, stream uint64, keys int, committed *atomic.Int64, ledger *txLedger) (wait func() int) {
+	return startRoutedWritersAt(ctx, db, seed, stream, 0, keys, committed, ledger)
+}
+
+// startRoutedWritersAt is startRoutedWriters writing only the keys base to
+// base+keys-1 (fillRaceTablesAt).
+func startRoutedWritersAt(ctx context.Context, db func() *sql.DB, seed, stream uint64, base, keys int, committed *atomic.Int64, ledger *txLedger) (wait func() int) {
 	var wg sync.WaitGroup
 	var writes atomic.Int64
 	for i := range uint64(raceWriters) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			writes.Add(int64(raceWriter(ctx, db, rand.New(rand.NewPCG(seed, stream+i)), keys, committed, ledger)))
+			writes.Add(int64(raceWriter(ctx, db, rand.New(rand.NewPCG(seed, stream+i)), base, keys, committed, ledger)))
 		}()
 	}
 	return func() int {

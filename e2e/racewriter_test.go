@@ -76,8 +76,14 @@ func TestRaceWriterWaitsForItsCommit(t *testing.T) {
 // waitUntil polls cond until it holds, for at most a minute.
 func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
+	waitWithin(t, what, time.Minute, cond)
+}
+
+// waitWithin is waitUntil for at most timeout.
+func waitWithin(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
 	var last string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		var ok bool
 		if ok, last = cond(); ok {
 			return

@@ -46,6 +46,9 @@ type shard struct {
 	// switches (a source then has a reverse applier); revProc is that process.
 	revAddr string
 	revProc *proc
+	// base is a source's first key: its race tables were filled, and its
+	// writers write, from there (fillRaceTablesAt).
+	base int
 }
 
 // shardEnv is N source and M target servers, each with its own streamer or
@@ -60,19 +63,59 @@ type shardEnv struct {
 	// frozen holds the servers whose race tables a cutover renamed to their
 	// frozen twins.
 	frozen map[string]bool
+	// cli runs the rowlift CLI against the coordinator.
+	cli *cli
+}
+
+// shardSetup is what newShardEnv sets up beyond its arguments.
+type shardSetup struct {
+	// sourceNames and targetNames name the shards (default s0, s1, ... and
+	// t0, t1, ...).
+	sourceNames, targetNames []string
+	// sourceBase is the distance between two sources' keys (0: every source
+	// holds the same keys).
+	sourceBase int
+}
+
+// shardOption changes newShardEnv's setup.
+type shardOption func(*shardSetup)
+
+// withShardNames names the sources and the targets.
+func withShardNames(sources, targets []string) shardOption {
+	return func(s *shardSetup) { s.sourceNames, s.targetNames = sources, targets }
+}
+
+// withDisjointSources fills source i's race tables from key i*base on, so no
+// two sources share a key (base must exceed the keys the writers write).
+func withDisjointSources(base int) shardOption {
+	return func(s *shardSetup) { s.sourceBase = base }
+}
+
+// shardName is the i-th name of names, or prefix and i.
+func shardName(names []string, prefix string, i int) string {
+	if i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%s%d", prefix, i)
 }
 
 // newShardEnv starts the servers and processes of an N→M reshard; ranges are
 // the sources' and the targets' key ranges ("" for a lone source's whole
 // keyspace). Every source starts with the race tables filled alike.
-func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, sourceRanges, targetRanges []string, reversible bool) *shardEnv {
+func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, sourceRanges, targetRanges []string, reversible bool,
+	opts ...shardOption) *shardEnv {
 	t.Helper()
+	var setup shardSetup
+	for _, o := range opts {
+		o(&setup)
+	}
 	e := &shardEnv{t: t, servers: map[string]*shard{}, frozen: map[string]bool{}}
 	coordArgs := []string{"coordinator"}
 	for i, kr := range sourceRanges {
-		s := &shard{name: fmt.Sprintf("s%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{Flavor: flavor})}
+		s := &shard{name: shardName(setup.sourceNames, "s", i), keyRange: kr, base: i * setup.sourceBase,
+			srv: sandboxtest.Start(t, sandbox.Options{Flavor: flavor})}
 		s.db = sandboxtest.Open(t, s.srv, "")
-		fillRaceTables(t, s.db, keys)
+		fillRaceTablesAt(t, s.db, s.base, keys)
 		port, err := sandbox.FreePort()
 		require.NoError(t, err)
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -88,7 +131,7 @@ func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, 
 		}
 	}
 	for i, kr := range targetRanges {
-		d := &shard{name: fmt.Sprintf("t%d", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{Flavor: flavor})}
+		d := &shard{name: shardName(setup.targetNames, "t", i), keyRange: kr, srv: sandboxtest.Start(t, sandbox.Options{Flavor: flavor})}
 		d.db = sandboxtest.Open(t, d.srv, "")
 		store, err := state.Open(context.Background(), d.db)
 		require.NoError(t, err)
@@ -112,6 +155,7 @@ func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, 
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	e.ctl = rowliftv1.NewControlClient(conn)
+	e.cli = newCLIAt(t, addr)
 	call(t, func(ctx context.Context) (*rowliftv1.ListWorkflowsResponse, error) {
 		return e.ctl.ListWorkflows(ctx, &rowliftv1.ListWorkflowsRequest{})
 	})
@@ -308,7 +352,7 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 					continue
 				}
 				var keep func(uint64) bool
-				if !tbl.GetReference() {
+				if st.Filtered && !tbl.GetReference() {
 					keep = st.Range.Contains
 				}
 				for k, v := range e.shardRows(st.Source.GetName(), tbl.GetName(), key, tbl.GetShardingColumn(), fn, keep) {
@@ -346,8 +390,11 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 		}
 		// The union: every source row of its source's range has one home.
 		for _, src := range spec.GetSources() {
-			sr, _ := keyrange.Parse(src.GetKeyRange())
-			for k := range e.shardRows(src.GetName(), tbl.GetName(), key, tbl.GetShardingColumn(), fn, sr.Contains) {
+			var keep func(uint64) bool // a move's sources hold their whole tables
+			if sr, err := keyrange.Parse(src.GetKeyRange()); err == nil {
+				keep = sr.Contains
+			}
+			for k := range e.shardRows(src.GetName(), tbl.GetName(), key, tbl.GetShardingColumn(), fn, keep) {
 				require.Contains(e.t, homes, src.GetName()+":"+k, "row %s of %s on source %s reached no target", k, tbl.GetName(), src.GetName())
 			}
 		}

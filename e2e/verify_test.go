@@ -56,7 +56,9 @@ func (p *pairEnv) plantOn(keys int, live, follower *sql.DB, twin func(string) st
 	}
 }
 
-var verifyExample = regexp.MustCompile(`(?m)^    ((?:missing|extra|different).*)$`)
+// verifyExample is a difference verify --wait lists; "on several sources"
+// names a key more than one source of a merge holds.
+var verifyExample = regexp.MustCompile(`(?m)^    ((?:missing|extra|different|on several sources).*)$`)
 
 // verifyWait runs `workflow verify race --wait` and returns the differences it
 // listed and its exit code.
@@ -69,7 +71,14 @@ func (p *pairEnv) verifyWait(args ...string) (found []string, code int) {
 // differences it listed and its exit code.
 func (p *pairEnv) verifyWorkflow(name string, args ...string) (found []string, code int) {
 	p.t.Helper()
-	r := p.cli.run(append([]string{"workflow", "verify", name, "--wait", "--interval", "200ms"}, args...)...)
+	return p.cli.verify(name, args...)
+}
+
+// verify runs `workflow verify NAME --wait` and returns the differences it
+// listed and its exit code.
+func (c *cli) verify(name string, args ...string) (found []string, code int) {
+	c.t.Helper()
+	r := c.run(append([]string{"workflow", "verify", name, "--wait", "--interval", "200ms"}, args...)...)
 	for _, m := range verifyExample.FindAllStringSubmatch(r.stdout, -1) {
 		found = append(found, m[1])
 	}
@@ -259,14 +268,26 @@ func testVerifySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	p.applier.restart()
 	stop := p.writers(keys)
 	planted := plantDifferences(p, keys)
+	v := verifyUnderKills(t, p.cli, p.waitFor, "race", p.applier, p.streamer, p.coord)
+	require.EqualValues(t, [3]int64{1, 1, 2}, [3]int64{v.GetMissing(), v.GetExtra(), v.GetDifferent()}, "each planted key counted once")
+	require.ElementsMatch(t, planted, verifyExamples(v))
+	t.Logf("%d writes during the verify", stop())
+}
 
-	p.cli.ok("workflow", "verify", "race")
-	progress := func() string { return p.cli.ok("workflow", "show", "race") }
+// verifyUnderKills starts a verify of workflow and, each time it has compared
+// more rows, kills one of victims with SIGKILL and restarts it (a victim
+// whose name is "coordinator" is waited for until it answers); then it polls,
+// rather than calling `verify --wait`, which after the first verify ended
+// would start a new one and prove nothing about resuming, until the verify is
+// done, and returns its status. wait is the env's waitFor.
+func verifyUnderKills(t *testing.T, c *cli, wait func(string, time.Duration, func() (bool, string)), workflow string, victims ...*proc) *rowliftv1.VerifyStatus {
+	t.Helper()
+	c.ok("workflow", "verify", workflow)
 	compared := regexp.MustCompile(`verify running, [0-9.]+%: ([0-9,]+) rows compared`)
 	var before string
-	for _, victim := range []*proc{p.applier, p.streamer, p.coord} {
-		p.waitFor("the verify to make progress", time.Minute, func() (bool, string) {
-			out := progress()
+	for _, victim := range victims {
+		wait("the verify to make progress", time.Minute, func() (bool, string) {
+			out := c.ok("workflow", "show", workflow)
 			m := compared.FindStringSubmatch(out)
 			ok := m != nil && m[1] != "0" && m[1] != before
 			if ok {
@@ -277,27 +298,27 @@ func testVerifySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 		victim.kill()
 		t.Logf("killed %s with %s rows compared", victim.name, before)
 		victim.restart()
-		if victim == p.coord {
-			p.waitFor("the coordinator to answer", 30*time.Second, func() (bool, string) {
-				r := p.cli.run("workflow", "list")
+		if victim.name == "coordinator" {
+			wait("the coordinator to answer", 30*time.Second, func() (bool, string) {
+				r := c.run("workflow", "list")
 				return r.code == 0, r.stderr
 			})
 		}
 	}
-	// Polled, not `verify --wait`: a second verify call after the first ended
-	// would start a new one and prove nothing about resuming.
 	var w rowliftv1.Workflow
-	p.waitFor("the verify to finish", 2*time.Minute, func() (bool, string) {
-		out := p.cli.ok("workflow", "show", "race", "--output", "json")
+	wait("the verify to finish", 2*time.Minute, func() (bool, string) {
+		out := c.ok("workflow", "show", workflow, "--output", "json")
 		require.NoError(t, protojson.Unmarshal([]byte(out), &w))
 		return w.GetStatus().GetVerify().GetState() == rowliftv1.VerifyState_VERIFY_STATE_DONE, out
 	})
-	v := w.GetStatus().GetVerify()
-	require.EqualValues(t, [3]int64{1, 1, 2}, [3]int64{v.GetMissing(), v.GetExtra(), v.GetDifferent()}, "each planted key counted once")
+	return w.GetStatus().GetVerify()
+}
+
+// verifyExamples are the keys a verify's status names, every table's.
+func verifyExamples(v *rowliftv1.VerifyStatus) []string {
 	var found []string
 	for _, vt := range v.GetTables() {
 		found = append(found, vt.GetExamples()...)
 	}
-	require.ElementsMatch(t, planted, found)
-	t.Logf("%d writes during the verify", stop())
+	return found
 }

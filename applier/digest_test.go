@@ -54,7 +54,7 @@ func TestDigestChecksLeaveNoSnapshotInThePool(t *testing.T) {
 		require.NoError(t, err)
 		var mu sync.Mutex
 		var ended error
-		v, err := newVerifier(ctx, db, play, tables["hot"], verifies[0], nil, false, 1<<20,
+		v, err := newVerifier(ctx, db, play, tables["hot"], verifies[0], nil, nil, false, 1<<20,
 			func(err error) { mu.Lock(); ended = err; mu.Unlock() }, zaptest.NewLogger(t))
 		require.NoError(t, err)
 

@@ -174,7 +174,7 @@ func TestMergeCopiesAndReplays(t *testing.T) {
 
 // TestVerifyOfMerge verifies a merge under writes on both sources: clean,
 // then after differences planted on main, exactly those, the key both
-// sources hold named as on several sources. (Awaits verify of merges.)
+// sources hold named as on several sources.
 func TestVerifyOfMerge(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		m := newMergeEnv(t, flavor, 1500)
@@ -192,7 +192,6 @@ func TestVerifyOfMerge(t *testing.T) {
 // TestVerifyOfMergeSurvivesKills slows every verify chunk down and kills
 // main's applier and b's streamer with SIGKILL in the middle of a verify of
 // the merge: it ends naming exactly the planted keys, each counted once.
-// (Awaits verify of merges.)
 func TestVerifyOfMergeSurvivesKills(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		m := newMergeEnv(t, flavor, 1500)
@@ -212,8 +211,8 @@ func TestVerifyOfMergeSurvivesKills(t *testing.T) {
 }
 
 // TestVerifyOfMergeRefusesRepair: --repair cannot tell which source a row of
-// a merge must come from, so it is refused, naming the merge, and changes
-// nothing on main.
+// a merge must come from, so it is refused, saying so, and changes nothing
+// on main.
 func TestVerifyOfMergeRefusesRepair(t *testing.T) {
 	m := newMergeEnv(t, sandbox.MariaDB, 1500)
 	m.stop()
@@ -225,7 +224,7 @@ func TestVerifyOfMergeRefusesRepair(t *testing.T) {
 	}
 	r := m.cli.run("workflow", "verify", "merge", "--repair", "--wait", "--interval", "200ms")
 	require.NotZero(t, r.code, "verify --repair of a merge")
-	require.Contains(t, r.stderr, "merge")
+	require.Contains(t, r.stderr, "a repair cannot tell which source's row a key should get")
 	require.NotContains(t, strings.ToLower(r.stdout), "repaired")
 	for _, tbl := range m.spec.GetTables() {
 		require.Equal(t, before[tbl.GetName()], m.shardRows("main", tbl.GetName(), raceKeys[tbl.GetName()], "", "", nil),

@@ -261,10 +261,13 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		if verifiers[table], err = newVerifier(ctx, e.db, play, tables[table], tv, scope, mergeOf(c.pair), c.spec.GetOptions().GetJsonAsText(),
-			maxPacket-1024, cancelCause, c.log); err != nil {
+		// Kept only once made: the deferred wait runs on every kept one.
+		v, err := newVerifier(ctx, e.db, play, tables[table], tv, scope, mergeOf(c.pair), c.spec.GetOptions().GetJsonAsText(),
+			maxPacket-1024, cancelCause, c.log)
+		if err != nil {
 			return false, err
 		}
+		verifiers[table] = v
 	}
 	if err := store.SetStreamMessage(ctx, name, c.source.GetName(), ""); err != nil {
 		return false, err

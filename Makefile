@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
+.PHONY: setup build demo test unit lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
@@ -79,11 +79,20 @@ N ?= 5
 bench-sandbox:
 	$(GO) run ./benchmarks/sandbox -n $(N)
 
-## bench-copy: rowlift copy beside source scan, LOAD DATA and mariadb-dump | mariadb (mysqldump | mysql
-## with -flavor mysql) on the same servers (ROWS=table rows, full size 16777216; COPYFLAGS=more flags,
-## e.g. -runs 3 -flavor mysql)
+## bench-setup: install the tools only the benchmarks run (mydumper and myloader, a baseline of
+## bench-copy) if missing; `make setup` leaves them out
+bench-setup:
+	@if ! command -v mydumper >/dev/null 2>&1 || ! command -v myloader >/dev/null 2>&1; then \
+		echo "installing mydumper (bench-copy's mydumper | myloader baseline)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q mydumper; \
+	fi
+
+## bench-copy: rowlift copy beside source scan, LOAD DATA, mariadb-dump | mariadb (mysqldump | mysql
+## with -flavor mysql) and mydumper | myloader on the same servers (ROWS=table rows, full size 16777216;
+## COPYFLAGS=more flags, e.g. -runs 3 -flavor mysql -table sbtest)
 ROWS ?= 1000000
-bench-copy:
+bench-copy: bench-setup
 	$(GO) run ./benchmarks/copy -rows $(ROWS) $(COPYFLAGS)
 
 ## bench-lag: replication lag under a steady write load at half of what one target connection

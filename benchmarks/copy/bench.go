@@ -18,7 +18,8 @@ type bench struct {
 	tmp      string // rowlift binary and process logs
 	rowlift  string // path of the built rowlift binary; empty unless (d) runs
 	clkTck   float64
-	rowBytes int64 // sum of the value bytes of every row, as text
+	shape    benchkit.Shape // the table -table names
+	rowBytes int64          // sum of the value bytes of every row, as text
 	// profileRuns counts the runs of (d) profiled so far.
 	profileRuns int
 }
@@ -36,12 +37,14 @@ func (b *bench) methods() []method {
 		{"b", "(b) LOAD DATA target", b.loadTarget},
 		{"c", "(c) " + dumpTools[b.cfg.Flavor].pipe(), b.dumpPipe},
 		{"d", "(d) rowlift", b.copyRowlift},
+		{"e", "(e) mydumper | myloader", b.mydumper},
 	}
 }
 
 // setup builds rowlift (when (d) runs), starts both servers and loads the source.
 func setup(ctx context.Context, cfg config, selected map[string]bool) (b *bench, err error) {
-	b = &bench{cfg: cfg, clkTck: benchkit.ClockTicks(), rowBytes: benchkit.StressRowBytes(cfg.Rows)}
+	shape := shapes[cfg.Table](cfg.Rows)
+	b = &bench{cfg: cfg, clkTck: benchkit.ClockTicks(), shape: shape, rowBytes: shape.RowBytes(cfg.Rows)}
 	if b.tmp, err = os.MkdirTemp("", "rowlift-bench-copy-"); err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
 	}
@@ -87,7 +90,7 @@ func (b *bench) printKept() {
 	fmt.Println("stop with `kill <pid>` and remove the dirs; the next run of this benchmark also reaps them")
 }
 
-// runAll runs the selected methods in rounds (a, b, c, d, then again) and returns
+// runAll runs the selected methods in rounds (a, b, c, d, e, then again) and returns
 // each method's samples.
 func (b *bench) runAll(ctx context.Context, selected map[string]bool) (map[string][]sample, error) {
 	results := map[string][]sample{}
@@ -120,7 +123,8 @@ type sample struct {
 	RowsPerS float64 `json:"rows_per_s"`
 	MBPerS   float64 `json:"mb_per_s"`
 	// ClientCPUS is the CPU of the client side: this process for (a) and (b), the
-	// dump and client processes for (c), the streamer and applier for (d).
+	// dump and client processes for (c), the streamer and applier for (d),
+	// mydumper and myloader for (e).
 	ClientCPUS   float64 `json:"client_cpu_s"`
 	StreamerCPUS float64 `json:"streamer_cpu_s,omitempty"`
 	ApplierCPUS  float64 `json:"applier_cpu_s,omitempty"`

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 
-	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 	"github.com/rowlift/rowlift/internal/sandbox"
 )
 
@@ -19,19 +19,27 @@ func (b *bench) scan(ctx context.Context, m *meter) error {
 	if err := m.start(); err != nil {
 		return err
 	}
-	rows, err := b.SrcDB.QueryContext(ctx, "SELECT id, sig, c FROM "+sourceDB+"."+table+" ORDER BY id, c")
+	t := b.shape
+	rows, err := b.SrcDB.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s.%s ORDER BY %s",
+		strings.Join(t.Columns, ", "), sourceDB, t.Name, strings.Join(t.Key, ", ")))
 	if err != nil {
 		return fmt.Errorf("scan: %w", err)
 	}
 	defer rows.Close()
-	var id, sig, c sql.RawBytes
+	vals := make([]sql.RawBytes, len(t.Columns))
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
 	var n, size int64
 	for rows.Next() {
-		if err := rows.Scan(&id, &sig, &c); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("scan: %w", err)
 		}
 		n++
-		size += int64(len(id) + len(sig) + len(c))
+		for _, v := range vals {
+			size += int64(len(v))
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("scan: %w", err)
@@ -53,13 +61,13 @@ func (b *bench) loadTarget(ctx context.Context, m *meter) error {
 	if err := b.resetTarget(ctx, db); err != nil {
 		return err
 	}
-	if _, err := b.TgtDB.ExecContext(ctx, fmt.Sprintf(benchkit.StressDDL, db)); err != nil {
-		return fmt.Errorf("create %s.%s: %w", db, table, err)
+	if _, err := b.TgtDB.ExecContext(ctx, fmt.Sprintf(b.shape.DDL, db)); err != nil {
+		return fmt.Errorf("create %s.%s: %w", db, b.shape.Name, err)
 	}
 	if err := m.start(); err != nil {
 		return err
 	}
-	if err := benchkit.LoadStress(ctx, b.TgtDB, db, 1, b.cfg.Rows); err != nil {
+	if err := b.shape.Load(ctx, b.TgtDB, db, 1, b.cfg.Rows); err != nil {
 		return err
 	}
 	if err := m.stop(); err != nil {
@@ -94,7 +102,7 @@ func (b *bench) dumpPipe(ctx context.Context, m *meter) error {
 		// spare the restore the binlog every other method writes.
 		args = append(args, "--set-gtid-purged=OFF")
 	}
-	dump, err := b.Source.Tool(ctx, sandbox.Dump, append(args, sourceDB, table)...)
+	dump, err := b.Source.Tool(ctx, sandbox.Dump, append(args, sourceDB, b.shape.Name)...)
 	if err != nil {
 		return err
 	}

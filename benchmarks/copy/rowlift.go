@@ -89,7 +89,7 @@ func (b *bench) workflowSpec(streamerAddr string) *rowliftv1.WorkflowSpec {
 		TargetDatabase: "bench_rowlift",
 		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: streamerAddr}},
 		Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
-		Tables:         []*rowliftv1.TableSpec{{Name: table}},
+		Tables:         []*rowliftv1.TableSpec{{Name: b.shape.Name}},
 		Options: &rowliftv1.WorkflowOptions{
 			ChunkRows:    b.cfg.ChunkRows,
 			PacketBytes:  b.cfg.PacketBytes,

@@ -4,13 +4,10 @@ import (
 	"context"
 	"crypto/sha1"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"strconv"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // StressTable is the seed's stress_test_pk: sig is the SHA1 of the id and c its
@@ -30,9 +27,10 @@ const (
 )
 
 // rowReader streams rows first..last as LOAD DATA's default format: tab-separated
-// fields, one line per row.
+// fields, one line per row, each appended by row.
 type rowReader struct {
 	next, last int64
+	row        func(dst []byte, id int64) []byte
 	buf        []byte
 	off        int
 }
@@ -41,7 +39,7 @@ func (r *rowReader) Read(p []byte) (int, error) {
 	n := copy(r.buf, r.buf[r.off:])
 	r.buf, r.off = r.buf[:n], 0
 	for len(r.buf) < len(p) && r.next <= r.last {
-		r.buf = appendRow(r.buf, r.next)
+		r.buf = r.row(r.buf, r.next)
 		r.next++
 	}
 	if len(r.buf) == 0 {
@@ -98,45 +96,14 @@ type Executor interface {
 // LOCAL INFILE statement. Loads must not run concurrently: they share the
 // driver's reader name.
 func LoadStress(ctx context.Context, ex Executor, db string, first, last int64) error {
-	mysql.RegisterReaderHandler(readerName, func() io.Reader { return &rowReader{next: first, last: last} })
-	defer mysql.DeregisterReaderHandler(readerName)
-	q := fmt.Sprintf(`LOAD DATA LOCAL INFILE 'Reader::%s' INTO TABLE %s.%s FIELDS TERMINATED BY '\t' LINES TERMINATED BY '\n' (id, sig, c)`,
-		readerName, db, StressTable)
-	if _, err := ex.ExecContext(ctx, q); err != nil {
-		return fmt.Errorf("load rows %d..%d into %s.%s: %w", first, last, db, StressTable, err)
-	}
-	return nil
+	return Stress.Load(ctx, ex, db, first, last)
 }
 
 // SeedStress creates db (if missing) and db.stress_test_pk on pool's server and
 // loads rows 1..rows in batches, unlogged (the binlog has no use for seed rows),
 // then runs ANALYZE TABLE and checks the count.
 func SeedStress(ctx context.Context, pool *sql.DB, db string, rows int64) error {
-	conn, err := pool.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("seed %s.%s: %w", db, StressTable, err)
-	}
-	defer conn.Close()
-	// Its session does not log: it must not go back to the pool, where later
-	// writes would take it and be missing from the binlog.
-	defer conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // the error is the point
-	for _, q := range []string{"SET SESSION sql_log_bin = 0", "CREATE DATABASE IF NOT EXISTS " + db, fmt.Sprintf(StressDDL, db)} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("seed %s.%s: %s: %w", db, StressTable, q, err)
-		}
-	}
-	for first := int64(1); first <= rows; first += seedBatch {
-		if err := LoadStress(ctx, conn, db, first, min(first+seedBatch-1, rows)); err != nil {
-			return fmt.Errorf("seed: %w", err)
-		}
-	}
-	if _, err := conn.ExecContext(ctx, "ANALYZE TABLE "+db+"."+StressTable); err != nil {
-		return fmt.Errorf("seed %s.%s: analyze: %w", db, StressTable, err)
-	}
-	if err := CheckCount(ctx, pool, db+"."+StressTable, rows); err != nil {
-		return fmt.Errorf("seed: %w", err)
-	}
-	return nil
+	return Stress.Seed(ctx, pool, db, rows)
 }
 
 // CheckCount fails unless table (db.name) holds exactly want rows.

@@ -1,6 +1,7 @@
 package benchkit
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -14,5 +15,30 @@ func TestStressRows(t *testing.T) {
 	}
 	if got, want := string(appendRow(nil, 1)), strings.Join([]string{"1", sig1, sig1[:8]}, "\t")+"\n"; got != want {
 		t.Errorf("appendRow(1) = %q, want %q", got, want)
+	}
+}
+
+// TestSbtestRows checks sbtest1's rows against oltp_common's shape and
+// RowBytes against the rows it counts.
+func TestSbtestRows(t *testing.T) {
+	const rows = 1000
+	s := Sbtest(rows)
+	var total int64
+	for id := int64(1); id <= rows; id++ {
+		line := string(s.Row(nil, id))
+		if line != string(s.Row(nil, id)) {
+			t.Fatalf("row %d differs between two generations", id)
+		}
+		f := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
+		if len(f) != 4 || f[0] != strconv.FormatInt(id, 10) || len(f[2]) != 119 || len(f[3]) != 59 {
+			t.Fatalf("row %d = %q, want id, k, 119 chars of c, 59 of pad", id, line)
+		}
+		if k, err := strconv.ParseInt(f[1], 10, 64); err != nil || k < 1 || k > rows {
+			t.Fatalf("row %d: k %q not in [1, %d]", id, f[1], rows)
+		}
+		total += int64(len(f[0]) + len(f[1]) + len(f[2]) + len(f[3]))
+	}
+	if got := s.RowBytes(rows); got != total {
+		t.Errorf("RowBytes(%d) = %d, rows hold %d", rows, got, total)
 	}
 }

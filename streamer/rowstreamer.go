@@ -327,7 +327,8 @@ func (r *rowStreamer) emit(ctx context.Context, c *sharedChunk) (done bool, err 
 		if !keep {
 			continue
 		}
-		part.PackedRows = append(part.PackedRows, rows.Raw()...)
+		raw := rows.Raw()
+		part.PackedRows = append(rowcodec.Grow(part.PackedRows, len(raw)), raw...)
 		part.RowCount++
 		if len(part.PackedRows) >= r.partBytes {
 			part.LastPk = r.plan.keyOf(rows.Values())

@@ -19,6 +19,11 @@ const StreamProtocol = 3
 // (zero for NULL) and its bytes. A block of rows is one allocation for the
 // sender and none per row for the receiver, which reads it with ReadRows.
 func AppendRow(block []byte, values [][]byte) []byte {
+	need := binary.MaxVarintLen64 * (len(values) + 1)
+	for _, v := range values {
+		need += len(v)
+	}
+	block = Grow(block, need)
 	block = binary.AppendUvarint(block, uint64(len(values)))
 	for _, v := range values {
 		if v == nil {
@@ -29,6 +34,19 @@ func AppendRow(block []byte, values [][]byte) []byte {
 		block = append(block, v...)
 	}
 	return block
+}
+
+// Grow makes room in block for n more bytes, doubling it when it must grow:
+// append grows a large slice by a quarter at a time, which copied a filling
+// copy part's bytes several times over (40% of the streamer's CPU in a copy
+// of sysbench's sbtest1, all of it in runtime.memmove under growslice).
+func Grow(block []byte, n int) []byte {
+	if len(block)+n <= cap(block) {
+		return block
+	}
+	grown := make([]byte, len(block), max(2*cap(block), len(block)+n))
+	copy(grown, block)
+	return grown
 }
 
 // Rows reads a block of packed rows one row at a time, in the manner of

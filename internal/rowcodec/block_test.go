@@ -115,3 +115,32 @@ func TestPackedRowsReadWithoutAllocating(t *testing.T) {
 		}
 	}), "packing into a block with room allocates nothing")
 }
+
+// TestGrowDoubles: a block with room is returned as it is; one without
+// doubles (or takes what it needs), keeping its bytes, so filling a copy
+// part copies its bytes about once rather than once per quarter it grows.
+func TestGrowDoubles(t *testing.T) {
+	block := make([]byte, 90, 100)
+	block[89] = 7
+	if got := Grow(block, 10); &got[0] != &block[0] || cap(got) != 100 {
+		t.Fatalf("Grow with room reallocated: cap %d", cap(got))
+	}
+	got := Grow(block, 11)
+	if len(got) != 90 || cap(got) != 200 || got[89] != 7 {
+		t.Fatalf("Grow(90/100, 11) = len %d cap %d, want 90/200 with the bytes kept", len(got), cap(got))
+	}
+	if got := Grow(block, 500); cap(got) != 590 {
+		t.Fatalf("Grow(90/100, 500) cap %d, want 590", cap(got))
+	}
+	copies, b := 0, []byte(nil)
+	for range 100_000 {
+		before := cap(b)
+		b = AppendRow(b, [][]byte{[]byte("a row of some forty bytes, give or take.")})
+		if cap(b) != before {
+			copies++
+		}
+	}
+	if copies > 25 {
+		t.Fatalf("a 4 MB block grew %d times, want about log2 of its size", copies)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/rowcodec"
+	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/throttle"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -318,9 +319,37 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if pending > 0 && throttle.Enabled(c.spec.GetOptions().GetThrottle().GetTarget()) {
 		go c.throttleTarget(ctx, client, &copying)
 	}
+	// Deferred secondary keys are added beside the stream: once at its start
+	// (a run may have ended before adding them), then whenever a table's
+	// copy commits its last chunk. A failure ends the stream with its cause.
+	addKeys := make(chan struct{}, 1)
+	addKeys <- struct{}{}
+	keysAdded := make(chan struct{})
+	go func() {
+		defer close(keysAdded)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-addKeys:
+			}
+			if err := c.addDeferredKeys(ctx); err != nil {
+				cancelCause(err)
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-keysAdded
+	}()
 	w := newCopyWriter(ctx, e.db, play, workers, func(table string, _ int, done bool) {
 		if done {
 			c.log.Info("table copied", zap.String("table", table))
+			select {
+			case addKeys <- struct{}{}:
+			default: // a run is due already
+			}
 		}
 	})
 	defer func() {
@@ -592,7 +621,10 @@ func (c *controller) prepare(ctx context.Context, fields []*rowliftv1.TableField
 		},
 		func(started map[string]state.TableCopy) (map[string]*targetTable, error) {
 			// Leave headroom under max_allowed_packet for the statement's framing.
-			return prepareTargets(ctx, c.engine.db, c.spec, fields, started, maxPacket-1024)
+			return prepareTargets(ctx, c.engine.db, c.spec, fields, started, maxPacket-1024,
+				func(table string, keys []schema.DeferredKey) error {
+					return c.engine.store.DeferKeys(ctx, c.spec.GetName(), table, keys)
+				})
 		})
 }
 

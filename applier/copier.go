@@ -78,13 +78,16 @@ func TargetTable(spec *rowliftv1.WorkflowSpec, table string) (name string, mappe
 // prepareTargets checks every target table against the streamed fields before
 // anything is written, then creates the missing ones.
 func prepareTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, fields []*rowliftv1.TableFields,
-	progress map[string]state.TableCopy, maxStmt int) (map[string]*targetTable, error) {
+	progress map[string]state.TableCopy, maxStmt int, deferKeys func(table string, keys []schema.DeferredKey) error) (map[string]*targetTable, error) {
 	targetDB := TargetDatabase(spec)
 	missing, useLoad, err := CheckTargets(ctx, db, spec, fields, progress)
 	if err != nil {
 		return nil, err
 	}
-	if err := createTables(ctx, db, targetDB, missing); err != nil {
+	if spec.GetOptions().GetKeepSecondaryKeys() {
+		deferKeys = nil
+	}
+	if err := createTables(ctx, db, targetDB, missing, deferKeys); err != nil {
 		return nil, err
 	}
 	flavor, _, err := dbconn.ServerFlavor(ctx, db)
@@ -267,8 +270,11 @@ func copyWithLoad(ctx context.Context, db *sql.DB, method rowliftv1.CopyMethod) 
 }
 
 // createTables creates target tables from the source's SHOW CREATE TABLE, and the
-// target database if it does not exist yet.
-func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*rowliftv1.TableFields) error {
+// target database if it does not exist yet. Unless deferKeys is nil, a table's
+// plain secondary keys are left out, after deferKeys has recorded them to be
+// added once the table is copied (see schema.SplitSecondaryKeys).
+func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*rowliftv1.TableFields,
+	deferKeys func(table string, keys []schema.DeferredKey) error) error {
 	if len(missing) == 0 {
 		return nil
 	}
@@ -291,7 +297,17 @@ func createTables(ctx context.Context, db *sql.DB, targetDB string, missing []*r
 		return fmt.Errorf("use target database %s: %w", targetDB, err)
 	}
 	for _, f := range missing {
-		if _, err := conn.ExecContext(ctx, string(f.GetCreateTable())); err != nil {
+		create := string(f.GetCreateTable())
+		if deferKeys != nil {
+			stripped, keys := schema.SplitSecondaryKeys(create)
+			if len(keys) > 0 {
+				if err := deferKeys(f.GetTable(), keys); err != nil {
+					return err
+				}
+				create = stripped
+			}
+		}
+		if _, err := conn.ExecContext(ctx, create); err != nil {
 			var me *mysql.MySQLError
 			switch {
 			case !errors.As(err, &me):

@@ -43,7 +43,7 @@ func TestDigestChecksLeaveNoSnapshotInThePool(t *testing.T) {
 		require.NoError(t, err)
 		owner, err := store.TakeOver(ctx, "w", "main")
 		require.NoError(t, err)
-		tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{hotFields()}, nil, 1<<20)
+		tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{hotFields()}, nil, 1<<20, nil)
 		require.NoError(t, err)
 		seedHot(t, db, 20)
 		stats := metrics.OpenApplyStream("w", "main", "main", []string{"hot"})

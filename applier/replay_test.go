@@ -56,7 +56,7 @@ func blindReplayer(t *testing.T, db *sql.DB, n int) *replayer {
 	require.NoError(t, store.CreateWorkflow(ctx, spec, "main"))
 	owner, err := store.TakeOver(ctx, "w", "main")
 	require.NoError(t, err)
-	tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{hotFields()}, nil, 1<<20)
+	tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{hotFields()}, nil, 1<<20, nil)
 	require.NoError(t, err)
 	seedHot(t, db, n)
 	stats := metrics.OpenApplyStream("w", "main", "main", []string{"hot"})

@@ -73,7 +73,7 @@ func TestCopyIntoJSONColumn(t *testing.T) {
 			table := "j" + method.String()[len("COPY_METHOD_"):]
 			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
 				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
-			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields(table)}, nil, 1<<20)
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields(table)}, nil, 1<<20, nil)
 			require.NoError(t, err)
 			tbl := tables[table]
 			require.Equal(t, method == rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA, tbl.load != nil)
@@ -129,7 +129,7 @@ func TestReplayOnTarget(t *testing.T) {
 		db := targetServer(t, flavor)
 		ctx := context.Background()
 		spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: "r"}}}
-		tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("r")}, nil, 1<<20)
+		tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("r")}, nil, 1<<20, nil)
 		require.NoError(t, err)
 		one, two := `{"k": [1, 2]}`, `{"k": "two", "z": {"y": true}}`
 		_, err = replay(ctx, t, db, tables, false,
@@ -174,7 +174,7 @@ func TestCopyRefusesWhatIsNotExact(t *testing.T) {
 			}
 			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
 				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
-			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20, nil)
 			require.NoError(t, err)
 			copyRows := func(rows ...*rowliftv1.Row) error {
 				var s scratch
@@ -259,7 +259,7 @@ func TestCopyKeepsEveryType(t *testing.T) {
 			}
 			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
 				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
-			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20, nil)
 			require.NoError(t, err)
 			var s scratch
 			write, err := tables[table].writer(&s, chunkOf(rows...))
@@ -321,7 +321,7 @@ func TestCopyMethodFollowsLocalInfile(t *testing.T) {
 		require.NoError(t, err)
 		spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: "j"}}}
 		fields := []*rowliftv1.TableFields{docFields("j")}
-		tables, err := prepareTargets(ctx, db, spec, fields, nil, 1<<20)
+		tables, err := prepareTargets(ctx, db, spec, fields, nil, 1<<20, nil)
 		require.NoError(t, err)
 		require.Nil(t, tables["j"].load)
 		require.NotNil(t, tables["j"].insert)
@@ -355,7 +355,7 @@ func TestJSONTextIntoTargetJSONColumn(t *testing.T) {
 			}}
 			spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: table}},
 				Options: &rowliftv1.WorkflowOptions{CopyMethod: method}}
-			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20)
+			tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{fields}, nil, 1<<20, nil)
 			require.NoError(t, err)
 			var s scratch
 			write, err := tables[table].writer(&s, chunkOf(row([]byte("1"), []byte(doc))))

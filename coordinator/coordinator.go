@@ -349,7 +349,7 @@ func (s *Server) move(ctx context.Context, ref *rowliftv1.WorkflowRef, o cutover
 		}
 		copyDone := len(v.copies) > 0
 		for _, c := range v.copies {
-			copyDone = copyDone && c.Done
+			copyDone = copyDone && c.Copied()
 		}
 		to, change, err := cutover.Move(o, name, v.wf.State, copyDone)
 		if err != nil {

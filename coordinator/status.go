@@ -253,6 +253,11 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 				ts.RowsCopied += c.RowsCopied
 				ts.RowsEstimate += c.RowsEstimate
 				ts.Done = ts.Done && c.Done
+				for _, k := range c.KeysPending {
+					if !slices.Contains(ts.KeysPending, k) {
+						ts.KeysPending = append(ts.KeysPending, k)
+					}
+				}
 				ts.UpdatedAtUs = max(ts.UpdatedAtUs, c.UpdatedAtUS)
 				if !c.Done {
 					streamDone = false

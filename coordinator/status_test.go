@@ -242,3 +242,20 @@ func TestVerifyStatusEndedEarly(t *testing.T) {
 	require.Equal(t, "table db.a no longer exists; cancelled by a switch", v.GetMessage())
 	require.Negative(t, verifyStatus(spec, views, 0).GetPercent(), "no estimate: unknown")
 }
+
+// A table whose rows are copied and whose deferred keys are being added shows
+// them, once however many sources copied it, and is not done with the
+// workflow's copy (cutover admission refuses it as still copying).
+func TestStatusShowsKeysPending(t *testing.T) {
+	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}}}
+	done := func(source string) state.TableCopy {
+		return state.TableCopy{Source: source, Table: "a", RowsCopied: 10, RowsEstimate: 10, Done: true, KeysPending: []string{"by_k", "by_n"}}
+	}
+	views := []view{{target: "t1", wf: &state.Workflow{State: state.Copying, CreatedAt: t0, UpdatedAt: t0},
+		copies:  []state.TableCopy{done("s1"), done("s2")},
+		streams: []state.Stream{{Source: "s1"}, {Source: "s2"}}, applier: true}}
+	st := buildStatus(spec, views, nil, t0)
+	require.Equal(t, []string{"by_k", "by_n"}, st.GetTables()[0].GetKeysPending())
+	require.True(t, st.GetTables()[0].GetDone(), "its rows are copied")
+	require.Equal(t, "a", admissionViews(views, 0, t0)[0].Copying)
+}

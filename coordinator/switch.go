@@ -353,7 +353,7 @@ func admissionViews(views []view, maxLag time.Duration, now time.Time) []cutover
 		}
 		out[i].State = v.wf.State
 		for _, c := range v.copies {
-			if !c.Done && out[i].Copying == "" {
+			if !c.Copied() && out[i].Copying == "" {
 				out[i].Copying = c.Table
 			}
 		}

@@ -107,6 +107,7 @@ var schemaDDL = []string{
 		run_started_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the current stream run started: its copy rate is',
 		run_start_rows BIGINT NOT NULL DEFAULT 0 COMMENT '(rows_copied - run_start_rows) / (now - run_started_at_us)',
 		updated_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the last chunk committed',
+		deferred_keys TEXT NULL COMMENT 'JSON list of the secondary keys left out of the target table rowlift created, added once every source copied it; NULL once added',
 		PRIMARY KEY (workflow, source, table_name)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.replay_slot (
@@ -174,6 +175,7 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"copy_state", "run_started_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "updated_at_us", "BIGINT NOT NULL DEFAULT 0"},
+	{"copy_state", "deferred_keys", "TEXT NULL"},
 	{"verify", "outcome", "VARCHAR(16) NOT NULL DEFAULT ''"},
 	{"verify", "message", "TEXT NULL"},
 	{"verify", "recheck", "TINYINT(1) NOT NULL DEFAULT 0"},
@@ -240,7 +242,14 @@ type TableCopy struct {
 	RunStartRows   int64
 	// UpdatedAtUS is when the last chunk of the table committed.
 	UpdatedAtUS int64
+	// KeysPending names the secondary keys to add to the target table once
+	// every source has copied it (see DeferKeys); the workflow's copy is not
+	// done before they are.
+	KeysPending []string
 }
+
+// Copied reports whether the table is copied and has all its keys.
+func (tc TableCopy) Copied() bool { return tc.Done && len(tc.KeysPending) == 0 }
 
 // Stream is the replication progress of one (workflow, source) stream.
 type Stream struct {
@@ -455,7 +464,7 @@ func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]Table
 // copyStates returns the copy_state rows where says, by workflow.
 func (s *Store) copyStates(ctx context.Context, where string, args ...any) (map[string][]TableCopy, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, table_name, last_pk, rows_copied, done, rows_estimate, run_started_at_us, run_start_rows, "+
-		"updated_at_us FROM "+Schema+".copy_state "+where+" ORDER BY workflow, source, table_name", args...)
+		"updated_at_us, deferred_keys FROM "+Schema+".copy_state "+where+" ORDER BY workflow, source, table_name", args...)
 	if err != nil {
 		return nil, err
 	}
@@ -464,10 +473,19 @@ func (s *Store) copyStates(ctx context.Context, where string, args ...any) (map[
 	for rows.Next() {
 		var workflow string
 		var tc TableCopy
-		var lastPK []byte
+		var lastPK, keys []byte
 		if err := rows.Scan(&workflow, &tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.Done, &tc.RowsEstimate, &tc.RunStartedAtUS,
-			&tc.RunStartRows, &tc.UpdatedAtUS); err != nil {
+			&tc.RunStartRows, &tc.UpdatedAtUS, &keys); err != nil {
 			return nil, err
+		}
+		if keys != nil {
+			deferred, err := decodeKeys(keys)
+			if err != nil {
+				return nil, fmt.Errorf("%s.%s: %w", workflow, tc.Table, err)
+			}
+			for _, k := range deferred {
+				tc.KeysPending = append(tc.KeysPending, k.Name)
+			}
 		}
 		if lastPK != nil {
 			tc.LastPK = &rowliftv1.Row{}
@@ -493,10 +511,11 @@ func (s *Store) RecordCopyStart(ctx context.Context, workflow, source string, es
 	return nil
 }
 
-// CopyDone reports whether every table of the workflow has finished copying.
+// CopyDone reports whether every table of the workflow has finished copying
+// and has its deferred keys.
 func (s *Store) CopyDone(ctx context.Context, workflow string) (bool, error) {
 	var total, pending int
-	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(SUM(NOT done), 0) FROM "+Schema+".copy_state WHERE workflow = ?",
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(SUM(NOT done OR deferred_keys IS NOT NULL), 0) FROM "+Schema+".copy_state WHERE workflow = ?",
 		workflow).Scan(&total, &pending)
 	if err != nil {
 		return false, fmt.Errorf("read copy state of %q: %w", workflow, err)

@@ -26,7 +26,7 @@ type createFlags struct {
 	commitBatchItems, commitBatchMS       int
 	commitBatchBytes                      int64
 	outOfOrder, skipCreate, allowNonempty bool
-	jsonAsText                            bool
+	jsonAsText, keepKeys                  bool
 	onDDL, copyMethod                     string
 	throttleSource, throttleTarget        throttleFlags
 	throttleCheckMS                       int64
@@ -101,6 +101,8 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 		"e.g. --copy-method insert")
 	fs.BoolVar(&c.skipCreate, "skip-create-tables", false, "do not create missing target tables from the source's definition (fail instead), e.g. --skip-create-tables")
 	fs.BoolVar(&c.allowNonempty, "allow-nonempty-target", false, "copy into target tables that already hold rows, e.g. --allow-nonempty-target")
+	fs.BoolVar(&c.keepKeys, "keep-secondary-keys", false, "create missing target tables with every secondary key, instead of adding the plain ones\n"+
+		"as one sorted build once each table is copied (cheaper for the target), e.g. --keep-secondary-keys")
 	fs.BoolVar(&c.jsonAsText, "json-as-text", false, "move MySQL JSON as its text, accepting that a MariaDB target turns the DECIMAL, DATE, TIME,\n"+
 		"DATETIME, TIMESTAMP, BIT and BLOB values inside documents into the numbers and strings they print as,\n"+
 		"e.g. --json-as-text for a MySQL source and a MariaDB target")
@@ -292,6 +294,7 @@ func (c *createFlags) options() (*rowliftv1.WorkflowOptions, error) {
 		SkipCreateTables:    c.skipCreate,
 		AllowNonemptyTarget: c.allowNonempty,
 		JsonAsText:          c.jsonAsText,
+		KeepSecondaryKeys:   c.keepKeys,
 	}
 	for _, n := range []struct {
 		flag string

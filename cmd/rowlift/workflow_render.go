@@ -138,6 +138,8 @@ func tablePercent(t *rowliftv1.TableStatus) float64 {
 func tableETA(t *rowliftv1.TableStatus) string {
 	left := t.GetRowsEstimate() - t.GetRowsCopied()
 	switch {
+	case t.GetDone() && len(t.GetKeysPending()) > 0:
+		return "adding keys " + strings.Join(t.GetKeysPending(), ", ")
 	case t.GetDone():
 		return "done"
 	case t.GetRowsPerSecond() <= 0 || left <= 0:
@@ -369,6 +371,7 @@ func optionFlags(o *rowliftv1.WorkflowOptions) []string {
 	}
 	flag("skip-create-tables", o.GetSkipCreateTables())
 	flag("allow-nonempty-target", o.GetAllowNonemptyTarget())
+	flag("keep-secondary-keys", o.GetKeepSecondaryKeys())
 	for _, side := range []struct {
 		name string
 		l    *rowliftv1.ThrottleLimits

@@ -158,6 +158,7 @@ func TestBar(t *testing.T) {
 
 func TestTableETA(t *testing.T) {
 	require.Equal(t, "done", tableETA(&rowliftv1.TableStatus{Done: true, RowsPerSecond: 5}))
+	require.Equal(t, "adding keys by_k, by_n", tableETA(&rowliftv1.TableStatus{Done: true, KeysPending: []string{"by_k", "by_n"}}))
 	require.Equal(t, "-", tableETA(&rowliftv1.TableStatus{RowsCopied: 10, RowsEstimate: 100}), "no rate yet")
 	require.Equal(t, "-", tableETA(&rowliftv1.TableStatus{RowsCopied: 120, RowsEstimate: 100, RowsPerSecond: 5}), "estimate passed")
 	require.Equal(t, "1m30s", tableETA(&rowliftv1.TableStatus{RowsCopied: 100, RowsEstimate: 1000, RowsPerSecond: 10}))

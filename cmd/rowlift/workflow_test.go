@@ -127,7 +127,7 @@ func TestCreateSendsTheSpecOfItsFlags(t *testing.T) {
 		"--table", "orders:id,total", "--tables", "customers, items",
 		"--chunk-rows", "5000", "--chunk-bytes", "1048576", "--parallel-tables", "3", "--apply-workers", "8", "--commit-batch-items", "16",
 		"--commit-batch-ms", "20", "--out-of-order-commit", "--on-ddl", "ignore", "--copy-method", "insert",
-		"--skip-create-tables", "--allow-nonempty-target", "--throttle-source-threads-running", "50", "--start")
+		"--skip-create-tables", "--allow-nonempty-target", "--keep-secondary-keys", "--throttle-source-threads-running", "50", "--start")
 	require.NoError(t, err, out)
 	want := &rowliftv1.WorkflowSpec{
 		Name:           "shop-move",
@@ -139,7 +139,7 @@ func TestCreateSendsTheSpecOfItsFlags(t *testing.T) {
 		Options: &rowliftv1.WorkflowOptions{
 			ChunkRows: 5000, ChunkBytes: 1 << 20, ParallelTables: 3, ApplyWorkers: 8, CommitBatchItems: 16, CommitBatchMs: 20,
 			OutOfOrderCommit: true, OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_INSERT,
-			SkipCreateTables: true, AllowNonemptyTarget: true,
+			SkipCreateTables: true, AllowNonemptyTarget: true, KeepSecondaryKeys: true,
 			Throttle: &rowliftv1.Throttle{Source: &rowliftv1.ThrottleLimits{ThreadsRunning: 50}},
 		},
 	}

@@ -47,6 +47,9 @@ const (
 	// CutoverStep is after the coordinator records each step of a cutover: a
 	// window in which a test kills processes at that step.
 	CutoverStep Point = "cutover_step"
+	// AddKeys is before the applier adds a copied table's deferred secondary
+	// keys: a window in which a test kills processes before the ALTER.
+	AddKeys Point = "add_keys"
 )
 
 // EnvVar is the variable that turns hooks on.
@@ -90,7 +93,7 @@ func parse(s string) (*config, error) {
 			}
 			c.rng = rand.New(rand.NewPCG(seed, 1))
 		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(SlowTarget), string(CutoverStep), string(VerifyCheck),
-			string(VerifyDigest):
+			string(VerifyDigest), string(AddKeys):
 			lo, hi, ok := strings.Cut(v, "-")
 			if !ok {
 				return nil, fmt.Errorf("%s=%q: want a range like 0-30ms", k, v)

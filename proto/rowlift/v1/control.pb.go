@@ -1324,9 +1324,15 @@ type WorkflowOptions struct {
 	// (BIT, BLOB) and some integer values inside documents into the numbers and
 	// strings they print as. Creation refuses a MySQL JSON column bound for
 	// MariaDB without it; verify then compares JSON by its text alone.
-	JsonAsText    bool `protobuf:"varint,15,opt,name=json_as_text,json=jsonAsText,proto3" json:"json_as_text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	JsonAsText bool `protobuf:"varint,15,opt,name=json_as_text,json=jsonAsText,proto3" json:"json_as_text,omitempty"`
+	// Create missing target tables with every secondary key. By default the
+	// plain (non-unique) ones are left out and added once each table's copy is
+	// done, as one sorted index build: that costs the target far less than
+	// inserting every copied row into them (see benchmarks/copy). The copy is
+	// done, and a cutover allowed, only once they are added.
+	KeepSecondaryKeys bool `protobuf:"varint,16,opt,name=keep_secondary_keys,json=keepSecondaryKeys,proto3" json:"keep_secondary_keys,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WorkflowOptions) Reset() {
@@ -1460,6 +1466,13 @@ func (x *WorkflowOptions) GetChunkBytes() int64 {
 func (x *WorkflowOptions) GetJsonAsText() bool {
 	if x != nil {
 		return x.JsonAsText
+	}
+	return false
+}
+
+func (x *WorkflowOptions) GetKeepSecondaryKeys() bool {
+	if x != nil {
+		return x.KeepSecondaryKeys
 	}
 	return false
 }
@@ -2172,7 +2185,11 @@ type TableStatus struct {
 	// (the estimate is approximate), 0 while the estimate is unknown.
 	Percent float64 `protobuf:"fixed64,6,opt,name=percent,proto3" json:"percent,omitempty"`
 	// When the applier last committed a chunk of this table, microseconds since the epoch.
-	UpdatedAtUs   int64 `protobuf:"varint,7,opt,name=updated_at_us,json=updatedAtUs,proto3" json:"updated_at_us,omitempty"`
+	UpdatedAtUs int64 `protobuf:"varint,7,opt,name=updated_at_us,json=updatedAtUs,proto3" json:"updated_at_us,omitempty"`
+	// Secondary keys the applier adds to the target table now that its rows are
+	// copied (see WorkflowOptions.keep_secondary_keys); the copy is done once
+	// none is left.
+	KeysPending   []string `protobuf:"bytes,8,rep,name=keys_pending,json=keysPending,proto3" json:"keys_pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2254,6 +2271,13 @@ func (x *TableStatus) GetUpdatedAtUs() int64 {
 		return x.UpdatedAtUs
 	}
 	return 0
+}
+
+func (x *TableStatus) GetKeysPending() []string {
+	if x != nil {
+		return x.KeysPending
+	}
+	return nil
 }
 
 // StreamStatus is one (source shard, target shard) stream of the workflow.
@@ -2757,7 +2781,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12!\n" +
 	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\x12+\n" +
 	"\x11sharding_function\x18\x05 \x01(\tR\x10shardingFunction\x12\x1c\n" +
-	"\treference\x18\x06 \x01(\bR\treference\"\x8e\x05\n" +
+	"\treference\x18\x06 \x01(\bR\treference\"\xbe\x05\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -2778,7 +2802,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\vchunk_bytes\x18\x0e \x01(\x03R\n" +
 	"chunkBytes\x12 \n" +
 	"\fjson_as_text\x18\x0f \x01(\bR\n" +
-	"jsonAsText\"\x9e\x01\n" +
+	"jsonAsText\x12.\n" +
+	"\x13keep_secondary_keys\x18\x10 \x01(\bR\x11keepSecondaryKeys\"\x9e\x01\n" +
 	"\bThrottle\x122\n" +
 	"\x06source\x18\x01 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06source\x122\n" +
 	"\x06target\x18\x02 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06target\x12*\n" +
@@ -2843,7 +2868,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0ewrite_pause_ms\x18\x05 \x01(\x03R\fwritePauseMs\x12\"\n" +
 	"\rstarted_at_us\x18\x06 \x01(\x03R\vstartedAtUs\x12$\n" +
 	"\x0efinished_at_us\x18\a \x01(\x03R\ffinishedAtUs\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage\"\xe1\x01\n" +
+	"\amessage\x18\b \x01(\tR\amessage\"\x84\x02\n" +
 	"\vTableStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vrows_copied\x18\x02 \x01(\x03R\n" +
@@ -2852,7 +2877,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12&\n" +
 	"\x0frows_per_second\x18\x05 \x01(\x01R\rrowsPerSecond\x12\x18\n" +
 	"\apercent\x18\x06 \x01(\x01R\apercent\x12\"\n" +
-	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\"\x93\x03\n" +
+	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\x12!\n" +
+	"\fkeys_pending\x18\b \x03(\tR\vkeysPending\"\x93\x03\n" +
 	"\fStreamStatus\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x120\n" +

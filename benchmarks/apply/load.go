@@ -7,21 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 	"github.com/rowlift/rowlift/internal/dbconn"
 )
 
 const (
 	// db holds the tables on the source and, under the same name, on every target.
 	db = "bench"
-	// tableDDL is sysbench's table, in db, named by its %d.
-	tableDDL = `CREATE TABLE ` + db + `.sbtest%d (
-		id INT NOT NULL,
-		k INT NOT NULL DEFAULT 0,
-		c CHAR(120) NOT NULL DEFAULT '',
-		pad CHAR(60) NOT NULL DEFAULT '',
-		PRIMARY KEY (id),
-		KEY k_1 (k)
-	) ENGINE=InnoDB`
 	// seedBatch is rows per seed INSERT statement, each its own transaction.
 	seedBatch = 1000
 )
@@ -77,7 +69,7 @@ func (b *bench) seed(ctx context.Context) error {
 	}
 	g := newRowGen(b.cfg.Seed, 1, b.cfg.Rows)
 	for t := 1; t <= b.cfg.Tables; t++ {
-		if _, err := b.srcDB.ExecContext(ctx, fmt.Sprintf(tableDDL, t)); err != nil {
+		if _, err := b.srcDB.ExecContext(ctx, benchkit.SbtestCreate(db, tableName(t))); err != nil {
 			return fmt.Errorf("seed: create %s.%s: %w", db, tableName(t), err)
 		}
 		for first := int64(1); first <= b.cfg.Rows; first += seedBatch {

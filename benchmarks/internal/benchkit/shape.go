@@ -39,11 +39,19 @@ var Stress = Shape{
 	RowBytes: StressRowBytes,
 }
 
-// SbtestTable is sysbench's table (oltp_common's sbtest1), SbtestDDL its DDL
-// in the database named by its %s.
+// SbtestTable is sysbench's table (oltp_common's sbtest1).
 const (
 	SbtestTable = "sbtest1"
-	SbtestDDL   = "CREATE TABLE %s." + SbtestTable + ` (
+	// sbtestSeed makes every row of sbtest1 the same in every run.
+	sbtestSeed = 0x5b7e57
+	// sbtestC and sbtestPad are the groups of 11 random digits of c and pad,
+	// joined by '-': 119 and 59 characters.
+	sbtestC, sbtestPad = 10, 5
+)
+
+// SbtestCreate is sysbench's CREATE TABLE (oltp_common's) of db.table.
+func SbtestCreate(db, table string) string {
+	return "CREATE TABLE " + db + "." + table + ` (
 		id INT NOT NULL AUTO_INCREMENT,
 		k INT NOT NULL DEFAULT 0,
 		c CHAR(120) NOT NULL DEFAULT '',
@@ -51,12 +59,7 @@ const (
 		PRIMARY KEY (id),
 		KEY k_1 (k)
 	) ENGINE=InnoDB`
-	// sbtestSeed makes every row of sbtest1 the same in every run.
-	sbtestSeed = 0x5b7e57
-	// sbtestC and sbtestPad are the groups of 11 random digits of c and pad,
-	// joined by '-': 119 and 59 characters.
-	sbtestC, sbtestPad = 10, 5
-)
+}
 
 // Sbtest is sysbench's sbtest1 of rows rows, filled as oltp_common's prepare
 // fills it: k a random integer in [1, rows], c 10 and pad 5 groups of 11
@@ -65,7 +68,7 @@ const (
 func Sbtest(rows int64) Shape {
 	return Shape{
 		Name:    SbtestTable,
-		DDL:     SbtestDDL,
+		DDL:     SbtestCreate("%s", SbtestTable),
 		Columns: []string{"id", "k", "c", "pad"},
 		Key:     []string{"id"},
 		Row: func(dst []byte, id int64) []byte {

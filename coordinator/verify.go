@@ -28,14 +28,8 @@ func (s *Server) VerifyWorkflow(ctx context.Context, req *rowliftv1.VerifyReques
 	if err := cutover.Idle(pair, lastOf(last)); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	if n := len(spec.GetSources()); n > 64 && !reshard.Resharding(spec) {
-		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target without key ranges; "+
-			"verify tells the sources of a key apart for at most 64", name, n)
-	}
-	if n := len(spec.GetSources()); n > 1 && !reshard.Resharding(spec) && req.GetRepair() {
-		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q merges %d sources into each target without key ranges; a verify "+
-			"tells which keys differ, but a repair cannot tell which source's row a key should get: run the verify without --repair and "+
-			"fix the keys it names on the sources or the target", name, n)
+	if err := mergeVerifiable(spec, req.GetRepair()); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	for _, v := range views {
 		if err := verifiable(name, v); err != nil {
@@ -181,4 +175,22 @@ func restarted(ctx context.Context, st *state.Store, workflow string, before map
 		}
 	}
 	return true
+}
+
+// mergeVerifiable refuses a verify a merge cannot have: a merge of more sources
+// than verify's per-key source masks hold, or a repair of a merge.
+func mergeVerifiable(spec *rowliftv1.WorkflowSpec, repair bool) error {
+	n := len(spec.GetSources())
+	switch {
+	case n <= 1 || reshard.Resharding(spec):
+		return nil
+	case n > 64:
+		return fmt.Errorf("workflow %q merges %d sources into each target without key ranges; "+
+			"verify tells the sources of a key apart for at most 64", spec.GetName(), n)
+	case repair:
+		return fmt.Errorf("workflow %q merges %d sources into each target without key ranges; a verify "+
+			"tells which keys differ, but a repair cannot tell which source's row a key should get: run the verify without --repair and "+
+			"fix the keys it names on the sources or the target", spec.GetName(), n)
+	}
+	return nil
 }

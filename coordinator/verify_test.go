@@ -1,12 +1,14 @@
 package coordinator
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -26,4 +28,29 @@ func TestVerifiableStates(t *testing.T) {
 	err := verifiable("w", view{target: "t1"})
 	require.Equal(t, codes.NotFound, status.Code(err))
 	require.Contains(t, err.Error(), "missing on target t1")
+}
+
+// A merge verifies with up to 64 sources, each a bit of verify_key's masks,
+// and never repairs; a reshard's sources have key ranges and are not merged.
+func TestMergeVerifiable(t *testing.T) {
+	spec := func(sources int, ranged bool) *rowliftv1.WorkflowSpec {
+		s := &rowliftv1.WorkflowSpec{Name: "m", Targets: []*rowliftv1.TargetShard{{Name: "main"}}}
+		for i := range sources {
+			src := &rowliftv1.SourceShard{Name: fmt.Sprint("s", i)}
+			if ranged {
+				src.KeyRange = fmt.Sprintf("%02x-%02x", i, i+1)
+			}
+			s.Sources = append(s.Sources, src)
+		}
+		if ranged {
+			s.Targets[0].KeyRange = "-"
+		}
+		return s
+	}
+	require.NoError(t, mergeVerifiable(spec(1, false), true), "one source repairs")
+	require.NoError(t, mergeVerifiable(spec(64, false), false))
+	require.ErrorContains(t, mergeVerifiable(spec(65, false), false),
+		`workflow "m" merges 65 sources into each target without key ranges; verify tells the sources of a key apart for at most 64`)
+	require.ErrorContains(t, mergeVerifiable(spec(2, false), true), "a repair cannot tell which source's row a key should get")
+	require.NoError(t, mergeVerifiable(spec(65, true), true), "a reshard's sources are told apart by their key ranges")
 }

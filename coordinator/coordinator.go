@@ -400,12 +400,29 @@ func (s *Server) DeleteWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef)
 	resp := &rowliftv1.DeleteWorkflowResponse{}
 	db := applier.TargetDatabase(spec)
 	for i, t := range targets {
+		// A table whose deferred keys were not added yet is kept without
+		// them, and a workflow created later into it would not add them.
+		copies, err := stores[i].CopyState(ctx, spec.GetName(), "")
+		if err != nil {
+			return nil, t.fail(err)
+		}
+		lacks := map[string][]string{}
+		for _, c := range copies {
+			if len(c.KeysPending) > 0 {
+				lacks[c.Table] = c.KeysPending
+			}
+		}
 		if err := stores[i].DeleteWorkflow(ctx, spec.GetName()); err != nil {
 			return nil, t.fail(err)
 		}
 		for _, tbl := range spec.GetTables() {
 			name, _ := applier.TargetTable(spec, tbl.GetName())
-			resp.KeptTables = append(resp.KeptTables, fmt.Sprintf("%s:%s.%s", t.name, db, name))
+			kept := fmt.Sprintf("%s:%s.%s", t.name, db, name)
+			if keys := lacks[tbl.GetName()]; len(keys) > 0 {
+				kept += fmt.Sprintf(" (without its secondary keys %s, which the copy adds at its end: add them as the source has them, "+
+					"or drop the table before a new workflow copies into it)", strings.Join(keys, ", "))
+			}
+			resp.KeptTables = append(resp.KeptTables, kept)
 		}
 	}
 	s.log.Info("workflow deleted; target tables kept", zap.String("workflow", spec.GetName()), zap.Strings("tables", resp.KeptTables))

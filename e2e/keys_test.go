@@ -15,6 +15,7 @@ import (
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
 
@@ -130,4 +131,27 @@ func indexes(t *testing.T, e *env, table string) []string {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// TestDeleteSaysWhichKeysAKeptTableLacks: a workflow deleted while its
+// deferred keys are pending keeps the table without them, and says so.
+func TestDeleteSaysWhichKeysAKeptTableLacks(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE DATABASE dk", "CREATE TABLE dk.items (id INT PRIMARY KEY, k INT, KEY by_k (k))",
+		"INSERT INTO dk.items VALUES (1, 1), (2, 2)")
+	e.hooks = []string{testhook.EnvVar + "=" + string(testhook.AddKeys) + "=60s-60s"}
+	e.startStreamer()
+	e.startApplier()
+	e.start(e.workflow("dk", "dk", "items"))
+	e.waitFor("the keys of items pending", time.Minute, func() (bool, string) {
+		cs, err := e.store.CopyState(context.Background(), "dk", "")
+		require.NoError(t, err)
+		return len(cs) == 1 && !cs[0].Copied() && len(cs[0].KeysPending) == 1, fmt.Sprint(cs)
+	})
+	_, ctl, _ := e.startCoordinator()
+	del := call(t, func(ctx context.Context) (*rowliftv1.DeleteWorkflowResponse, error) {
+		return ctl.DeleteWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "dk"})
+	})
+	require.Equal(t, []string{"main:dk.items (without its secondary keys by_k, which the copy adds at its end: " +
+		"add them as the source has them, or drop the table before a new workflow copies into it)"}, del.GetKeptTables())
 }

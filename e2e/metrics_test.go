@@ -43,6 +43,13 @@ func testMetrics(t *testing.T, flavor sandbox.Flavor) {
 	for _, u := range []*string{&streamerURL, &applierURL, &coordinatorURL} {
 		*u = "http://" + *u + metrics.Path
 	}
+	// A fresh role's first scrape, before any workflow: its build's info.
+	for role, u := range map[string]string{"streamer": streamerURL, "applier": applierURL, "coordinator": coordinatorURL} {
+		e.waitFor(role+"'s first scrape", 30*time.Second, func() (bool, string) {
+			v, ok := metricstest.Get(t, u).Sum("rowlift_build_info", map[string]string{"role": role})
+			return ok && v == 1, fmt.Sprintf("rowlift_build_info{role=%q} = %v (%v)", role, v, ok)
+		})
+	}
 	c.ok("workflow", "create", "--name", "m", "--source", "main="+e.streamerAddr, "--target", "main",
 		"--source-database", "metricsdb", "--table", "t1", "--table", "t2", "--chunk-rows", "250", "--start")
 

@@ -38,7 +38,7 @@ func TestUnknownSubcommand(t *testing.T) {
 func TestVersion(t *testing.T) {
 	out, err := runCLI(t, "version")
 	require.NoError(t, err)
-	require.Regexp(t, `^rowlift \S+ \(go1\.\d+`, out)
+	require.Regexp(t, `^rowlift \S+ \((revision unknown|[0-9a-f]{7,}(-dirty)?), go1\.\d+`, out)
 }
 
 func TestLeafHelpListsFlags(t *testing.T) {

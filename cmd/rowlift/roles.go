@@ -166,7 +166,7 @@ func (r *running) setUp(ctx context.Context, f *roleFlags, mirrors []string) err
 			return err
 		}
 	}
-	if err := metrics.Serve(ctx, f.metrics, r.log); err != nil {
+	if err := metrics.Serve(ctx, f.metrics, metrics.BuildInfo{Role: f.name, Version: buildVersion(), Revision: buildRevision()}, r.log); err != nil {
 		return err
 	}
 	serveDebug(f.debug, r.log)

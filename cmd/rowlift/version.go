@@ -17,7 +17,11 @@ func versionCommand() *command {
 		name:    "version",
 		summary: "print the version of this binary",
 		exec: func(_ context.Context, _ *flag.FlagSet, stdout io.Writer) error {
-			fmt.Fprintf(stdout, "rowlift %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			rev := buildRevision()
+			if rev == "" {
+				rev = "revision unknown"
+			}
+			fmt.Fprintf(stdout, "rowlift %s (%s, %s, %s/%s)\n", buildVersion(), rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},
 	}
@@ -33,4 +37,28 @@ func buildVersion() string {
 		return info.Main.Version
 	}
 	return "devel"
+}
+
+// buildRevision is the VCS commit the binary was built from, as go build
+// records it in a checkout, "-dirty" added when the tree had changes; "" when
+// it was not recorded.
+func buildRevision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev string
+	var dirty bool
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" && dirty {
+		rev += "-dirty"
+	}
+	return rev
 }

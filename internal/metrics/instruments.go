@@ -28,6 +28,7 @@ var groupBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 func Catalog() []string {
 	return []string{
 		"rowlift_binlog_position_age_seconds",
+		"rowlift_build_info",
 		"rowlift_copy_chunk_duration_seconds_bucket",
 		"rowlift_copy_chunk_duration_seconds_count",
 		"rowlift_copy_chunk_duration_seconds_sum",

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ import (
 // function that scrapes it.
 func newTestInstruments(t *testing.T) (*instruments, func() metricstest.Scrape) {
 	t.Helper()
-	mp, handler, err := newProvider()
+	mp, handler, err := newProvider(BuildInfo{Role: "applier", Version: "v1.2.3", Revision: "abc123"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	in, err := newInstruments(mp.Meter(scope))
@@ -47,7 +48,11 @@ func rowliftNames(s metricstest.Scrape) []string {
 
 func TestCatalogIsWhatAScrapeShows(t *testing.T) {
 	in, scrape := newTestInstruments(t)
-	require.Empty(t, rowliftNames(scrape()), "nothing recorded, nothing shown")
+	fresh := scrape()
+	require.Equal(t, []string{"rowlift_build_info"}, rowliftNames(fresh), "nothing recorded: only the build's info")
+	v, ok := fresh.Sum("rowlift_build_info", map[string]string{"role": "applier", "version": "v1.2.3", "revision": "abc123", "go_version": runtime.Version()})
+	require.True(t, ok, "build info labelled with role, version, revision and Go version")
+	require.Equal(t, 1.0, v)
 
 	s := in.openApplyStream("wf", "src", "dst", []string{"t1"})
 	s.ChunkCommitted("t1", 10, time.Millisecond)
@@ -170,19 +175,19 @@ func TestSendStreamRecords(t *testing.T) {
 func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	require.NoError(t, Serve(ctx, "", zap.NewNop()), "an empty address turns metrics off")
+	require.NoError(t, Serve(ctx, "", BuildInfo{}, zap.NewNop()), "an empty address turns metrics off")
 
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
-	err = Serve(ctx, taken.Addr().String(), zap.NewNop())
+	err = Serve(ctx, taken.Addr().String(), BuildInfo{}, zap.NewNop())
 	require.ErrorContains(t, err, "--metrics-listen "+taken.Addr().String())
 	require.ErrorContains(t, err, "address already in use")
 
 	port, err := sandbox.FreePort()
 	require.NoError(t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	require.NoError(t, Serve(ctx, addr, zap.NewNop()))
+	require.NoError(t, Serve(ctx, addr, BuildInfo{Role: "streamer", Version: "v9"}, zap.NewNop()))
 	// Recorded through the package's instruments, which the global provider
 	// Serve set now backs.
 	s := OpenApplyStream("wf", "src", "dst", []string{"t1"})
@@ -192,4 +197,7 @@ func TestServe(t *testing.T) {
 	v, ok := got.Sum("rowlift_copy_rows_total", map[string]string{"workflow": "wf", "table": "t1"})
 	require.True(t, ok)
 	require.Equal(t, 3.0, v)
+	v, ok = got.Sum("rowlift_build_info", map[string]string{"role": "streamer", "version": "v9", "revision": ""})
+	require.True(t, ok)
+	require.Equal(t, 1.0, v)
 }

@@ -181,8 +181,8 @@ func (d *demo) run(ctx context.Context) error {
 	d.route.Store(d.srcDB)
 	d.nextID = int64(d.rows) + 1
 	start := time.Now()
-	d.say("filling the source: demo.events (%s rows), demo.customers, demo.all_types", formatCount(int64(d.rows)))
-	if err := fillDemo(ctx, d.srcDB, d.rows); err != nil {
+	d.say("filling the source: demo.events (%s rows; --rows sets how many), demo.customers, demo.all_types", formatCount(int64(d.rows)))
+	if err := fillDemo(ctx, d.srcDB, d.rows, d.fillProgress()); err != nil {
 		return fmt.Errorf("fill the source: %w", err)
 	}
 	d.say("  done in %s", formatDuration(time.Since(start)))
@@ -262,22 +262,58 @@ func (d *demo) run(ctx context.Context) error {
 	return nil
 }
 
+// fillBatch is the rows of demo.events one INSERT writes: the first batch
+// measures this machine's fill rate within a few seconds, and the estimate
+// from it is what a user waits on before the demo moves anything.
+const fillBatch = 50_000
+
 // fillDemo creates the sample tables in database demo on db and fills them,
-// demo.events with rows rows.
-func fillDemo(ctx context.Context, db *sql.DB, rows int) error {
+// demo.events with rows rows, in batches of fillBatch after each of which
+// progress (if not nil) learns the rows written of all and the time taken.
+func fillDemo(ctx context.Context, db *sql.DB, rows int, progress func(done, all int, took time.Duration)) error {
 	for _, t := range demoTables {
 		n := t.rows
 		if n == 0 {
 			n = rows
 		}
-		fill := fmt.Sprintf("INSERT INTO demo.%s WITH RECURSIVE s(seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM s WHERE seq < %d) %s", t.name, n, t.fill)
-		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl, fill} {
+		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS demo", t.ddl} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				return err
 			}
 		}
+		start := time.Now()
+		for first := 1; first <= n; first += fillBatch {
+			last := min(first+fillBatch-1, n)
+			fill := fmt.Sprintf("INSERT INTO demo.%s WITH RECURSIVE s(seq) AS (SELECT %d UNION ALL SELECT seq + 1 FROM s WHERE seq < %d) %s",
+				t.name, first, last, t.fill)
+			if _, err := db.ExecContext(ctx, fill); err != nil {
+				return err
+			}
+			if t.rows == 0 && progress != nil {
+				progress(last, n, time.Since(start))
+			}
+		}
 	}
 	return nil
+}
+
+// fillProgress says, after the first batch of demo.events, how long the
+// whole fill will take at the rate measured, then each further quarter.
+func (d *demo) fillProgress() func(done, all int, took time.Duration) {
+	quarter := 0
+	return func(done, all int, took time.Duration) {
+		rate := float64(done) / took.Seconds()
+		switch {
+		case done == all:
+		case done <= fillBatch && all > fillBatch:
+			d.say("  about %s for all %s rows at the %s this machine writes them",
+				formatDuration(time.Duration(float64(all)/rate*float64(time.Second))), formatCount(int64(all)), formatRate(rate))
+		case done*4/all > quarter:
+			quarter = done * 4 / all
+			d.say("  %s of %s rows, about %s left", formatCount(int64(done)), formatCount(int64(all)),
+				formatDuration(time.Duration(float64(all-done)/rate*float64(time.Second))))
+		}
+	}
 }
 
 // flavorName is the servers' kind as the demo prints it.

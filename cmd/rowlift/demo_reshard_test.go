@@ -24,10 +24,10 @@ func TestCompareShards(t *testing.T) {
 	require.NoError(t, err)
 	d := &demo{ranges: ranges}
 	d.srcDB = sandboxtest.Open(t, sandboxtest.Start(t, sandbox.Options{}), "")
-	require.NoError(t, fillDemo(ctx, d.srcDB, 500))
+	require.NoError(t, fillDemo(ctx, d.srcDB, 500, nil))
 	for i, r := range ranges {
 		db := sandboxtest.Open(t, sandboxtest.Start(t, sandbox.Options{}), "")
-		require.NoError(t, fillDemo(ctx, db, 500))
+		require.NoError(t, fillDemo(ctx, db, 500, nil))
 		// Keep only the shard's range.
 		for _, tbl := range demoTables {
 			var ids []string

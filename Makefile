@@ -9,11 +9,12 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup build demo test unit lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
+.PHONY: setup tools build demo test unit lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
-## download modules, build pinned tools
+## download modules and build bin/rowlift: what running rowlift and its demo need. The
+## linters and protobuf generators are built by `make tools`, which `make test` runs first.
 setup:
 	@if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then \
 		echo "installing mariadb-server (tests start their own throwaway servers from it)"; \
@@ -22,8 +23,10 @@ setup:
 	fi
 	./tools/mysql-root.sh
 	$(GO) mod download
-	cd tools && $(GO) mod download
-	$(MAKE) $(TOOLS)
+	$(MAKE) build
+
+## tools: build the pinned linters and protobuf generators into bin/ (once per pin)
+tools: $(TOOLS)
 
 $(TOOLS): tools/go.mod tools/go.sum
 	rm -f $(BIN)/.tools-*

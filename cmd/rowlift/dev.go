@@ -27,9 +27,9 @@ func devMysqldCommand() *command {
 		summary: "start a throwaway server set up for rowlift and keep it until Ctrl-C",
 		usage:   "[--flavor mariadb|mysql] [--root DIR] [--arg --option=value ...]",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&flavor, "flavor", "", "server flavor: mariadb or mysql (default $"+sandbox.FlavorEnv+", else mariadb)")
-			fs.StringVar(&root, "root", "", "directory for instance datadirs (default <tmp>/rowlift-sandbox)")
-			fs.Var(&args, "arg", "extra server option, repeatable (e.g. --arg=--innodb-flush-log-at-trx-commit=1)")
+			fs.StringVar(&flavor, "flavor", "", "server `FLAVOR`: mariadb or mysql (default $"+sandbox.FlavorEnv+", else mariadb)")
+			fs.StringVar(&root, "root", "", "`DIR` for instance datadirs (default <tmp>/rowlift-sandbox)")
+			fs.Var(&args, "arg", "extra server `OPTION`, repeatable (e.g. --arg=--innodb-flush-log-at-trx-commit=1)")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, stdout io.Writer) error {
 			s, err := sandbox.Start(ctx, sandbox.Options{Flavor: sandbox.Flavor(flavor), Root: root, Args: args})

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,13 +46,52 @@ func TestVersion(t *testing.T) {
 func TestLeafHelpListsFlags(t *testing.T) {
 	out, err := runCLI(t, "dev", "mysqld", "--help")
 	require.ErrorIs(t, err, flag.ErrHelp)
-	require.Contains(t, out, "-flavor")
-	require.Contains(t, out, "-arg")
+	require.Contains(t, out, "-flavor FLAVOR")
+	require.Contains(t, out, "-arg OPTION")
 }
 
 func TestDemoRefusesUnknownFlavor(t *testing.T) {
 	_, err := runCLI(t, "demo", "--flavor", "postgres")
 	require.ErrorContains(t, err, "--flavor postgres: want mariadb or mysql")
+}
+
+// eachLeaf calls fn with every leaf command of the tree and its arguments
+// (["workflow", "show"]).
+func eachLeaf(c *command, args []string, fn func(args []string, leaf *command)) {
+	if c.exec != nil {
+		fn(args, c)
+		return
+	}
+	for _, sub := range c.subs {
+		eachLeaf(sub, append(args[:len(args):len(args)], sub.name), fn)
+	}
+}
+
+// valueName is how a flag's help may name its value: a placeholder in
+// capitals (`NAME=ADDR`, `NAME[:COL,COL...]`), the flag package's name of its
+// type when the usage has none, or nothing for a bool.
+var valueName = regexp.MustCompile(`^([A-Z][A-Z0-9_=:\[\]|,.]*|string|int|int64|uint|uint64|float|duration|value|)$`)
+
+// TestFlagValueNames: the flag package takes the first back-quoted words of a
+// usage text for the name of the flag's value, so a usage that quotes a
+// command in back quotes before any placeholder reads wrong in the help
+// ("-flavor make setup" did). Every flag of every command names its value as
+// a placeholder.
+func TestFlagValueNames(t *testing.T) {
+	n := 0
+	eachLeaf(root(), nil, func(args []string, c *command) {
+		if c.flags == nil {
+			return
+		}
+		fs := newTestFlagSet()
+		c.flags(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			name, _ := flag.UnquoteUsage(f)
+			require.Regexp(t, valueName, name, "rowlift %s --%s: value name %q", strings.Join(args, " "), f.Name, name)
+			n++
+		})
+	})
+	require.Greater(t, n, 50, "every command's flags were walked")
 }
 
 // TestCommandLineWinsOverEnvironment: a flag given on the command line takes

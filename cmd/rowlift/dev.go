@@ -32,6 +32,9 @@ func devMysqldCommand() *command {
 			fs.Var(&args, "arg", "extra server `OPTION`, repeatable (e.g. --arg=--innodb-flush-log-at-trx-commit=1)")
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, stdout io.Writer) error {
+			if flavor != "" && flavor != string(sandbox.MariaDB) && flavor != string(sandbox.MySQL) {
+				return usagef("--flavor %s: want mariadb or mysql", flavor)
+			}
 			s, err := sandbox.Start(ctx, sandbox.Options{Flavor: sandbox.Flavor(flavor), Root: root, Args: args})
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -202,4 +203,18 @@ func TestBadLogFlagsAreUsageErrors(t *testing.T) {
 	_, err := runCLI(t, "applier", "--target-dsn", "u@tcp(h:3306)/")
 	require.EqualError(t, err, `log level "loud": want one of debug, info, warn, error`)
 	require.Equal(t, 2, exitCode(err))
+}
+
+// TestDevMysqldSaysWhatItDoes: before its start, which is a minute or two of
+// silence on a first run, `rowlift dev mysqld` says what it does on stderr,
+// and leaves stdout to the server's details (here none: the start fails at
+// once, under a --root that cannot be made).
+func TestDevMysqldSaysWhatItDoes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	var stdout, stderr bytes.Buffer
+	err := root().run(context.Background(), []string{"dev", "mysqld", "--flavor", "mariadb", "--root", filepath.Join(file, "dir")}, &stdout, &stderr)
+	require.Error(t, err)
+	require.Empty(t, stdout.String())
+	require.Equal(t, devMysqldStarting+"\n", stderr.String())
 }

@@ -218,7 +218,8 @@ func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec,
 		case errors.Is(err, schema.ErrNoTable):
 			if spec.GetOptions().GetSkipCreateTables() {
 				return nil, false, permanent("target table %s.%s does not exist and the workflow does not create tables "+
-					"(skip_create_tables): create it like the source's, or recreate the workflow without that option", targetDB, f.GetTable())
+					"(--skip-create-tables; skip_create_tables in the API): create it like the source's, "+
+					"or recreate the workflow without that option", targetDB, f.GetTable())
 			}
 			missing = append(missing, f)
 			continue
@@ -237,7 +238,7 @@ func CheckTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec,
 			err := db.QueryRowContext(ctx, "SELECT 1 FROM "+rowcodec.QualifiedIdent(targetDB, name)+" LIMIT 1").Scan(&one)
 			if err == nil {
 				return nil, false, permanent("target table %s.%s %w: empty it (TRUNCATE) "+
-					"or create the workflow with allow_nonempty_target", targetDB, name, errTargetHasRows)
+					"or create the workflow with --allow-nonempty-target (allow_nonempty_target in the API)", targetDB, name, errTargetHasRows)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return nil, false, fmt.Errorf("check target table %s.%s is empty: %w", targetDB, name, err)
@@ -264,7 +265,7 @@ func copyWithLoad(ctx context.Context, db *sql.DB, method rowliftv1.CopyMethod) 
 	}
 	if !localInfile && method == rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA {
 		return false, permanent("the workflow copies with LOAD DATA but the target has local_infile=OFF: " +
-			"SET GLOBAL local_infile=ON on the target, or use copy_method INSERT")
+			"SET GLOBAL local_infile=ON on the target, or create the workflow with --copy-method insert (copy_method INSERT in the API)")
 	}
 	return localInfile, nil
 }

@@ -312,7 +312,8 @@ func scanRows(db *sql.DB, query string, fn func([][]byte)) error {
 
 // With local_infile OFF on the target (MySQL's default), a copy that may
 // choose writes with INSERTs, and one that asks for LOAD DATA is refused with
-// what to do, on either flavor.
+// what to do, on either flavor. Each refusal of CheckTargets names the CLI
+// flag to give as well as the API field: CLI users read them too.
 func TestCopyMethodFollowsLocalInfile(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		db := targetServer(t, flavor)
@@ -331,7 +332,19 @@ func TestCopyMethodFollowsLocalInfile(t *testing.T) {
 		_, _, err = CheckTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("k")}, nil)
 		require.True(t, IsPermanent(err), "%v", err)
 		require.EqualError(t, err, "the workflow copies with LOAD DATA but the target has local_infile=OFF: "+
-			"SET GLOBAL local_infile=ON on the target, or use copy_method INSERT")
+			"SET GLOBAL local_infile=ON on the target, or create the workflow with --copy-method insert (copy_method INSERT in the API)")
+
+		// The other refusals a create meets name the flag as well as the field.
+		spec.Options = &rowliftv1.WorkflowOptions{SkipCreateTables: true}
+		_, _, err = CheckTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("k")}, nil)
+		require.EqualError(t, err, "target table d.k does not exist and the workflow does not create tables "+
+			"(--skip-create-tables; skip_create_tables in the API): create it like the source's, or recreate the workflow without that option")
+		_, err = db.ExecContext(ctx, "INSERT INTO d.j (id) VALUES (1)")
+		require.NoError(t, err)
+		spec.Tables[0].Name, spec.Options = "j", nil
+		_, _, err = CheckTargets(ctx, db, spec, fields, nil)
+		require.EqualError(t, err, "target table d.j already has rows and its copy has not started: empty it (TRUNCATE) "+
+			"or create the workflow with --allow-nonempty-target (allow_nonempty_target in the API)")
 	})
 }
 

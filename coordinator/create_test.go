@@ -223,7 +223,8 @@ func TestCreateRefusesIncompatibleTargetTables(t *testing.T) {
 		}{
 			{"orders", []string{"target main", "target table shop.orders differs from the source",
 				"column id is " + intType(flavor, "bigint", 20) + ", source has " + intType(f.src.Flavor, "int", 11)}},
-			{"items", []string{"target main", "target table shop.items already has rows", "allow_nonempty_target"}},
+			{"items", []string{"target main", "target table shop.items already has rows",
+				"create the workflow with --allow-nonempty-target (allow_nonempty_target in the API)"}},
 		} {
 			_, err := f.coord.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: f.spec("incompatible", tc.table)})
 			require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc/status"
 
@@ -91,8 +92,19 @@ func (l *listing) read(ctx context.Context, name string) *targetSnapshot {
 		}
 		err = t.fail(err)
 	}
-	l.failed[name] = status.Convert(err).Message()
+	l.failed[name] = namingTarget(name, status.Convert(err).Message())
 	return nil
+}
+
+// namingTarget is msg, why target name could not be read, as a message that
+// names the target once: a client shows it as it is, so it must not prefix
+// the name to the messages of t.fail, which start with it, nor miss it in the
+// few that do not (a cancelled call).
+func namingTarget(name, msg string) string {
+	if strings.HasPrefix(msg, "target "+name+" ") || strings.HasPrefix(msg, "target "+name+":") {
+		return msg
+	}
+	return "target " + name + ": " + msg
 }
 
 // targetSnapshot is a target's state.Snapshot with its workflows by name.

@@ -96,7 +96,7 @@ func TestListReportsTargetsPerEntry(t *testing.T) {
 	require.Equal(t, []string{"pair", "solo"}, names(resp.GetWorkflows()))
 	errs := targetErrors(resp)
 	require.Len(t, errs, 2, "%v", errs)
-	require.Regexp(t, `^\[lost\] \| .*cannot reach target server 127\.0\.0\.1:\d+`, errs["dead"])
+	require.Regexp(t, `^\[lost\] \| target dead \(127\.0\.0\.1:\d+\): .*cannot reach target server 127\.0\.0\.1:\d+`, errs["dead"])
 	require.NotContains(t, errs["dead"], "s3cret-pass")
 	require.Equal(t, `[ghost] | target "gone" is not configured on this coordinator (it has a, b, dead): add --target gone=DSN to the coordinator`,
 		errs["gone"])
@@ -155,4 +155,18 @@ func TestListReadsEachTargetInFixedQueries(t *testing.T) {
 	}
 	require.Len(t, f.list(t, "a").GetWorkflows(), 12)
 	require.Equal(t, few, cost(), "a listing's queries grow with the number of workflows")
+}
+
+// TestNamingTarget: a target error names its target once, whether the
+// message already starts with it (t.fail's) or not (a cancelled call), and
+// a message about target "mainline" does not pass for one about "main".
+func TestNamingTarget(t *testing.T) {
+	for msg, want := range map[string]string{
+		"target main (10.0.0.5:3306): server unreachable": "target main (10.0.0.5:3306): server unreachable",
+		"target main: workflow already exists":            "target main: workflow already exists",
+		"context canceled":                                "target main: context canceled",
+		"target mainline (10.0.0.6:3306): unreachable":    "target main: target mainline (10.0.0.6:3306): unreachable",
+	} {
+		require.Equal(t, want, namingTarget("main", msg), msg)
+	}
 }

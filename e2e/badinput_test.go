@@ -81,7 +81,7 @@ func testBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T, flavor sandbo
 			want:   []string{"target table bad_shape.shape differs from the source", "column id is bigint", "source has int", "make it match or drop it"}},
 		{name: "nonempty", tables: []string{"full"}, db: "bad_full",
 			target: []string{"CREATE DATABASE bad_full", "CREATE TABLE bad_full.full (id INT PRIMARY KEY)", "INSERT INTO bad_full.full VALUES (7)"},
-			want:   []string{"target table bad_full.full already has rows and its copy has not started", "TRUNCATE", "allow_nonempty_target"}},
+			want:   []string{"target table bad_full.full already has rows and its copy has not started", "TRUNCATE", "--allow-nonempty-target (allow_nonempty_target in the API)"}},
 		// A row the copy collides with is divergence with either write method: LOAD
 		// DATA LOCAL would skip it silently, so the applier must notice.
 		{name: "diverged-load", tables: []string{"dup"}, db: "bad_load",
@@ -95,7 +95,7 @@ func testBadWorkflowsFailWithAMessageAndWriteNothing(t *testing.T, flavor sandbo
 		{name: "no-local-infile", tables: []string{"good"}, db: "bad_infile",
 			target: []string{"SET GLOBAL local_infile = OFF"},
 			opts:   &rowliftv1.WorkflowOptions{CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_LOAD_DATA},
-			want:   []string{"target has local_infile=OFF", "SET GLOBAL local_infile=ON on the target, or use copy_method INSERT"}},
+			want:   []string{"target has local_infile=OFF", "SET GLOBAL local_infile=ON on the target, or create the workflow with --copy-method insert (copy_method INSERT in the API)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -234,7 +234,8 @@ func TestCLIListWithTargetsDown(t *testing.T) {
 		return r.code == 0, r.stderr
 	})
 	require.Regexp(t, `^NAME +PHASE +COPIED +LAG +ETA +MESSAGE\nup +`, r.stdout)
-	require.Regexp(t, `^rowlift: target down: .*cannot reach target server `+down+`.*\n$`, r.stderr)
+	require.Regexp(t, `^rowlift: target down \(`+down+`\): [^\n]*cannot reach target server `+down+`[^\n]*\n$`, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stderr, "target down"), "the message names the target once")
 	require.NotContains(t, r.stderr, "hidden-pw")
 
 	r = c.run("workflow", "list", "--target", "down", "--target", "nosuch")
@@ -242,8 +243,8 @@ func TestCLIListWithTargetsDown(t *testing.T) {
 	require.Empty(t, r.stdout)
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 	require.Len(t, lines, 3, r.stderr)
-	require.Regexp(t, `^rowlift: target down: .*cannot reach target server `+down, lines[0])
-	require.Equal(t, `rowlift: target nosuch: target "nosuch" is not configured on this coordinator (it has down, main): `+
+	require.Regexp(t, `^rowlift: target down \(`+down+`\): .*cannot reach target server `+down, lines[0])
+	require.Equal(t, `rowlift: target "nosuch" is not configured on this coordinator (it has down, main): `+
 		"add --target nosuch=DSN to the coordinator", lines[1])
 	require.Equal(t, "rowlift: list workflows: none of the 2 targets could be read (see above)", lines[2])
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,7 +46,7 @@ func coordinatorCommand() *command {
 			fs.Var(&readers, "auth-read-identity", "client certificate `NAME` (common name or DNS name) that gets the read role "+
 				"(show, list, watch); repeatable; needs --tls-ca")
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
+		exec: func(ctx context.Context, fs *flag.FlagSet, _ io.Writer) (err error) {
 			targets := targetFlag{}
 			for _, flagged := range []struct {
 				name   string
@@ -64,7 +63,8 @@ func coordinatorCommand() *command {
 				}
 			}
 			if len(targets) == 0 {
-				return errors.New("--target NAME=DSN or --target-file NAME=FILE (or $ROWLIFT_TARGET, $ROWLIFT_TARGET_FILE) is required, once per target server")
+				return usagef("--target NAME=DSN or --target-file NAME=FILE (or $ROWLIFT_TARGET, $ROWLIFT_TARGET_FILE) is required, "+
+					"once per target server (see `%s --help`)", fs.Name())
 			}
 			auth := authz.Config{TokenFile: tokenFile, AdminIdentities: admins, ReadIdentities: readers}
 			if len(admins)+len(readers) > 0 && rf.tls.files.CA == "" {

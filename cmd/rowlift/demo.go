@@ -73,7 +73,7 @@ func demoCommand() *command {
 		usage:   "[--rows N] [--flavor mariadb|mysql] [--cutover | --reshard N]",
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&rows, "rows", 1_000_000, "rows in the large sample table, e.g. --rows 100000")
-			fs.StringVar(&flavor, "flavor", "mariadb", "the servers to start: mariadb, or mysql (the MySQL that `make setup` provides), e.g. --flavor mysql")
+			fs.StringVar(&flavor, "flavor", "mariadb", "`FLAVOR` of the servers to start: mariadb, or mysql (the MySQL that `make setup` provides), e.g. --flavor mysql")
 			fs.BoolVar(&keep, "keep", false, "keep the servers running after the summary until Ctrl-C, to look around, e.g. --keep")
 			fs.BoolVar(&cutover, "cutover", false, "go on to the end of the move: verify, switch (the writer follows to the target), reverse,\n"+
 				"switch again and complete, with the write pause of each, then compare again, e.g. --cutover")

@@ -16,17 +16,21 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := root().run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
+	code := report(root().run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// report prints the error a command ended with on stderr, as one line, and
+// returns the exit status: 0 also for --help, 2 for a usage error (exitCode).
+func report(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
-	if err != nil {
-		if !errors.As(err, new(loggedError)) {
-			fmt.Fprintf(os.Stderr, "rowlift: %v\n", err)
-		}
-		os.Exit(exitCode(err))
+	if !errors.As(err, new(loggedError)) {
+		fmt.Fprintf(stderr, "rowlift: %v\n", err)
 	}
+	return exitCode(err)
 }
 
 // root is the command tree. Each role (streamer, applier, coordinator, workflow)
@@ -62,7 +66,10 @@ type command struct {
 	flags func(fs *flag.FlagSet)
 	// exec runs the leaf after its flags are parsed.
 	exec func(ctx context.Context, fs *flag.FlagSet, stdout io.Writer) error
-	subs []*command
+	// takesArgs: exec reads positional arguments (fs.Args()); a leaf without
+	// it refuses them, instead of ignoring what the user meant to say.
+	takesArgs bool
+	subs      []*command
 }
 
 func (c *command) run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -100,6 +107,9 @@ func (c *command) runPath(ctx context.Context, path string, args []string, stdou
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if !c.takesArgs && fs.NArg() > 0 {
+		return usagef("unexpected argument(s) %q (see `%s --help`)", fs.Args(), path)
+	}
 	return c.exec(ctx, fs, stdout)
 }
 
@@ -116,8 +126,8 @@ func (c *command) printGroupHelp(path string, w io.Writer) {
 // command line wins, also for a flag that may be repeated (--target), whose
 // values would otherwise add up with the environment's.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	if err := parse(fs, args); err != nil {
+		return err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -126,11 +136,32 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		name := envName(f.Name)
 		if v, ok := os.LookupEnv(name); ok && !given[f.Name] && err == nil {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("$%s: %w", name, serr)
+				err = usagef("$%s: invalid value for --%s: %w", name, f.Name, serr)
 			}
 		}
 	})
 	return err
+}
+
+// parse parses args into fs, a usage error when they do not parse. The flag
+// package would print its error and then the whole help (fs.Usage), ahead of
+// the line that matters; a mistyped flag gets one line instead, which says
+// where the help is, and only -h or --help prints the help.
+func parse(fs *flag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return usageError{err}
+	case err != nil:
+		return usagef("%v (see `%s --help`)", err, fs.Name())
+	}
+	return nil
 }
 
 func envName(flagName string) string {

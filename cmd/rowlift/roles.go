@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,13 +38,13 @@ func streamerCommand() *command {
 			fs.StringVar(&sourceDSNFile, "source-dsn-file", "", "file holding the source DSN instead of --source-dsn (a mounted Kubernetes Secret), read at start")
 			rf.register(fs, "once the Streamer service listens (a source it cannot reach is reported on each stream, where the applier shows it)")
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
+		exec: func(ctx context.Context, fs *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("source-dsn", sourceDSN, "source-dsn-file", sourceDSNFile)
 			if err != nil {
 				return err
 			}
 			if dsn == "" {
-				return errors.New("--source-dsn or --source-dsn-file (or $ROWLIFT_SOURCE_DSN, $ROWLIFT_SOURCE_DSN_FILE) is required")
+				return usagef("--source-dsn or --source-dsn-file (or $ROWLIFT_SOURCE_DSN, $ROWLIFT_SOURCE_DSN_FILE) is required (see `%s --help`)", fs.Name())
 			}
 			r, err := rf.start(ctx)
 			if err != nil {
@@ -76,13 +75,13 @@ func applierCommand() *command {
 			fs.DurationVar(&poll, "poll-interval", applier.DefaultPollInterval, "how often to look for new, started or stopped workflows")
 			rf.register(fs, "while it holds the target's applier lock or stands by behind another applier's, not while it cannot reach or read the target")
 		},
-		exec: func(ctx context.Context, _ *flag.FlagSet, _ io.Writer) (err error) {
+		exec: func(ctx context.Context, fs *flag.FlagSet, _ io.Writer) (err error) {
 			dsn, err := valueOrFile("target-dsn", targetDSN, "target-dsn-file", targetDSNFile)
 			if err != nil {
 				return err
 			}
 			if dsn == "" {
-				return errors.New("--target-dsn or --target-dsn-file (or $ROWLIFT_TARGET_DSN, $ROWLIFT_TARGET_DSN_FILE) is required")
+				return usagef("--target-dsn or --target-dsn-file (or $ROWLIFT_TARGET_DSN, $ROWLIFT_TARGET_DSN_FILE) is required (see `%s --help`)", fs.Name())
 			}
 			r, err := rf.start(ctx)
 			if err != nil {

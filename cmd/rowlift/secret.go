@@ -24,7 +24,8 @@ func readSecretFile(flagName, path string) (string, error) {
 }
 
 // valueOrFile returns a secret given either inline (--valueFlag) or in a file
-// (--fileFlag): both at once is a usage error, since one would silently win.
+// (--fileFlag): both at once is a usage error, since one would silently win,
+// and so is a file that cannot be read, as for the coordinator's --target-file.
 // It returns "" when neither is given; the caller says whether that is allowed.
 func valueOrFile(valueFlag, value, fileFlag, path string) (string, error) {
 	switch {
@@ -32,7 +33,11 @@ func valueOrFile(valueFlag, value, fileFlag, path string) (string, error) {
 		return "", usagef("--%s and --%s are both given (on the command line or as $%s and $%s): give one",
 			valueFlag, fileFlag, envName(valueFlag), envName(fileFlag))
 	case path != "":
-		return readSecretFile(fileFlag, path)
+		secret, err := readSecretFile(fileFlag, path)
+		if err != nil {
+			return "", usageError{err}
+		}
+		return secret, nil
 	}
 	return value, nil
 }

@@ -130,10 +130,11 @@ func workflowLeaf(name, summary, usage string, nargs int, flags func(*flag.FlagS
 				flags(fs)
 			}
 		},
+		takesArgs: true,
 		exec: func(ctx context.Context, fs *flag.FlagSet, stdout io.Writer) error {
 			args, err := positional(fs)
 			if err != nil {
-				return usageError{err}
+				return err
 			}
 			switch {
 			case len(args) < nargs:
@@ -171,7 +172,7 @@ func positional(fs *flag.FlagSet) ([]string, error) {
 	var args []string
 	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
 		args = append(args, rest[0])
-		if err := fs.Parse(rest[1:]); err != nil {
+		if err := parse(fs, rest[1:]); err != nil {
 			return nil, err
 		}
 	}

@@ -414,7 +414,7 @@ func renderList(ws []*rowliftv1.Workflow) string {
 
 // renderTargetError is the line for a target ListWorkflows could not read.
 func renderTargetError(te *rowliftv1.TargetError) string {
-	line := "target " + te.GetTarget() + ": " + te.GetMessage()
+	line := te.GetMessage() // it names the target
 	if len(te.GetWorkflows()) > 0 {
 		line += " (not listed, as their status would be incomplete: " + strings.Join(te.GetWorkflows(), ", ") + ")"
 	}

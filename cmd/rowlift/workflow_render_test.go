@@ -316,3 +316,13 @@ func TestVerifyStalls(t *testing.T) {
 	require.Equal(t, "; the verify waits for the workflow, which is error (DDL on race.ints)", verifyStalls(st))
 	require.Empty(t, verifyStalls(&rowliftv1.WorkflowStatus{State: rowliftv1.WorkflowState_WORKFLOW_STATE_RUNNING}))
 }
+
+// TestRenderTargetError: the coordinator's message names the target, so the
+// line shows it once ("target main: target main (...)" did), and adds the
+// workflows it hides.
+func TestRenderTargetError(t *testing.T) {
+	te := &rowliftv1.TargetError{Target: "main", Message: "target main (10.0.0.5:3306): server unreachable", Workflows: []string{"a", "b"}}
+	require.Equal(t, "target main (10.0.0.5:3306): server unreachable (not listed, as their status would be incomplete: a, b)", renderTargetError(te))
+	te.Workflows = nil
+	require.Equal(t, "target main (10.0.0.5:3306): server unreachable", renderTargetError(te))
+}

@@ -95,7 +95,7 @@ func AdmitCutover(p Pair, dir string) (Plan, error) {
 				oldName, v.Target, oldName)
 		}
 		if v.State != state.Running {
-			return Plan{}, fmt.Errorf("cannot %s workflow %q: %q is in state %s on target %s, and a cutover needs it running with its copy done (%s)",
+			return Plan{}, fmt.Errorf("cannot %s workflow %q: %q is in state %s on target %s; %s",
 				dir, p.Name, oldName, v.State, v.Target, untilRunning(dir, p.Name, oldName, v.State))
 		}
 		if v.Copying != "" {
@@ -134,9 +134,12 @@ func AdmitCutover(p Pair, dir string) (Plan, error) {
 	return plan, nil
 }
 
-// untilRunning is what brings the stopping workflow, in state cur, to where
-// a cutover in direction dir can stop it.
+// untilRunning says what brings the stopping workflow name, in state cur, to
+// where a cutover in direction dir can stop it, as the command to run: a
+// refusal read in a hurry must not be taken for the command it refused.
 func untilRunning(dir, pair, name string, cur state.State) string {
+	const needs = "a cutover needs it running with its copy done: "
+	wait := fmt.Sprintf("wait for phase running (`rowlift workflow watch %s --until running`)", name)
 	switch cur {
 	case state.Switched:
 		if dir == DirSwitch {
@@ -144,11 +147,13 @@ func untilRunning(dir, pair, name string, cur state.State) string {
 		}
 		return fmt.Sprintf("the writes are back on its sources already: switch it to move them again (`rowlift workflow switch %s`)", pair)
 	case state.Init:
-		return fmt.Sprintf("start it: `rowlift workflow start %s`", name)
+		return needs + fmt.Sprintf("start it first (`rowlift workflow start %s`), then ", name) + wait
 	case state.Copying:
-		return fmt.Sprintf("wait until `rowlift workflow watch %s --until running` returns", name)
+		return needs + wait
+	case state.Stopped, state.Error:
+		return needs + fmt.Sprintf("resume it first (`rowlift workflow resume %s`), then ", name) + wait
 	}
-	return fmt.Sprintf("resume it: `rowlift workflow resume %s`", name)
+	return needs + fmt.Sprintf("`rowlift workflow show %s` tells what it waits for", name)
 }
 
 func exists(views []View) bool {

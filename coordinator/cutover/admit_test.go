@@ -31,8 +31,8 @@ func TestAdmitCutover(t *testing.T) {
 		{"a verify runs", Pair{Name: "w", Forward: []View{{Target: "t1", State: state.Running, Verifying: true}}, Reverse: rev("")}, DirSwitch,
 			Plan{CancelVerify: []string{"w"}}, ""},
 		{"stopped", Pair{Name: "w", Forward: fwd(state.Stopped), Reverse: rev("")}, DirSwitch, Plan{},
-			"cannot switch workflow \"w\": \"w\" is in state stopped on target t1, and a cutover needs it running with its copy done " +
-				"(resume it: `rowlift workflow resume w`)"},
+			"cannot switch workflow \"w\": \"w\" is in state stopped on target t1; a cutover needs it running with its copy done: " +
+				"resume it first (`rowlift workflow resume w`), then wait for phase running (`rowlift workflow watch w --until running`)"},
 		{"switched already", Pair{Name: "w", Forward: fwd(state.Switched), Reverse: rev(state.Running), Last: renamedSwitch}, DirSwitch, Plan{},
 			"it is switched already: reverse it to switch back (`rowlift workflow reverse w`)"},
 		{"nothing to reverse", Pair{Name: "w", Forward: fwd(state.Running), Reverse: rev("")}, DirReverse, Plan{},
@@ -55,6 +55,37 @@ func TestAdmitCutover(t *testing.T) {
 		require.NoError(t, err, tc.name)
 		require.Equal(t, tc.want, plan, tc.name)
 	}
+}
+
+// TestCutoverRefusalSaysWhatToRun: a cutover refused for the state of the
+// workflow it would stop ends with what to run to get past that state, for
+// every state, word for word: it once ended "(switch it)" for a workflow in
+// state init, which read as an order to do what was just refused.
+func TestCutoverRefusalSaysWhatToRun(t *testing.T) {
+	const prefix = "cannot switch workflow \"mv\": \"mv\" is in state "
+	wait := "wait for phase running (`rowlift workflow watch mv --until running`)"
+	for st, want := range map[state.State]string{
+		state.Init: "init on target main; a cutover needs it running with its copy done: " +
+			"start it first (`rowlift workflow start mv`), then " + wait,
+		state.Copying: "copying on target main; a cutover needs it running with its copy done: " + wait,
+		state.Stopped: "stopped on target main; a cutover needs it running with its copy done: " +
+			"resume it first (`rowlift workflow resume mv`), then " + wait,
+		state.Error: "error on target main; a cutover needs it running with its copy done: " +
+			"resume it first (`rowlift workflow resume mv`), then " + wait,
+		state.Cutover: "cutover on target main; a cutover needs it running with its copy done: " +
+			"`rowlift workflow show mv` tells what it waits for",
+		state.Done: "done on target main; a cutover needs it running with its copy done: " +
+			"`rowlift workflow show mv` tells what it waits for",
+		state.Switched: "switched on target main; it is switched already: reverse it to switch back (`rowlift workflow reverse mv`)",
+	} {
+		_, err := AdmitCutover(Pair{Name: "mv", Forward: []View{{Target: "main", State: st}}}, DirSwitch)
+		require.EqualError(t, err, prefix+want, st)
+	}
+	_, err := AdmitCutover(Pair{Name: "mv", Forward: []View{{Target: "main", State: state.Running}},
+		Reverse: []View{{Target: "src", State: state.Init}}}, DirReverse)
+	require.EqualError(t, err, "cannot reverse workflow \"mv\": \"mv_reverse\" is in state init on target src; "+
+		"a cutover needs it running with its copy done: start it first (`rowlift workflow start mv_reverse`), "+
+		"then wait for phase running (`rowlift workflow watch mv_reverse --until running`)")
 }
 
 // TestAdmitCancelAndComplete: cancel and complete refuse under a cutover, in

@@ -2596,7 +2596,8 @@ type TargetError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The target's name, as configured on the coordinator or named by a workflow.
 	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
-	// Why it could not be read, with what to do about it.
+	// Why it could not be read, with what to do about it; it names the
+	// target, so a client shows it as it is.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// Workflows found on other targets that also run on this one: they are
 	// left out of workflows, since their status would be incomplete. Workflows

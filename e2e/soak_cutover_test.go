@@ -31,7 +31,7 @@ import (
 // direction, a switch of a stopped workflow), and kill -9 of a random role
 // (coordinator, either applier, either streamer) at a random step inside a
 // cutover or between commands. After every command it checks the invariants
-// of DESIGN.md's "Invariants across commands"; at the end every transaction
+// of docs/design.md's "Invariants across commands"; at the end every transaction
 // whose COMMIT returned is on the live side and both sides compare identical.
 //
 // make test runs ROWLIFT_SOAK_COMMANDS commands (default 8) per flavor;

@@ -31,7 +31,7 @@ const Schema = "_rowlift"
 // State is a workflow's life-cycle state, stored as text so SQL readers see it.
 type State string
 
-// The workflow states of DESIGN.md.
+// The workflow states (docs/design.md, "State: the `_rowlift` schema").
 const (
 	Init    State = "init"
 	Copying State = "copying"

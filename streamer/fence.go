@@ -16,7 +16,7 @@ import (
 )
 
 // fencer opens chunk snapshots and tells their fences: the one part of the copy
-// that differs between the flavors (DESIGN.md, "Ways to get F").
+// that differs between the flavors (docs/design.md, "How each flavor gets F").
 type fencer interface {
 	// begin opens a consistent snapshot on conn for a chunk of table and
 	// returns its fence: the snapshot holds every transaction of the table at

@@ -10,7 +10,7 @@
 //   - the wall time from StartWorkflow to every target's copy being done;
 //   - the source rows read per row moved: the delta of the source's
 //     Innodb_rows_read (MySQL; Rows_read on MariaDB, which has no InnoDB one)
-//     over that time divided by the table's rows (DESIGN.md: Vitess reads
+//     over that time divided by the table's rows (docs/design.md: Vitess reads
 //     every source row once per target shard, rowlift aims at about once
 //     whatever the number of shards);
 //   - the CPU of the source server and of the streamer;

@@ -6,7 +6,7 @@
 
 // Package rowlift.v1 is the contract between the parts of rowlift: the streamer
 // (source side), the applier (target side) and the coordinator (control plane).
-// See DESIGN.md in the shared notes for the semantics behind each message.
+// See docs/design.md for the semantics behind each message.
 
 package rowliftv1
 

@@ -193,7 +193,7 @@ func liveNames(t *testing.T) []string {
 	port, err := sandbox.FreePort()
 	require.NoError(t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	require.NoError(t, metrics.Serve(ctx, addr, zap.NewNop()))
+	require.NoError(t, metrics.Serve(ctx, addr, metrics.BuildInfo{Role: "coordinator"}, zap.NewNop()))
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

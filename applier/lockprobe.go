@@ -107,6 +107,9 @@ func (p *lockProbe) waits(ctx context.Context) (waits map[uint64][]uint64, known
 		waits, _, err = p.read(ctx, "SELECT IFNULL(r.PROCESSLIST_ID, 0), IFNULL(b.PROCESSLIST_ID, 0), 1, 0 FROM performance_schema.data_lock_waits w "+
 			"LEFT JOIN performance_schema.threads r ON r.THREAD_ID = w.REQUESTING_THREAD_ID "+
 			"LEFT JOIN performance_schema.threads b ON b.THREAD_ID = w.BLOCKING_THREAD_ID")
+		if err == nil {
+			err = p.metadataWaits(ctx, waits)
+		}
 		return waits, err == nil, err
 	}
 	p.nonce++
@@ -125,7 +128,30 @@ func (p *lockProbe) waits(ctx context.Context) (waits map[uint64][]uint64, known
 	waits, fresh, err := p.read(ctx, "SELECT /* "+mark+" r.trx_mysql_thread_id, "+holder+", r.trx_state = 'LOCK WAIT', "+
 		"r.trx_mysql_thread_id = CONNECTION_ID() AND IFNULL(r.trx_query LIKE '%"+mark+"%', 0) "+
 		"FROM information_schema.INNODB_TRX r "+join+"WHERE r.trx_state = 'LOCK WAIT' OR r.trx_mysql_thread_id = CONNECTION_ID()")
+	if err == nil {
+		err = p.metadataWaits(ctx, waits)
+	}
 	return waits, fresh, err
+}
+
+// metadataWaits adds to waits the connections waiting for a table's metadata
+// lock, with a holder the server does not name. InnoDB's lock tables do not
+// show them, and a commit-order deadlock can run through one: an ALTER (the
+// deferred keys an applier adds, or an operator's) queues for the table's
+// exclusive lock behind a later replay group that wrote the table and waits
+// for its commit turn, and the head group that writes the table next queues
+// behind the ALTER. Rolling back the later groups lets both through.
+func (p *lockProbe) metadataWaits(ctx context.Context, waits map[uint64][]uint64) error {
+	more, _, err := p.read(ctx, "SELECT ID, 0, 1, 0 FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock'")
+	if err != nil {
+		return err
+	}
+	for waiter, holders := range more {
+		if _, ok := waits[waiter]; !ok {
+			waits[waiter] = holders
+		}
+	}
+	return nil
 }
 
 // read runs a probe query of rows (waiter, holder, waiting, self) and returns

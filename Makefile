@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup tools build demo test unit lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
+.PHONY: setup tools build demo test unit stress lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
@@ -141,6 +141,18 @@ JSON_ROWS ?= 200000
 JSONFLAGS ?=
 bench-json:
 	$(GO) run ./benchmarks/json -rows $(JSON_ROWS) $(JSONFLAGS)
+
+## stress: run TEST (a go test -run pattern) RUNS times in PKG, PARALLEL at once, keeping the
+## log and seed of every failing run in OUT (default a new /tmp/rowlift-stress-*); LOAD=1 runs
+## the whole suite in a loop beside it, e.g. make stress TEST='TestReshard$$' RUNS=200 LOAD=1
+TEST ?=
+PKG ?= ./e2e
+PARALLEL ?= 2
+OUT ?=
+LOAD ?= 0
+stress:
+	@test -n "$(TEST)" || { echo "usage: make stress TEST=<go test -run pattern> [RUNS=20] [PARALLEL=2] [PKG=./e2e] [LOAD=1] [OUT=dir]" >&2; exit 2; }
+	./tools/stress.sh $(PKG) '$(TEST)' $(RUNS) $(PARALLEL) "$(OUT)" $(LOAD)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
 ## the applier, streamer and source server each (a failing

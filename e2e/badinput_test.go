@@ -149,14 +149,20 @@ func targetTables(t *testing.T, e *env, db string) string {
 // tableNames lists the tables of database db on the server conn reaches, by name.
 func tableNames(t *testing.T, conn *sql.DB, db string) []string {
 	t.Helper()
-	rows, err := conn.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME", db)
+	return queryStrings(t, conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME", db)
+}
+
+// queryStrings is the one string column of every row q returns.
+func queryStrings(t *testing.T, conn *sql.DB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := conn.Query(q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
-		var name string
-		require.NoError(t, rows.Scan(&name))
-		out = append(out, name)
+		var v string
+		require.NoError(t, rows.Scan(&v))
+		out = append(out, v)
 	}
 	require.NoError(t, rows.Err())
 	return out

@@ -120,17 +120,7 @@ func TestKeepSecondaryKeysCreatesThemAtOnce(t *testing.T) {
 // indexes are the names of the target table dk.<table>'s indexes.
 func indexes(t *testing.T, e *env, table string) []string {
 	t.Helper()
-	rows, err := e.dstDB.Query("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'dk' AND TABLE_NAME = ?", table)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var name string
-		require.NoError(t, rows.Scan(&name))
-		out = append(out, name)
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return queryStrings(t, e.dstDB, "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'dk' AND TABLE_NAME = ?", table)
 }
 
 // TestDeleteSaysWhichKeysAKeptTableLacks: a workflow deleted while its

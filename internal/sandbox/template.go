@@ -107,7 +107,7 @@ func initDatadir(ctx context.Context, flavor Flavor, prog program, data, logPath
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		log, _ := os.ReadFile(logPath)
-		return fmt.Errorf("initialize datadir with %s: %w\n%s%s", cmd.Path, err, Tail(string(out), 20), Tail(string(log), 20))
+		return fmt.Errorf("initialize datadir with %s: %w\n%s%s%s", cmd.Path, err, errorLines(string(out), 20), Tail(string(out), 20), Tail(string(log), 20))
 	}
 	return nil
 }
@@ -175,4 +175,21 @@ func runSetup(ctx context.Context, socket string) error {
 		}
 	}
 	return nil
+}
+
+// errorLines are the first n lines of s that name an error, each ending in a
+// newline: mariadb-install-db prints the server's own errors before a screen
+// of generic advice, which is all a tail of its output would show.
+func errorLines(s string, n int) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if n == 0 {
+			break
+		}
+		if strings.Contains(l, "ERROR") {
+			b.WriteString(l + "\n")
+			n--
+		}
+	}
+	return b.String()
 }

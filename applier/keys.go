@@ -55,7 +55,6 @@ func (c *controller) addDeferredKeys(ctx context.Context) error {
 // finishes) is found by looking again.
 func addKeys(ctx context.Context, db *sql.DB, database, table string, keys []schema.DeferredKey) ([]string, error) {
 	ident := rowcodec.QualifiedIdent(database, table)
-	var added []string
 	var duplicate error // the last ALTER's "duplicate key name"
 	for tried := len(keys) + 1; ; {
 		have, err := indexNames(ctx, db, database, table)
@@ -68,12 +67,15 @@ func addKeys(ctx context.Context, db *sql.DB, database, table string, keys []sch
 				adds, names = append(adds, "ADD "+k.Definition), append(names, k.Name)
 			}
 		}
+		failed := func(err error) error {
+			return fmt.Errorf("add secondary keys %s to %s.%s after its copy: %w", strings.Join(names, ", "), database, table, err)
+		}
 		switch {
 		case len(adds) == 0:
-			return added, nil
+			return nil, nil
 		case len(adds) >= tried:
 			// A key is named in the table and not in information_schema.
-			return nil, fmt.Errorf("add secondary keys %s to %s.%s after its copy: %w", strings.Join(names, ", "), database, table, duplicate)
+			return nil, failed(duplicate)
 		}
 		tried = len(adds)
 		testhook.Delay(ctx, testhook.AddKeys)
@@ -81,12 +83,12 @@ func addKeys(ctx context.Context, db *sql.DB, database, table string, keys []sch
 		var me *mysql.MySQLError
 		switch {
 		case err == nil:
-			return append(added, names...), nil
+			return names, nil
 		case errors.As(err, &me) && me.Number == 1061:
 			duplicate = err // added meanwhile: what is left is looked for again
 			continue
 		}
-		return nil, fmt.Errorf("add secondary keys %s to %s.%s after its copy: %w", strings.Join(names, ", "), database, table, err)
+		return nil, failed(err)
 	}
 }
 

@@ -402,7 +402,7 @@ func (s *sim) deliver() {
 	s.read++
 	tx := s.binlog[s.read-1]
 	if s.filter != nil && tx.item != nil {
-		tx = s.rangeFiltered(tx)
+		tx = rangeFiltered(s.t, s.filter, tx)
 	}
 	if tx.item != nil {
 		s.m.addTx(tx, s.pos(s.read))
@@ -414,15 +414,15 @@ func (s *sim) deliver() {
 // rangeFiltered is a transaction as the binlog reader passes it on under a
 // key range: each change judged by filterChange, events and the transaction
 // left out when nothing is kept.
-func (s *sim) rangeFiltered(tx *mergeTx) *mergeTx {
+func rangeFiltered(t *testing.T, filter *shardFilter, tx *mergeTx) *mergeTx {
 	trx := tx.item.GetTransaction()
 	out := &mergeTx{pos: tx.pos}
 	kept := &rowliftv1.Transaction{Gtid: trx.GetGtid()}
 	for _, ev := range trx.GetEvents() {
 		fev := &rowliftv1.RowEvent{Table: ev.GetTable()}
 		for _, ch := range ev.GetChanges() {
-			c, err := s.filter.filterChange(ch)
-			require.NoError(s.t, err)
+			c, err := filter.filterChange(ch)
+			require.NoError(t, err)
 			if c != nil {
 				fev.Changes = append(fev.Changes, c)
 			}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestPurgedBinlogStopsTheWorkflow(t *testing.T) {
 	// happens shortly after the flush: purge until only the current one is left.
 	e.waitFor("the old binlogs to be purged", 30*time.Second, func() (bool, string) {
 		e.sourceExec("PURGE BINARY LOGS TO '" + current + "'")
-		logs := binaryLogs(t, e)
+		logs := binaryLogs(t, e.srcDB)
 		return len(logs) == 1, fmt.Sprint(logs)
 	})
 
@@ -93,10 +94,10 @@ func TestDDLIgnored(t *testing.T) {
 	require.Equal(t, 2, count(t, e.dstDB, "d.t"))
 }
 
-// binaryLogs names the source's binary logs (MySQL lists a third column,
+// binaryLogs names a server's binary logs (MySQL lists a third column,
 // Encrypted).
-func binaryLogs(t *testing.T, e *env) []string {
-	rows, err := e.srcDB.Query("SHOW BINARY LOGS")
+func binaryLogs(t *testing.T, db *sql.DB) []string {
+	rows, err := db.Query("SHOW BINARY LOGS")
 	require.NoError(t, err)
 	defer rows.Close()
 	cols, err := rows.Columns()

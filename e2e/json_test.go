@@ -105,7 +105,7 @@ func TestMySQLJSONKeepsTypes(t *testing.T) {
 func TestMySQLJSONKeepsTypesPartialJSON(t *testing.T) {
 	e := testMySQLJSONKeepsTypes(t, "--binlog-row-value-options=PARTIAL_JSON")
 	types := map[string]int{}
-	for _, l := range binaryLogs(t, e) {
+	for _, l := range binaryLogs(t, e.srcDB) {
 		events, err := e.srcDB.Query("SHOW BINLOG EVENTS IN '" + l + "'")
 		require.NoError(t, err)
 		for events.Next() {

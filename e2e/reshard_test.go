@@ -383,7 +383,11 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 				}
 			}
 			slices.Sort(diffs)
-			require.Empty(e.t, diffs, "%s: target %s (%s), table %s: %d rows expected", spec.GetName(), tg.GetName(), tg.GetKeyRange(), tbl.GetName(), len(want))
+			if len(diffs) > 0 {
+				e.t.Errorf("%s: target %s (%s), table %s: %d rows expected:\n%s\n%s", spec.GetName(), tg.GetName(), tg.GetKeyRange(), tbl.GetName(), len(want),
+					strings.Join(diffs, "\n"), e.explainDiffs(spec, tg.GetName(), tbl.GetName(), key, diffs))
+				e.t.FailNow()
+			}
 		}
 		if tbl.GetReference() {
 			continue
@@ -399,6 +403,45 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 			}
 		}
 	}
+}
+
+// explainDiffs tells a wrong row's story: the target's streams (position,
+// copy state) and, for the first few differing keys, their row events in
+// each source's binlog with GTIDs, so that one failure says whether the
+// target missed a transaction, applied one twice or copied a row off its
+// fence.
+func (e *shardEnv) explainDiffs(spec *rowliftv1.WorkflowSpec, target, table string, keyCols, diffs []string) string {
+	var b strings.Builder
+	d := e.servers[target]
+	ctx := context.Background()
+	streams, err := d.store.Streams(ctx, spec.GetName())
+	fmt.Fprintf(&b, "target %s streams (err %v):\n", target, err)
+	for _, st := range streams {
+		fmt.Fprintf(&b, "  from %s at %s (%s)\n", st.Source, st.Position, st.Message)
+		copies, err := d.store.CopyState(ctx, spec.GetName(), st.Source)
+		if err != nil {
+			fmt.Fprintf(&b, "    copy state: %v\n", err)
+		}
+		for _, c := range copies {
+			if c.Table == table {
+				fmt.Fprintf(&b, "    copy of %s: last key %v, %d rows, done %v\n", c.Table, c.LastPK, c.RowsCopied, c.Done)
+			}
+		}
+	}
+	for i, diff := range diffs {
+		if i == 3 {
+			fmt.Fprintf(&b, "(and %d more)\n", len(diffs)-i)
+			break
+		}
+		fields := strings.Fields(diff)
+		key := strings.TrimSuffix(fields[1], ":")
+		for _, src := range spec.GetSources() {
+			s := e.servers[src.GetName()]
+			fmt.Fprintf(&b, "%s: row events of %s key %s on source %s (now at %s):\n%s", diff, table, key, src.GetName(),
+				position(e.t, s.db), rowHistory(e.t, s.srv, s.db, table, keyCols, strings.Split(key, "/")))
+		}
+	}
+	return b.String()
 }
 
 // runReshard runs one N→M reshard of the race tables under the race writers,

@@ -144,15 +144,16 @@ bench-json:
 
 ## stress: run TEST (a go test -run pattern) RUNS times in PKG, PARALLEL at once, keeping the
 ## log and seed of every failing run in OUT (default a new /tmp/rowlift-stress-*); LOAD=1 runs
-## the whole suite in a loop beside it, e.g. make stress TEST='TestReshard$$' RUNS=200 LOAD=1
+## the whole suite in a loop beside it, e.g. make stress TEST='TestReshard$$/1to4' RUNS=200 LOAD=1
+## (TEST is taken as written: a single $ works too)
 TEST ?=
 PKG ?= ./e2e
 PARALLEL ?= 2
 OUT ?=
 LOAD ?= 0
 stress:
-	@test -n "$(TEST)" || { echo "usage: make stress TEST=<go test -run pattern> [RUNS=20] [PARALLEL=2] [PKG=./e2e] [LOAD=1] [OUT=dir]" >&2; exit 2; }
-	./tools/stress.sh $(PKG) '$(TEST)' $(RUNS) $(PARALLEL) "$(OUT)" $(LOAD)
+	@test -n '$(value TEST)' || { echo "usage: make stress TEST=<go test -run pattern> [RUNS=20] [PARALLEL=2] [PKG=./e2e] [LOAD=1] [OUT=dir]" >&2; exit 2; }
+	./tools/stress.sh $(PKG) '$(value TEST)' $(RUNS) $(PARALLEL) "$(OUT)" $(LOAD)
 
 ## soak: the race test, RUNS randomized runs of KEYS keys per table with KILLS kills of
 ## the applier, streamer and source server each (a failing

@@ -34,15 +34,24 @@ fi
 # when it fails.
 run() {
 	local n=$1 log="$out/run-$1.log"
-	if (cd "$root/$pkg" && "$bin" -test.run "$pattern" -test.count=1 -test.v -test.timeout 30m) > "$log" 2>&1; then
+	if ! (cd "$root/$pkg" && "$bin" -test.run "$pattern" -test.count=1 -test.v -test.timeout 30m) > "$log" 2>&1; then
+		echo "run $n: FAIL ($log)"
+	elif ! grep -q -- '--- PASS' "$log"; then
+		# A pattern that matches nothing passes: a stress of nothing.
+		echo "run $n: FAIL: no test matched $pattern ($log)"
+	else
 		rm -f "$log"
 		echo "run $n: ok"
-	else
-		echo "run $n: FAIL ($log)"
 	fi
 }
 
-for n in $(seq 1 "$runs"); do
+# The first run alone: a pattern that matches no test stops here.
+run 1 | tee "$out/summary"
+if grep -q "no test matched" "$out/summary"; then
+	exit 2
+fi
+
+for n in $(seq 2 "$runs"); do
 	while [ "$(jobs -rp | grep -cv "^${loadpid:-none}$")" -ge "$parallel" ]; do
 		sleep 0.5
 	done

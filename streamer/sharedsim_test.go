@@ -57,9 +57,15 @@ type sharedSim struct {
 	// noFencePosition leaves the target's position where it was when a copy
 	// part commits, the flaw player.saveFence exists to prevent.
 	noFencePosition bool
+	// verifyUnheld runs a verify without holding its tables' transactions
+	// for visibility or placing them, as the merger did before issue 23's
+	// fix (6bddc8d): only copying tables were.
+	verifyUnheld bool
 	// restartRate is one in how many steps restarts a stream (0: never);
 	// one restart in five restarts the whole streamer, with a new cache.
 	restartRate int
+	// visibleRate is how many steps in 20 make a commit visible.
+	visibleRate int
 	// cacheBytes is the chunk group's byte limit: small ones make the cache
 	// drop chunks a slow stream has yet to take.
 	cacheBytes int64
@@ -128,6 +134,7 @@ func newSharedSim(t *testing.T, seed uint64, ranges []string) *sharedSim {
 		t.Fatalf(format+"\n%s", append(args, strings.Join(ss.trace, "\n"))...)
 	}
 	ss.cacheBytes = math.MaxInt64
+	ss.visibleRate = 1 + ss.rng.IntN(4)
 	if ss.rng.IntN(3) == 0 {
 		ss.cacheBytes = int64(1 + ss.rng.IntN(100))
 	}
@@ -170,7 +177,7 @@ func (ss *sharedSim) begin(s *simStream) {
 			if k, ok := s.verifiedTo[name]; ok {
 				r.lastPK = ptr(k)
 			}
-			mt.verifying = !s.verifyDone[name]
+			mt.verifying = !s.verifyDone[name] && !ss.verifyUnheld
 		} else {
 			r.done = s.done[name]
 		}
@@ -632,18 +639,20 @@ func (ss *sharedSim) stepStream(s *simStream) {
 	ss.drain(s, ss.rng.IntN(4) == 0)
 }
 
+// run runs steps steps under writes; with verifyAfterCopy, writes go on
+// until every stream is in its verify and for steps more, so the verify
+// runs under writes too. Then writes stop and every stream must finish.
 func (ss *sharedSim) run(steps int) {
 	src := ss.src
 	for i := 0; i < steps; i++ {
-		switch r := ss.rng.IntN(10); {
-		case r < 2:
-			src.commit()
-		case r < 3 && src.visibleUpTo < len(src.binlog):
-			src.makeVisible()
-		case ss.restartRate > 0 && ss.rng.IntN(ss.restartRate) == 0:
-			ss.kill()
-		default:
-			ss.stepStream(ss.streams[ss.rng.IntN(len(ss.streams))])
+		ss.step()
+	}
+	if ss.verifyAfterCopy {
+		for n := 0; !ss.allVerifying() && n < 4*steps; n++ {
+			ss.step()
+		}
+		for i := 0; i < steps; i++ {
+			ss.step()
 		}
 	}
 	// Stop writing; let every stream finish.
@@ -688,6 +697,32 @@ func (ss *sharedSim) run(steps int) {
 			}
 		}
 	}
+}
+
+// step is one step under writes. Commits become visible at a rate of the
+// seed's (visibleRate), often slower than the streams read them, so readers
+// read transactions snapshots do not see yet.
+func (ss *sharedSim) step() {
+	src := ss.src
+	switch r := ss.rng.IntN(20); {
+	case r < 4:
+		src.commit()
+	case r < 4+ss.visibleRate && src.visibleUpTo < len(src.binlog):
+		src.makeVisible()
+	case ss.restartRate > 0 && ss.rng.IntN(ss.restartRate) == 0:
+		ss.kill()
+	default:
+		ss.stepStream(ss.streams[ss.rng.IntN(len(ss.streams))])
+	}
+}
+
+func (ss *sharedSim) allVerifying() bool {
+	for _, s := range ss.streams {
+		if !s.verifying {
+			return false
+		}
+	}
+	return true
 }
 
 // describe says where each stream is, for a run that does not end.
@@ -776,7 +811,7 @@ func TestSharedChunkSimulation(t *testing.T) {
 // as soon as its target records the copy done, while writes go on: every
 // verify chunk must find the target equal to its snapshot at its place.
 func TestSharedChunkSimulationVerifyAfterCopy(t *testing.T) {
-	_, verified, _ := runShared(t, 1000, 300, reshardLayouts, func(ss *sharedSim, seed uint64) {
+	_, verified, _ := runShared(t, 600, 300, reshardLayouts, func(ss *sharedSim, seed uint64) {
 		ss.verifyAfterCopy = true
 		if seed%2 == 0 {
 			ss.restartRate = 40
@@ -785,19 +820,20 @@ func TestSharedChunkSimulationVerifyAfterCopy(t *testing.T) {
 	require.Positive(t, verified)
 }
 
-// failingSharedSeeds runs the shared-chunk simulation with a flaw and counts
-// the seeds in which it found divergence.
-func failingSharedSeeds(t *testing.T, flaw func(*sharedSim)) int {
+// failingSharedSeeds runs the shared-chunk simulation with a flaw and
+// returns the divergence each failing seed found.
+func failingSharedSeeds(t *testing.T, flaw func(*sharedSim)) []string {
 	type diverged struct{ msg string }
-	failures := 0
+	var failures []string
 	for seed := uint64(1); seed <= 200; seed++ {
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					if _, ok := r.(diverged); !ok {
+					d, ok := r.(diverged)
+					if !ok {
 						panic(r)
 					}
-					failures++
+					failures = append(failures, d.msg)
 				}
 			}()
 			ss := newSharedSim(t, seed, reshardLayouts[seed%uint64(len(reshardLayouts))])
@@ -813,7 +849,7 @@ func failingSharedSeeds(t *testing.T, flaw func(*sharedSim)) int {
 // what merger.canFence prevents: a follower that places the leader's chunk
 // after changes it has already emitted past the chunk's fence.
 func TestSharedChunkSimulationSharingBlindlyFails(t *testing.T) {
-	failures := failingSharedSeeds(t, func(ss *sharedSim) { ss.shareBlindly, ss.restartRate = true, 40 })
+	failures := len(failingSharedSeeds(t, func(ss *sharedSim) { ss.shareBlindly, ss.restartRate = true, 40 }))
 	t.Logf("%d of 200 seeds found divergence when sharing chunks blindly", failures)
 	require.Greater(t, failures, 20, "the simulation hardly notices chunks placed before what their stream emitted")
 }
@@ -823,7 +859,7 @@ func TestSharedChunkSimulationSharingBlindlyFails(t *testing.T) {
 // a copied chunk's fence gets the transactions the chunk already holds again
 // after a restart.
 func TestSharedChunkSimulationWithoutFencePositionFails(t *testing.T) {
-	failures := failingSharedSeeds(t, func(ss *sharedSim) { ss.noFencePosition, ss.restartRate = true, 40 })
+	failures := len(failingSharedSeeds(t, func(ss *sharedSim) { ss.noFencePosition, ss.restartRate = true, 40 }))
 	t.Logf("%d of 200 seeds found divergence without the fence position", failures)
 	require.Greater(t, failures, 20, "the simulation hardly notices a restart that replays what a chunk holds")
 }
@@ -835,10 +871,26 @@ func TestSharedChunkSimulationWithoutFencePositionFails(t *testing.T) {
 // request, after the follower placed changes past the fence or began after
 // it, and after the leader failed.
 func TestSharedChunkSimulationSmallCase(t *testing.T) {
-	classes, _, _ := runShared(t, 10000, 40, [][]string{{"-80", "80-"}}, func(ss *sharedSim, seed uint64) {
+	classes, _, _ := runShared(t, 6000, 40, [][]string{{"-80", "80-"}}, func(ss *sharedSim, seed uint64) {
 		ss.shrink(4)
 		ss.restartRate = 10
 		ss.verifyAfterCopy = seed%2 == 0
 	})
 	requireEveryOffer(t, classes, true)
+}
+
+// TestSharedChunkSimulationVerifyUnheldFails is the mechanism of the extra
+// row TestReshardCutover's first verify reported right after a 1→2 copy
+// (types id=12 on t0; issue 29): a verify of tables done copying that lets
+// their transactions out as soon as they are read, as the merger did before
+// issue 23's fix, places a verify chunk whose snapshot does not yet see a
+// transaction after that transaction, and the row it wrote reads as extra or
+// different. The simulation must find such false differences.
+func TestSharedChunkSimulationVerifyUnheldFails(t *testing.T) {
+	failures := failingSharedSeeds(t, func(ss *sharedSim) { ss.verifyAfterCopy, ss.verifyUnheld = true, true })
+	t.Logf("%d of 200 seeds found a false difference with a verify that does not hold transactions", len(failures))
+	require.Greater(t, len(failures), 5, "the simulation does not reach a verify chunk behind an invisible transaction")
+	for _, f := range failures {
+		require.Contains(t, f, "differs from the target at its place in the stream", "only the verify is flawed: the copy must stay exact")
+	}
 }

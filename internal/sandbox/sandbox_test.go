@@ -252,3 +252,22 @@ func TestToolsOfEachFlavor(t *testing.T) {
 		require.Contains(t, string(out), "CREATE TABLE tools.t")
 	})
 }
+
+// TestTemplateBuildKeepsOthersTempFiles: the bootstrap that builds a
+// template runs with a tmpdir of its own, so it does not delete the "#sql"
+// files of other servers in the system's temp dir, among them the other
+// template builds of a fresh machine's first test run (which failed with
+// ERROR 1017 "Can't find file: '/tmp/#sql-temptable-...MAI'").
+func TestTemplateBuildKeepsOthersTempFiles(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		sentinel := filepath.Join(os.TempDir(), "#sql-rowlift-test-"+strconv.Itoa(os.Getpid())+"-"+string(flavor)+".MAI")
+		require.NoError(t, os.WriteFile(sentinel, nil, 0o644))
+		t.Cleanup(func() { os.Remove(sentinel) })
+		root, err := os.MkdirTemp("", "rt") // short: the socket path lives under it
+		require.NoError(t, err)
+		t.Cleanup(func() { os.RemoveAll(root) })
+		sandboxtest.Start(t, sandbox.Options{Flavor: flavor, Root: root})
+		_, err = os.Stat(sentinel)
+		require.NoError(t, err, "building the template deleted a #sql file of the system's temp dir")
+	})
+}

@@ -71,7 +71,17 @@ func ensureTemplate(ctx context.Context, root string, flavor Flavor, prog progra
 	return filepath.Join(final, "data"), nil
 }
 
+// initDatadir initializes data with the flavor's bootstrap, whose server
+// gets a tmpdir of its own beside data: a server starting up deletes every
+// #sql* file in its tmpdir, so bootstraps sharing /tmp (the default) delete
+// the temporary tables of each other's system table setup (ERROR 1017 "Can't
+// find file: '/tmp/#sql-temptable-...MAI'", seen with eight template builds at
+// once) and of any other server there.
 func initDatadir(ctx context.Context, flavor Flavor, prog program, data, logPath string) error {
+	tmpdir := filepath.Join(filepath.Dir(data), "tmp")
+	if err := os.MkdirAll(tmpdir, 0o750); err != nil {
+		return fmt.Errorf("template tmpdir: %w", err)
+	}
 	var cmd *exec.Cmd
 	switch flavor {
 	case MariaDB:
@@ -82,7 +92,7 @@ func initDatadir(ctx context.Context, flavor Flavor, prog program, data, logPath
 			}
 		}
 		args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
-			"--skip-test-db", "--skip-name-resolve", redoLogArg(flavor)}
+			"--skip-test-db", "--skip-name-resolve", "--tmpdir=" + tmpdir, redoLogArg(flavor)}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}
@@ -95,7 +105,7 @@ func initDatadir(ctx context.Context, flavor Flavor, prog program, data, logPath
 			return fmt.Errorf("template init file: %w", err)
 		}
 		args := []string{"--initialize-insecure", "--init-file=" + initFile, "--datadir=" + data,
-			redoLogArg(flavor), "--log-error=" + logPath}
+			"--tmpdir=" + tmpdir, redoLogArg(flavor), "--log-error=" + logPath}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}

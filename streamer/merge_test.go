@@ -446,76 +446,101 @@ func (s *sim) apply(items []*rowliftv1.StreamItem) {
 			s.checkVerify(c)
 			continue
 		}
-		if c := it.GetChunk(); c != nil {
-			for _, r := range rowsOf(s.t, c) {
-				k, v := s.kv(r)
-				if _, dup := s.target[c.GetTable()][k]; dup {
-					s.fail("chunk of %s copies key %d that the target already has", c.GetTable(), k)
-				}
-				s.target[c.GetTable()][k] = v
-			}
-			continue
-		}
-		for _, ev := range it.GetTransaction().GetEvents() {
-			dst := s.target[ev.GetTable()]
-			for _, ch := range ev.GetChanges() {
-				if ch.GetBefore() != nil {
-					k, _ := s.kv(ch.GetBefore())
-					if _, ok := dst[k]; !ok {
-						s.fail("trx %s: %s key %d is missing on the target", it.GetTransaction().GetGtid(), ev.GetTable(), k)
-					}
-					delete(dst, k)
-				}
-				if ch.GetAfter() != nil {
-					k, v := s.kv(ch.GetAfter())
-					if _, dup := dst[k]; dup {
-						s.fail("trx %s: %s key %d already exists on the target", it.GetTransaction().GetGtid(), ev.GetTable(), k)
-					}
-					dst[k] = v
-				}
-			}
+		if diverged := applyStrict(s.t, it, s.target); diverged != "" {
+			s.fail("%s", diverged)
 		}
 	}
 }
 
-// checkVerify compares a verify chunk with the model target as the applier
-// does when the chunk's turn comes: the target's rows after the last key
-// verified, up to the chunk's last key (to the end on the table's last chunk),
-// must be the chunk's rows.
-func (s *sim) checkVerify(c *rowliftv1.Chunk) {
-	name := c.GetTable()
-	lower, upper := s.verifiedTo[name], int64(math.MaxInt64)
-	if !c.GetTableDone() {
-		k, err := strconv.ParseInt(string(simKey(c.GetLastPk())[0]), 10, 64)
-		require.NoError(s.t, err)
-		upper = k
+// applyStrict applies a copy chunk's rows or a transaction's changes to a
+// model target as the applier would, and says how the target diverged ("":
+// it did not): a copied key or an inserted one already there, or a changed or
+// deleted one missing.
+func applyStrict(t *testing.T, it *rowliftv1.StreamItem, target map[string]simTable) string {
+	if c := it.GetChunk(); c != nil {
+		for _, r := range rowsOf(t, c) {
+			k, v := simKV(t, r)
+			if _, dup := target[c.GetTable()][k]; dup {
+				return fmt.Sprintf("chunk of %s copies key %d that the target already has", c.GetTable(), k)
+			}
+			target[c.GetTable()][k] = v
+		}
+		return ""
 	}
-	want := simTable{}
-	for _, r := range rowsOf(s.t, c) {
-		k, v := s.kv(r)
-		want[k] = v
-	}
-	got := simTable{}
-	for k, v := range s.target[name] {
-		if k > lower && k <= upper {
-			got[k] = v
+	trx := it.GetTransaction()
+	for _, ev := range trx.GetEvents() {
+		dst := target[ev.GetTable()]
+		for _, ch := range ev.GetChanges() {
+			if ch.GetBefore() != nil {
+				k, _ := simKV(t, ch.GetBefore())
+				if _, ok := dst[k]; !ok {
+					return fmt.Sprintf("trx %s: %s key %d is missing on the target", trx.GetGtid(), ev.GetTable(), k)
+				}
+				delete(dst, k)
+			}
+			if ch.GetAfter() != nil {
+				k, v := simKV(t, ch.GetAfter())
+				if _, dup := dst[k]; dup {
+					return fmt.Sprintf("trx %s: %s key %d already exists on the target", trx.GetGtid(), ev.GetTable(), k)
+				}
+				dst[k] = v
+			}
 		}
 	}
-	if fmt.Sprint(want) != fmt.Sprint(got) {
-		s.fail("verify chunk of %s (%d, %d] differs from the target at its place in the stream:\nchunk  %v\ntarget %v",
-			name, lower, upper, want, got)
+	return ""
+}
+
+// checkVerify compares a verify chunk with the model target as the applier
+// does when the chunk's turn comes (compareVerify).
+func (s *sim) checkVerify(c *rowliftv1.Chunk) {
+	name := c.GetTable()
+	upper, rows, diff := compareVerify(s.t, c, s.target[name], s.verifiedTo[name])
+	if diff != "" {
+		s.fail("%s", diff)
 	}
-	s.verifiedRows += len(want)
+	s.verifiedRows += rows
 	if c.GetLastPk() != nil {
 		s.verifiedTo[name] = upper
 	}
 }
 
-func (s *sim) kv(r *rowliftv1.Row) (int64, string) {
+// compareVerify compares a verify chunk with a table of the model target:
+// the target's rows after lower (the last key verified), up to the chunk's
+// last key (to the end on the table's last chunk), must be the chunk's rows.
+// It returns the chunk's upper key, its rows and the difference ("": none).
+func compareVerify(t *testing.T, c *rowliftv1.Chunk, target simTable, lower int64) (upper int64, rows int, diff string) {
+	upper = math.MaxInt64
+	if !c.GetTableDone() {
+		k, err := strconv.ParseInt(string(simKey(c.GetLastPk())[0]), 10, 64)
+		require.NoError(t, err)
+		upper = k
+	}
+	want := simTable{}
+	for _, r := range rowsOf(t, c) {
+		k, v := simKV(t, r)
+		want[k] = v
+	}
+	got := simTable{}
+	for k, v := range target {
+		if k > lower && k <= upper {
+			got[k] = v
+		}
+	}
+	if fmt.Sprint(want) != fmt.Sprint(got) {
+		diff = fmt.Sprintf("verify chunk of %s (%d, %d] differs from the target at its place in the stream:\nchunk  %v\ntarget %v",
+			c.GetTable(), lower, upper, want, got)
+	}
+	return upper, len(want), diff
+}
+
+func (s *sim) kv(r *rowliftv1.Row) (int64, string) { return simKV(s.t, r) }
+
+// simKV is a simulated row's key and value.
+func simKV(t *testing.T, r *rowliftv1.Row) (int64, string) {
 	vals, err := rowcodec.Values(nil, r)
-	require.NoError(s.t, err)
+	require.NoError(t, err)
 	k, err := strconv.ParseInt(string(vals[0]), 10, 64)
-	require.NoError(s.t, err)
+	require.NoError(t, err)
 	return k, string(vals[1])
 }
 

@@ -490,13 +490,9 @@ func (ss *sharedSim) apply(s *simStream, n int) {
 			ss.checkVerify(s, it.GetChunk())
 		case it.GetChunk() != nil:
 			c := it.GetChunk()
-			for _, row := range rowsOf(ss.t, c) {
-				k, v := ss.src.kv(row)
-				if _, dup := s.target[c.GetTable()][k]; dup {
-					ss.fail("stream %s: chunk of %s copies key %d that the target already has", s.name, c.GetTable(), k)
-					return
-				}
-				s.target[c.GetTable()][k] = v
+			if diverged := applyStrict(ss.t, it, s.target); diverged != "" {
+				ss.fail("stream %s: %s", s.name, diverged)
+				return
 			}
 			if c.GetLastPk() != nil {
 				s.copied[c.GetTable()] = ptr(keyInt(simKey(c.GetLastPk())[0]))
@@ -508,29 +504,11 @@ func (ss *sharedSim) apply(s *simStream, n int) {
 				s.advance(c.GetFence())
 			}
 		case it.GetTransaction() != nil:
-			trx := it.GetTransaction()
-			for _, ev := range trx.GetEvents() {
-				dst := s.target[ev.GetTable()]
-				for _, ch := range ev.GetChanges() {
-					if ch.GetBefore() != nil {
-						k, _ := ss.src.kv(ch.GetBefore())
-						if _, ok := dst[k]; !ok {
-							ss.fail("stream %s: trx %s: %s key %d is missing on the target", s.name, trx.GetGtid(), ev.GetTable(), k)
-							return
-						}
-						delete(dst, k)
-					}
-					if ch.GetAfter() != nil {
-						k, v := ss.src.kv(ch.GetAfter())
-						if _, dup := dst[k]; dup {
-							ss.fail("stream %s: trx %s: %s key %d already exists on the target", s.name, trx.GetGtid(), ev.GetTable(), k)
-							return
-						}
-						dst[k] = v
-					}
-				}
+			if diverged := applyStrict(ss.t, it, s.target); diverged != "" {
+				ss.fail("stream %s: %s", s.name, diverged)
+				return
 			}
-			s.advance(&rowliftv1.Position{GtidSet: trx.GetGtid()})
+			s.advance(&rowliftv1.Position{GtidSet: it.GetTransaction().GetGtid()})
 		case it.GetHeartbeat() != nil:
 			s.advance(it.GetHeartbeat().GetPosition())
 		}
@@ -547,33 +525,16 @@ func (s *simStream) advance(p *rowliftv1.Position) {
 	s.pos, s.hasPos = max(s.pos, n), true
 }
 
-// checkVerify compares a verify chunk with the target as the applier does
-// when its turn comes: the target's rows after the last key verified, up to
-// the chunk's last key (to the end on the table's last chunk), must be the
-// chunk's rows.
+// checkVerify compares a verify chunk with the stream's target as the
+// applier does when its turn comes (compareVerify).
 func (ss *sharedSim) checkVerify(s *simStream, c *rowliftv1.Chunk) {
 	name := c.GetTable()
-	lower, upper := s.verifiedTo[name], int64(math.MaxInt64)
-	if !c.GetTableDone() {
-		upper = keyInt(simKey(c.GetLastPk())[0])
-	}
-	want := simTable{}
-	for _, row := range rowsOf(ss.t, c) {
-		k, v := ss.src.kv(row)
-		want[k] = v
-	}
-	got := simTable{}
-	for k, v := range s.target[name] {
-		if k > lower && k <= upper {
-			got[k] = v
-		}
-	}
-	if fmt.Sprint(want) != fmt.Sprint(got) {
-		ss.fail("stream %s: verify chunk of %s (%d, %d] differs from the target at its place in the stream:\nchunk  %v\ntarget %v",
-			s.name, name, lower, upper, want, got)
+	upper, rows, diff := compareVerify(ss.t, c, s.target[name], s.verifiedTo[name])
+	if diff != "" {
+		ss.fail("stream %s: %s", s.name, diff)
 		return
 	}
-	ss.verified += len(want)
+	ss.verified += rows
 	if c.GetLastPk() != nil {
 		s.verifiedTo[name] = upper
 	}
@@ -582,7 +543,7 @@ func (ss *sharedSim) checkVerify(s *simStream, c *rowliftv1.Chunk) {
 	}
 }
 
-// copied reports whether the stream's target has recorded every table copied.
+// copyDone reports whether the stream's target has recorded every table copied.
 func (s *simStream) copyDone() bool {
 	for _, name := range simTables {
 		if !s.done[name] {

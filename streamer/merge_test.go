@@ -511,9 +511,7 @@ func (s *sim) checkVerify(c *rowliftv1.Chunk) {
 func compareVerify(t *testing.T, c *rowliftv1.Chunk, target simTable, lower int64) (upper int64, rows int, diff string) {
 	upper = math.MaxInt64
 	if !c.GetTableDone() {
-		k, err := strconv.ParseInt(string(simKey(c.GetLastPk())[0]), 10, 64)
-		require.NoError(t, err)
-		upper = k
+		upper = keyInt(simKey(c.GetLastPk())[0])
 	}
 	want := simTable{}
 	for _, r := range rowsOf(t, c) {

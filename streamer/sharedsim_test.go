@@ -181,8 +181,8 @@ func (ss *sharedSim) begin(s *simStream) {
 		} else {
 			r.done = s.done[name]
 		}
-		if r.lastPK != nil && !s.verifying {
-			mt.lastPK = [][]byte{[]byte(strconv.FormatInt(*r.lastPK, 10))}
+		if !s.verifying {
+			mt.lastPK = keyOf(r.lastPK)
 		}
 		s.m.addTable(name, mt)
 		r.member = ss.cache.join("wf\x00"+name, ss.cacheBytes)

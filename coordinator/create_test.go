@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,13 +19,12 @@ import (
 	"github.com/rowlift/rowlift/streamer/streamertest"
 )
 
-// deadAddr is a local address nothing listens on.
+// deadAddr is a local address nothing listens on: a port FreePort hands to
+// no one else, where a listen on port 0 in another test cannot land either.
 func deadAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := sandbox.FreePort()
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // createFixture is a source (with its streamer) and a target, and a

@@ -39,14 +39,28 @@ type result struct {
 // coordinatorArgs added to its command line, and waits until it answers.
 func (e *env) newCLI(coordinatorArgs ...string) *cli {
 	e.t.Helper()
+	_, c, _ := e.startCoordinatorCLI(nil, append([]string{"--target", "main=" + e.dst.DSN("")}, coordinatorArgs...)...)
+	return c
+}
+
+// startCoordinatorCLI starts `rowlift coordinator` on a free port with args and
+// the test hooks in env, and waits until `workflow list` succeeds; it returns
+// the process, a CLI for it and that command's result. A coordinator that exits meanwhile fails the test at
+// once with its log, rather than leave the CLI asking whatever took its port.
+func (e *env) startCoordinatorCLI(env []string, args ...string) (*proc, *cli, result) {
+	e.t.Helper()
 	addr := freeAddr(e.t)
-	startProc(e.t, "coordinator", nil, append([]string{"coordinator", "--listen", addr, "--target", "main=" + e.dst.DSN("")}, coordinatorArgs...)...)
+	p := startProc(e.t, "coordinator", env, append([]string{"coordinator", "--listen", addr}, args...)...)
 	c := newCLIAt(e.t, addr)
+	var r result
 	e.waitFor("the coordinator to answer", 30*time.Second, func() (bool, string) {
-		r := c.run("workflow", "list")
+		if !p.running() {
+			e.t.Fatalf("the coordinator exited before it answered; its log:\n%s", sandbox.Tail(p.logText(), 20))
+		}
+		r = c.run("workflow", "list")
 		return r.code == 0, r.stderr
 	})
-	return c
+	return p, c, r
 }
 
 func newCLIAt(t *testing.T, addr string) *cli {
@@ -224,15 +238,7 @@ func TestCLIListWithTargetsDown(t *testing.T) {
 	e := newEnv(t)
 	e.start(e.workflow("up", "db", "t"))
 	down := freeAddr(t)
-	coordAddr := freeAddr(t)
-	startProc(t, "coordinator", nil, "coordinator", "--listen", coordAddr,
-		"--target", "main="+e.dst.DSN(""), "--target", "down=root:hidden-pw@tcp("+down+")/")
-	c := newCLIAt(t, coordAddr)
-	var r result
-	e.waitFor("the coordinator to answer", 30*time.Second, func() (bool, string) {
-		r = c.run("workflow", "list")
-		return r.code == 0, r.stderr
-	})
+	_, c, r := e.startCoordinatorCLI(nil, "--target", "main="+e.dst.DSN(""), "--target", "down=root:hidden-pw@tcp("+down+")/")
 	require.Regexp(t, `^NAME +PHASE +COPIED +LAG +ETA +MESSAGE\nup +`, r.stdout)
 	require.Regexp(t, `^rowlift: target down \(`+down+`\): [^\n]*cannot reach target server `+down+`[^\n]*\n$`, r.stderr)
 	require.Equal(t, 1, strings.Count(r.stderr, "target down"), "the message names the target once")

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,9 +36,7 @@ func (e *env) startCoordinator() (*proc, rowliftv1.ControlClient, *grpc.ClientCo
 // flags instead of the env's target DSN.
 func (e *env) startCoordinatorWith(targetArgs ...string) (*proc, rowliftv1.ControlClient, *grpc.ClientConn) {
 	e.t.Helper()
-	port, err := sandbox.FreePort()
-	require.NoError(e.t, err)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := freeAddr(e.t)
 	p := startProc(e.t, "coordinator", nil, append([]string{"coordinator", "--listen", addr}, targetArgs...)...)
 	conn, err := grpc.NewClient(addr, grpcopt.DialOptions(nil)...)
 	require.NoError(e.t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -106,23 +105,13 @@ func newPairEnv(t *testing.T, flavor sandbox.Flavor, keys int, coordHooks []stri
 		p.names = append(p.names, x[0])
 	}
 	p.appSrc, p.appDst = p.appPool(p.src, p.srcDB), p.appPool(p.dst, p.dstDB)
-	port, err := sandbox.FreePort()
-	require.NoError(t, err)
-	p.revAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p.revAddr = freeAddr(t)
 	p.startStreamer()
 	p.startApplier()
 	p.revStreamer = startProc(t, "reverse-streamer", nil, "streamer", "--listen", p.revAddr, "--source-dsn", p.dst.DSN(""))
 	p.revApplier = startProc(t, "reverse-applier", nil, "applier", "--target-dsn", p.src.DSN(""), "--poll-interval", "50ms")
-	port, err = sandbox.FreePort()
-	require.NoError(t, err)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p.coord = startProc(t, "coordinator", coordHooks, "coordinator", "--listen", addr, "--target", "main="+p.dst.DSN(""),
-		"--target", "origin="+p.src.DSN(""))
-	p.cli = newCLIAt(t, addr)
-	p.waitFor("the coordinator to answer", 30*time.Second, func() (bool, string) {
-		r := p.cli.run("workflow", "list")
-		return r.code == 0, r.stderr
-	})
+	p.coord, p.cli, _ = p.startCoordinatorCLI(coordHooks, "--target", "main="+p.dst.DSN(""), "--target", "origin="+p.src.DSN(""))
+	var err error
 	p.srcStore, err = state.Open(context.Background(), p.srcDB)
 	require.NoError(t, err)
 	p.route.Store(p.appSrc)

@@ -263,6 +263,16 @@ func (p *proc) quit() {
 	}
 }
 
+// running reports whether the process has not exited.
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // restart starts the process again with the same arguments.
 func (p *proc) restart() { p.start() }
 

@@ -404,17 +404,6 @@ func resolveFlavor(f Flavor) (Flavor, error) {
 	return "", fmt.Errorf("unknown sandbox flavor %q (want %q or %q)", f, MariaDB, MySQL)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that nothing listens on right now, for
-// servers and rowlift processes started by tests, benchmarks and the demo.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // copyDir copies a datadir tree. Datadirs hold only regular files and directories.
 func copyDir(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {

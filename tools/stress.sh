@@ -24,9 +24,14 @@ bin="$out/stress.test"
 
 loadpid=
 if [ "$load" = 1 ]; then
-	(cd "$root" && while :; do go test -count=1 ./... > "$out/load.log" 2>&1 || true; done) &
+	# Under this load e2e takes longer than go test's default ten minutes, and
+	# longer than make test's twenty. A failing round's log is kept too.
+	# Its own process group, so the trap stops the go test running, too.
+	(cd "$root" && exec setsid bash -c 'for i in $(seq 1 100000); do
+		go test -count=1 -timeout 60m ./... > "$1/load.log" 2>&1 || mv "$1/load.log" "$1/load-$i.log"
+	done' load "$out") &
 	loadpid=$!
-	trap 'kill -- -$loadpid 2>/dev/null || kill $loadpid 2>/dev/null || true' EXIT
+	trap 'kill -- -$loadpid 2>/dev/null || true' EXIT
 fi
 
 # run N runs the test binary once, from the package directory (tests find

@@ -166,9 +166,9 @@ soak:
 		| grep -E '^\s*(--- |ok|FAIL|PASS)|race_test.go'
 
 ## soak-reshard: the reshard tests (1→2 with kills, 1→4, 2→3, 4→2, 2→1, and the 1→2
-## cutover) RUNS times with KEYS keys per table
+## cutover) RUNS times with KEYS keys per table, every case on both flavors
 soak-reshard:
-	ROWLIFT_RESHARD_KEYS=$(KEYS) $(GO) test -count=$(RUNS) -timeout 4h -run 'TestReshard$$|TestReshardCutover$$' -v ./e2e/ \
+	ROWLIFT_RESHARD_KEYS=$(KEYS) ROWLIFT_RESHARD_MYSQL=1 $(GO) test -count=$(RUNS) -timeout 4h -run 'TestReshard$$|TestReshardCutover$$' -v ./e2e/ \
 		| grep -E '^\s*(--- |ok|FAIL|PASS)|reshard_test.go'
 
 ## soak-cutover: random sequences of operator commands (verify, switch, reverse, forced rollbacks,

@@ -511,8 +511,11 @@ func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges 
 // traffic with primary key and keyspace ID changes: 1→2 (with kills of a
 // streamer, an applier and the source server), 1→4, 2→3 (uneven), 4→2 and 2→1.
 // Each target holds exactly its range's rows of the sources it overlaps.
+// ROWLIFT_RESHARD_MYSQL=1 runs every case on MySQL too (make soak-reshard,
+// make stress).
 func TestReshard(t *testing.T) {
 	keys := envInt("ROWLIFT_RESHARD_KEYS", 600)
+	allMySQL := envInt("ROWLIFT_RESHARD_MYSQL", 0) == 1
 	for _, c := range []struct {
 		name             string
 		sources, targets []string
@@ -528,7 +531,7 @@ func TestReshard(t *testing.T) {
 		{"2to1", []string{"-80", "80-"}, []string{"-"}, false, false},
 	} {
 		flavors := []sandbox.Flavor{sandbox.MariaDB}
-		if c.mysql {
+		if c.mysql || allMySQL {
 			flavors = append(flavors, sandbox.MySQL)
 		}
 		for _, flavor := range flavors {

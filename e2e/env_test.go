@@ -225,10 +225,8 @@ func (p *proc) kill() {
 
 // stop asks the process to exit (SIGTERM) and kills it if it does not.
 func (p *proc) stop() {
-	select {
-	case <-p.done:
+	if !p.running() {
 		return
-	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -251,10 +249,8 @@ func (p *proc) exited(timeout time.Duration) {
 
 // quit sends SIGQUIT, which makes a Go process dump its goroutines and exit.
 func (p *proc) quit() {
-	select {
-	case <-p.done:
+	if !p.running() {
 		return
-	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
 	select {

@@ -23,11 +23,13 @@ import (
 )
 
 // bigBinlogBytes is how much the slow-start test writes to one binlog file:
-// at least 1 GB, below the 1 GiB max_binlog_size, so it stays one file.
-const bigBinlogBytes = 1_000_000_000
+// at least 600 MB (15 s to read at the test's 40 MB/s, longer than the 10 s read
+// timeout the streamer had), below the 1 GiB max_binlog_size, so it stays one
+// file.
+const bigBinlogBytes = 600_000_000
 
 // fastSourceArgs make a source write its binlog without syncing, so a
-// gigabyte takes seconds.
+// binlog of hundreds of megabytes takes seconds.
 var fastSourceArgs = []string{"--sync-binlog=0", "--innodb-flush-log-at-trx-commit=0"}
 
 // fillBinlog writes rows of 1 MiB to a BLACKHOLE table (logged, not stored)
@@ -123,9 +125,9 @@ func slowReads(t *testing.T, server *sandbox.Server, binlog string, bytesPerSeco
 // streamOpens counts the streams the streamer has opened so far.
 func (e *env) streamOpens() int { return strings.Count(e.streamer.logText(), `"stream started"`) }
 
-// TestSlowBinlogStartIsWaitedFor: a stream that starts at the end of a 1 GB
+// TestSlowBinlogStartIsWaitedFor: a stream that starts at the end of a 600 MB
 // binlog file on a source whose disk reads are slow waits while the server
-// locates its start position (reading the file takes about 25 s, longer than
+// locates its start position (reading the file takes about 15 s, longer than
 // the 10 s read timeout the streamer had, and MariaDB sends nothing
 // meanwhile): the status says so, the stream is opened once and never
 // restarted, and once located the writes made meanwhile arrive and the target

@@ -34,14 +34,18 @@ func fillWide(t *testing.T, pool *sql.DB, db string, rows int) {
 	}
 }
 
-// killEvery kills victims in turn every 10-20 s until progress says the copy
-// is done, restarting each at once and waiting until the committed progress
-// moves past where the kill found it; it returns the number of kills.
-func killEvery(t *testing.T, rng *rand.Rand, victims []*proc, progress func() (int64, bool), waitFor func(string, time.Duration, func() (bool, string))) int {
+// killEvery is how often the wide tests kill a process: 4-8 s, a random time
+// between each kill, so a kill lands in a different place of a chunk each time.
+var killEvery = [2]time.Duration{4 * time.Second, 8 * time.Second}
+
+// killUntilDone kills victims in turn every killEvery until progress says the
+// copy is done, restarting each at once and waiting until the committed
+// progress moves past where the kill found it; it returns the number of kills.
+func killUntilDone(t *testing.T, rng *rand.Rand, victims []*proc, progress func() (int64, bool), waitFor func(string, time.Duration, func() (bool, string))) int {
 	t.Helper()
 	kills := 0
 	for {
-		time.Sleep(time.Duration(10000+rng.IntN(10000)) * time.Millisecond)
+		time.Sleep(killEvery[0] + time.Duration(rng.Int64N(int64(killEvery[1]-killEvery[0]))))
 		n, done := progress()
 		if done {
 			return kills
@@ -60,7 +64,7 @@ func killEvery(t *testing.T, rng *rand.Rand, victims []*proc, progress func() (i
 
 // TestWideCopySurvivesKills copies a table of 10-200 KiB rows with the default
 // chunk settings while the streamer and the applier are killed with SIGKILL
-// in turn every 10-20 s; the target must end identical to the source with
+// in turn every 4-8 s; the target must end identical to the source with
 // every row counted once. Each kill must land while the copy is under way,
 // and after each restart the committed progress must move past where the kill
 // left it: the work a kill loses is the chunk in flight, not the copy. The
@@ -77,7 +81,7 @@ func testWideCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.sourceExec("CREATE DATABASE wide")
 	fillWide(t, e.srcDB, "wide", wideRows)
-	e.hooks = []string{testhook.EnvVar + "=chunk_apply=400-600ms"}
+	e.hooks = []string{testhook.EnvVar + "=chunk_apply=150-250ms"}
 	e.startStreamer()
 	e.startApplier()
 	e.start(e.workflow("wide", "wide", "blobs"))
@@ -93,7 +97,7 @@ func testWideCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 		}
 		return n, done
 	}
-	kills := killEvery(t, rng, []*proc{e.applier, e.streamer}, copied, e.waitFor)
+	kills := killUntilDone(t, rng, []*proc{e.applier, e.streamer}, copied, e.waitFor)
 	require.GreaterOrEqual(t, kills, 2, "the copy finished before the streamer and the applier were both killed; the test proves nothing")
 	e.waitState("wide", state.Running, 2*time.Minute)
 
@@ -108,7 +112,7 @@ func testWideCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 // TestWideReshardSurvivesKills splits a table of 10-200 KiB rows 1→2 with the
 // default chunk settings, where each chunk is read whole and shared by the two
 // streams (the chunk cache, bounded in bytes), while the streamer and an
-// applier are killed with SIGKILL in turn every 10-20 s; each target must
+// applier are killed with SIGKILL in turn every 4-8 s; each target must
 // hold exactly its range's rows.
 func TestWideReshardSurvivesKills(t *testing.T) {
 	sandboxtest.EachFlavor(t, testWideReshardSurvivesKills)
@@ -118,8 +122,8 @@ func testWideReshardSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	const rows = 1500
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	// Two appliers write at once, each a part per 1-1.4 s: about a minute.
-	e := newShardEnv(t, flavor, 10, []string{testhook.EnvVar + "=chunk_apply=1000-1400ms"}, []string{""}, []string{"-80", "80-"}, false)
+	// Two appliers write at once, each a part per 0.25-0.35 s: about 20 s.
+	e := newShardEnv(t, flavor, 10, []string{testhook.EnvVar + "=chunk_apply=250-350ms"}, []string{""}, []string{"-80", "80-"}, false)
 	fillWide(t, e.sources[0].db, "race", rows)
 	spec := e.spec("widesplit", []*rowliftv1.TableSpec{{Name: "blobs", ShardingColumn: "id", ShardingFunction: "hash"}})
 	spec.Options = &rowliftv1.WorkflowOptions{}
@@ -139,7 +143,7 @@ func testWideReshardSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 		t.Helper()
 		require.Eventually(t, func() bool { ok, _ := cond(); return ok }, timeout, 50*time.Millisecond, what)
 	}
-	kills := killEvery(t, rng, []*proc{e.sources[0].proc, e.targets[1].proc}, copied, waitFor)
+	kills := killUntilDone(t, rng, []*proc{e.sources[0].proc, e.targets[1].proc}, copied, waitFor)
 	require.GreaterOrEqual(t, kills, 2, "the copy finished before the streamer and an applier were both killed; the test proves nothing")
 	e.waitState("widesplit", state.Running, 2*time.Minute)
 	e.checkShards(spec, false)

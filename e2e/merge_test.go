@@ -79,7 +79,7 @@ func newMergeEnv(t *testing.T, flavor sandbox.Flavor, keys int) *mergeEnv {
 	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
 		return e.ctl.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "merge"})
 	})
-	e.waitState("merge", state.Running, 3*time.Minute)
+	e.waitState(m.spec, state.Running, 3*time.Minute)
 	return m
 }
 

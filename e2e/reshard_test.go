@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,18 +253,22 @@ func (e *shardEnv) waitCaughtUp(spec *rowliftv1.WorkflowSpec, timeout time.Durat
 	}
 }
 
-// waitState waits until the workflow is in st on every target.
-func (e *shardEnv) waitState(name string, st state.State, timeout time.Duration) {
+// waitState waits until the workflow is in st on every target. A target
+// that stopped on a divergence fails the test with the story of the row it
+// names (explainDiffs).
+func (e *shardEnv) waitState(spec *rowliftv1.WorkflowSpec, st state.State, timeout time.Duration) {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for _, d := range e.targets {
 		for {
-			w, err := d.store.Workflow(context.Background(), name)
+			w, err := d.store.Workflow(context.Background(), spec.GetName())
 			require.NoError(e.t, err)
 			if w.State == st {
 				break
 			}
-			require.NotEqual(e.t, state.Error, w.State, "target %s: %s", d.name, w.Message)
+			if w.State == state.Error {
+				e.t.Fatalf("target %s: %s\n%s", d.name, w.Message, e.explainDivergence(spec, d.name, w.Message))
+			}
 			if time.Now().After(deadline) {
 				e.t.Fatalf("timed out waiting for %s on target %s: state %s (%s)", st, d.name, w.State, w.Message)
 			}
@@ -405,6 +410,24 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 	}
 }
 
+// divergedRow finds the table and the key (its values joined by "/") in an
+// applier's divergence message: `... to ints: no row (id="360") to delete; ...`.
+var divergedRow = regexp.MustCompile(`divergence applying source transaction \S+ to (\S+): [^(]*\(([^)]*)\)`)
+
+// explainDivergence is explainDiffs for the row a divergence message names,
+// or a line saying the message names none.
+func (e *shardEnv) explainDivergence(spec *rowliftv1.WorkflowSpec, target, msg string) string {
+	m := divergedRow.FindStringSubmatch(msg)
+	if m == nil {
+		return "(the message names no row)"
+	}
+	var values []string
+	for _, v := range regexp.MustCompile(`="([^"]*)"`).FindAllStringSubmatch(m[2], -1) {
+		values = append(values, v[1])
+	}
+	return e.explainDiffs(spec, target, m[1], raceKeys[m[1]], []string{"diverged " + strings.Join(values, "/")})
+}
+
 // explainDiffs tells a wrong row's story: the target's streams (position,
 // copy state) and, for the first few differing keys, their row events in
 // each source's binlog with GTIDs, so that one failure says whether the
@@ -489,7 +512,7 @@ func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges 
 		t.Logf("SIGKILL source server %s", src.name)
 		require.NoError(t, src.srv.Restart(context.Background()))
 	}
-	e.waitState("split", state.Running, 3*time.Minute)
+	e.waitState(spec, state.Running, 3*time.Minute)
 	time.Sleep(300 * time.Millisecond) // replay after the copy too
 	writes := stop()
 	t.Logf("%d source transactions", writes)
@@ -617,7 +640,7 @@ func TestReshardCutover(t *testing.T) {
 		return e.ctl.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: spec})
 	})
 	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) { return e.ctl.StartWorkflow(ctx, ref) })
-	e.waitState("split", state.Running, 3*time.Minute)
+	e.waitState(spec, state.Running, 3*time.Minute)
 
 	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
 		return e.ctl.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref})
@@ -695,4 +718,18 @@ func TestReshardCutover(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, ws, "complete removes every workflow from %s", s.name)
 	}
+}
+
+// TestDivergedRowIsFound: the row a divergence names is found in the
+// applier's message, for a one-column key and a composite one.
+func TestDivergedRowIsFound(t *testing.T) {
+	for msg, want := range map[string][]string{
+		`divergence applying source transaction 0-19300-143 to ints: no row (id="360") to delete; the target changed outside rowlift`: {"ints", `id="360"`},
+		`divergence applying source transaction 0-1-9 to composite: no row (region="eu", id="7") to update; the target`:               {"composite", `region="eu", id="7"`},
+	} {
+		m := divergedRow.FindStringSubmatch(msg)
+		require.NotNil(t, m, msg)
+		require.Equal(t, want, m[1:], msg)
+	}
+	require.Nil(t, divergedRow.FindStringSubmatch("copy ints: duplicate key (PRIMARY)"))
 }

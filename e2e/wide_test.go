@@ -145,7 +145,7 @@ func testWideReshardSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	}
 	kills := killUntilDone(t, rng, []*proc{e.sources[0].proc, e.targets[1].proc}, copied, waitFor)
 	require.GreaterOrEqual(t, kills, 2, "the copy finished before the streamer and an applier were both killed; the test proves nothing")
-	e.waitState("widesplit", state.Running, 2*time.Minute)
+	e.waitState(spec, state.Running, 2*time.Minute)
 	e.checkShards(spec, false)
 	n, _ := copied()
 	require.EqualValues(t, rows, n, "rows_copied counts every row exactly once")

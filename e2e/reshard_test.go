@@ -410,22 +410,36 @@ func (e *shardEnv) checkShards(spec *rowliftv1.WorkflowSpec, strays bool) {
 	}
 }
 
-// divergedRow finds the table and the key (its values joined by "/") in an
-// applier's divergence message: `... to ints: no row (id="360") to delete; ...`.
-var divergedRow = regexp.MustCompile(`divergence applying source transaction \S+ to (\S+): [^(]*\(([^)]*)\)`)
+// divergedRow finds the table and the key in an applier's divergence
+// message: `... to ints: no row (id="360") to delete; ...`; keyValue finds
+// each of the key's values.
+var (
+	divergedRow = regexp.MustCompile(`divergence applying source transaction \S+ to (\S+): [^(]*\(([^)]*)\)`)
+	keyValue    = regexp.MustCompile(`="([^"]*)"`)
+)
+
+// divergedKey returns the table and the key (its values joined by "/", as
+// explainDiffs takes it) that a divergence message names.
+func divergedKey(msg string) (table, key string, ok bool) {
+	m := divergedRow.FindStringSubmatch(msg)
+	if m == nil {
+		return "", "", false
+	}
+	var values []string
+	for _, v := range keyValue.FindAllStringSubmatch(m[2], -1) {
+		values = append(values, v[1])
+	}
+	return m[1], strings.Join(values, "/"), true
+}
 
 // explainDivergence is explainDiffs for the row a divergence message names,
 // or a line saying the message names none.
 func (e *shardEnv) explainDivergence(spec *rowliftv1.WorkflowSpec, target, msg string) string {
-	m := divergedRow.FindStringSubmatch(msg)
-	if m == nil {
+	table, key, ok := divergedKey(msg)
+	if !ok {
 		return "(the message names no row)"
 	}
-	var values []string
-	for _, v := range regexp.MustCompile(`="([^"]*)"`).FindAllStringSubmatch(m[2], -1) {
-		values = append(values, v[1])
-	}
-	return e.explainDiffs(spec, target, m[1], raceKeys[m[1]], []string{"diverged " + strings.Join(values, "/")})
+	return e.explainDiffs(spec, target, table, raceKeys[table], []string{"diverged " + key})
 }
 
 // explainDiffs tells a wrong row's story: the target's streams (position,
@@ -723,13 +737,14 @@ func TestReshardCutover(t *testing.T) {
 // TestDivergedRowIsFound: the row a divergence names is found in the
 // applier's message, for a one-column key and a composite one.
 func TestDivergedRowIsFound(t *testing.T) {
-	for msg, want := range map[string][]string{
-		`divergence applying source transaction 0-19300-143 to ints: no row (id="360") to delete; the target changed outside rowlift`: {"ints", `id="360"`},
-		`divergence applying source transaction 0-1-9 to composite: no row (region="eu", id="7") to update; the target`:               {"composite", `region="eu", id="7"`},
+	for msg, want := range map[string][2]string{
+		`divergence applying source transaction 0-19300-143 to ints: no row (id="360") to delete; the target changed outside rowlift`: {"ints", "360"},
+		`divergence applying source transaction 0-1-9 to composite: no row (region="eu", id="7") to update; the target`:               {"composite", "eu/7"},
 	} {
-		m := divergedRow.FindStringSubmatch(msg)
-		require.NotNil(t, m, msg)
-		require.Equal(t, want, m[1:], msg)
+		table, key, ok := divergedKey(msg)
+		require.True(t, ok, msg)
+		require.Equal(t, want, [2]string{table, key}, msg)
 	}
-	require.Nil(t, divergedRow.FindStringSubmatch("copy ints: duplicate key (PRIMARY)"))
+	_, _, ok := divergedKey("copy ints: duplicate key (PRIMARY)")
+	require.False(t, ok)
 }

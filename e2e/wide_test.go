@@ -34,21 +34,35 @@ func fillWide(t *testing.T, pool *sql.DB, db string, rows int) {
 	}
 }
 
-// killEvery is how often the wide tests kill a process: 4-8 s, a random time
-// between each kill, so a kill lands in a different place of a chunk each time.
-var killEvery = [2]time.Duration{4 * time.Second, 8 * time.Second}
+// killPoints returns where the wide tests kill a process: kills rows-copied
+// counts, one at a random place in each of kills equal spans of 10-85 % of
+// total. Kills follow the copy's progress, not the clock, so they all land
+// while it runs on a fast machine as on a slow one, each at a different place
+// of a chunk from one seed to the next.
+func killPoints(rng *rand.Rand, total int64, kills int) []int64 {
+	span := total * 75 / 100 / int64(kills)
+	points := make([]int64, kills)
+	for i := range points {
+		points[i] = total/10 + int64(i)*span + rng.Int64N(span)
+	}
+	return points
+}
 
-// killUntilDone kills victims in turn every killEvery until progress says the
-// copy is done, restarting each at once and waiting until the committed
-// progress moves past where the kill found it; it returns the number of kills.
-func killUntilDone(t *testing.T, rng *rand.Rand, victims []*proc, progress func() (int64, bool), waitFor func(string, time.Duration, func() (bool, string))) int {
+// killUntilDone kills victims in turn as progress passes each of points,
+// restarting each at once and waiting until the committed progress moves past
+// where the kill found it; it returns the number of kills, fewer than points
+// only if the copy ended first.
+func killUntilDone(t *testing.T, points []int64, victims []*proc, progress func() (int64, bool), waitFor func(string, time.Duration, func() (bool, string))) int {
 	t.Helper()
 	kills := 0
-	for {
-		time.Sleep(killEvery[0] + time.Duration(rng.Int64N(int64(killEvery[1]-killEvery[0]))))
+	for kills < len(points) {
 		n, done := progress()
 		if done {
 			return kills
+		}
+		if n < points[kills] {
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
 		victim := victims[kills%len(victims)]
 		victim.kill()
@@ -60,16 +74,17 @@ func killUntilDone(t *testing.T, rng *rand.Rand, victims []*proc, progress func(
 			return now > n || done, fmt.Sprintf("%d rows copied", now)
 		})
 	}
+	return kills
 }
 
 // TestWideCopySurvivesKills copies a table of 10-200 KiB rows with the default
 // chunk settings while the streamer and the applier are killed with SIGKILL
-// in turn every 4-8 s; the target must end identical to the source with
-// every row counted once. Each kill must land while the copy is under way,
-// and after each restart the committed progress must move past where the kill
-// left it: the work a kill loses is the chunk in flight, not the copy. The
-// applier waits a little before each part it writes (test hook), so 300 MiB
-// span several kills.
+// in turn four times, at random points of the copy; the target must end
+// identical to the source with every row counted once. Each kill must land
+// while the copy is under way, and after each restart the committed progress
+// must move past where the kill left it: the work a kill loses is the chunk in
+// flight, not the copy. The applier waits a little before each part it writes
+// (test hook), so a kill finds a chunk in flight.
 func TestWideCopySurvivesKills(t *testing.T) {
 	sandboxtest.EachFlavor(t, testWideCopySurvivesKills)
 }
@@ -97,8 +112,9 @@ func testWideCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 		}
 		return n, done
 	}
-	kills := killUntilDone(t, rng, []*proc{e.applier, e.streamer}, copied, e.waitFor)
-	require.GreaterOrEqual(t, kills, 2, "the copy finished before the streamer and the applier were both killed; the test proves nothing")
+	points := killPoints(rng, wideRows, 4)
+	kills := killUntilDone(t, points, []*proc{e.applier, e.streamer}, copied, e.waitFor)
+	require.Equal(t, len(points), kills, "the copy finished before every kill at %v rows; the test proves less than it says", points)
 	e.waitState("wide", state.Running, 2*time.Minute)
 
 	n, _ := copied()
@@ -112,8 +128,8 @@ func testWideCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 // TestWideReshardSurvivesKills splits a table of 10-200 KiB rows 1→2 with the
 // default chunk settings, where each chunk is read whole and shared by the two
 // streams (the chunk cache, bounded in bytes), while the streamer and an
-// applier are killed with SIGKILL in turn every 4-8 s; each target must
-// hold exactly its range's rows.
+// applier are killed with SIGKILL in turn three times, at random points of
+// the copy; each target must hold exactly its range's rows.
 func TestWideReshardSurvivesKills(t *testing.T) {
 	sandboxtest.EachFlavor(t, testWideReshardSurvivesKills)
 }
@@ -143,8 +159,9 @@ func testWideReshardSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 		t.Helper()
 		require.Eventually(t, func() bool { ok, _ := cond(); return ok }, timeout, 50*time.Millisecond, what)
 	}
-	kills := killUntilDone(t, rng, []*proc{e.sources[0].proc, e.targets[1].proc}, copied, waitFor)
-	require.GreaterOrEqual(t, kills, 2, "the copy finished before the streamer and an applier were both killed; the test proves nothing")
+	points := killPoints(rng, rows, 3)
+	kills := killUntilDone(t, points, []*proc{e.sources[0].proc, e.targets[1].proc}, copied, waitFor)
+	require.Equal(t, len(points), kills, "the copy finished before every kill at %v rows; the test proves less than it says", points)
 	e.waitState(spec, state.Running, 2*time.Minute)
 	e.checkShards(spec, false)
 	n, _ := copied()

@@ -259,7 +259,9 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 		return err
 	}
 	if applied {
-		return nil // sent again after a reconnect: already committed
+		// Sent again after a reconnect: already committed.
+		r.log.Debug("transaction skipped: the target has it", zap.String("gtid", trx.GetGtid()))
+		return nil
 	}
 	position, err := gtid.Parse(trx.GetPosition().GetGtidSet())
 	if err != nil {

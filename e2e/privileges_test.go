@@ -17,8 +17,8 @@ import (
 )
 
 // TestSourcePrivilegesAreChecked: a source user that may read the tables but
-// not the binlog, or not read a table, or (MySQL, whose chunk fence locks the
-// table) not lock it, is refused when the workflow is created, with the GRANT
+// not the binlog, or not read a table, or not lock it (the chunk fence locks
+// the table), is refused when the workflow is created, with the GRANT
 // that fixes it. A workflow that exists already retries with the same message
 // and copies once the grant is given, with no restart.
 func TestSourcePrivilegesAreChecked(t *testing.T) {
@@ -28,10 +28,7 @@ func TestSourcePrivilegesAreChecked(t *testing.T) {
 		e.sourceExec("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY)", "INSERT INTO p.t VALUES (1), (2)",
 			"CREATE TABLE p.secret (id INT PRIMARY KEY)", "CREATE DATABASE q", "CREATE TABLE q.t (id INT PRIMARY KEY)",
 			"CREATE USER "+user+" IDENTIFIED BY '"+password+"'",
-			"GRANT SELECT ON p.t TO "+user, "GRANT SELECT ON q.t TO "+user)
-		if flavor == sandbox.MySQL {
-			e.sourceExec("GRANT LOCK TABLES ON p.* TO " + user)
-		}
+			"GRANT SELECT ON p.t TO "+user, "GRANT SELECT ON q.t TO "+user, "GRANT LOCK TABLES ON p.* TO "+user)
 		e.streamer = startProc(t, "streamer", nil, "streamer", "--listen", e.streamerAddr,
 			"--source-dsn", "mover:"+password+"@tcp("+e.src.Addr()+")/")
 		e.startApplier()
@@ -56,9 +53,7 @@ func TestSourcePrivilegesAreChecked(t *testing.T) {
 		refused(e.workflow("p", "p", "t"), replication)
 		refused(e.workflow("secret", "p", "secret"), "lacks the SELECT privilege on `p`.`secret`, which rowlift needs to copy and verify it: "+
 			"run GRANT SELECT ON `p`.`secret` TO "+user)
-		if flavor == sandbox.MySQL {
-			refused(e.workflow("q", "q", "t"), "run GRANT LOCK TABLES ON `q`.* TO "+user)
-		}
+		refused(e.workflow("q", "q", "t"), "run GRANT LOCK TABLES ON `q`.* TO "+user)
 
 		// Made behind the coordinator's back, the workflow retries, says why,
 		// and goes on once the grant is given.

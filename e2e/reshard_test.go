@@ -120,7 +120,7 @@ func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, 
 		port, err := sandbox.FreePort()
 		require.NoError(t, err)
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.proc = startProc(t, "streamer-"+s.name, hooks, "streamer", "--listen", s.addr, "--source-dsn", s.srv.DSN(""))
+		s.proc = startProc(t, "streamer-"+s.name, hooks, "streamer", "--listen", s.addr, "--source-dsn", s.srv.DSN(""), "--log-level", "debug")
 		e.sources = append(e.sources, s)
 		e.servers[s.name], e.servers["origin-"+s.name] = s, s
 		if reversible {
@@ -137,7 +137,7 @@ func newShardEnv(t *testing.T, flavor sandbox.Flavor, keys int, hooks []string, 
 		store, err := state.Open(context.Background(), d.db)
 		require.NoError(t, err)
 		d.store = store
-		d.proc = startProc(t, "applier-"+d.name, hooks, "applier", "--target-dsn", d.srv.DSN(""), "--poll-interval", "50ms")
+		d.proc = startProc(t, "applier-"+d.name, hooks, "applier", "--target-dsn", d.srv.DSN(""), "--poll-interval", "50ms", "--log-level", "debug")
 		e.targets = append(e.targets, d)
 		e.servers[d.name] = d
 		if reversible {

@@ -143,8 +143,8 @@ func (e *env) targetExec(stmts ...string) {
 }
 
 // TestRevokedSourceGrantsAreNamed: a source grant revoked while a workflow
-// copies (SELECT on a table; on MySQL, whose chunk fence locks the table,
-// LOCK TABLES) makes the stream retry with the GRANT that gives it back as its
+// copies (SELECT on a table, or LOCK TABLES, which the chunk fence takes)
+// makes the stream retry with the GRANT that gives it back as its
 // message, and the copy goes on, complete, once it is given.
 func TestRevokedSourceGrantsAreNamed(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
@@ -154,11 +154,9 @@ func TestRevokedSourceGrantsAreNamed(t *testing.T) {
 		cases := []struct{ db, revoke, want string }{
 			{"p", "REVOKE SELECT ON p.t FROM " + user, "source user " + user + " lacks the SELECT privilege on `p`.`t`, " +
 				"which rowlift needs to copy and verify it: run GRANT SELECT ON `p`.`t` TO " + user},
-		}
-		if flavor == sandbox.MySQL {
-			cases = append(cases, struct{ db, revoke, want string }{"q", "REVOKE LOCK TABLES ON q.* FROM " + user,
-				"source user " + user + " lacks the LOCK TABLES privilege on `q`.*, which rowlift needs to fence each chunk " +
-					"(a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position): run GRANT LOCK TABLES ON `q`.* TO " + user})
+			{"q", "REVOKE LOCK TABLES ON q.* FROM " + user, "source user " + user + " lacks the LOCK TABLES privilege on `q`.*, " +
+				"which rowlift needs to fence each chunk (a brief LOCK TABLES ... READ: neither flavor has an exact lock-free snapshot " +
+				"position): run GRANT LOCK TABLES ON `q`.* TO " + user},
 		}
 		for _, c := range cases {
 			e.sourceExec("CREATE DATABASE "+c.db, "CREATE TABLE "+c.db+".t (id INT PRIMARY KEY)",

@@ -15,63 +15,44 @@ import (
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
-// fencer opens chunk snapshots and tells their fences: the one part of the copy
-// that differs between the flavors (docs/design.md, "How each flavor gets F").
+// fencer opens chunk snapshots and tells their fences (docs/design.md, "How
+// each flavor gets F").
 type fencer interface {
 	// begin opens a consistent snapshot on conn for a chunk of table and
 	// returns its fence: the snapshot holds every transaction of the table at
 	// or before it, and none after.
 	begin(ctx context.Context, conn *sql.Conn, table string) (*rowliftv1.Position, error)
-	// visible returns a position whose every transaction is visible to every
-	// snapshot taken after the call (the stream's start, the merger's probes).
+	// visible returns the source's position, for the stream's start and the
+	// merger's probes. On MySQL every transaction in it is visible to later
+	// snapshots; on MariaDB some may still be committing, which no chunk
+	// misses: begin's table lock waits for every writer of its table.
 	visible(ctx context.Context, conn *sql.Conn) (string, error)
 	// close releases what the fencer holds on the source.
 	close()
 }
 
-// newFencer returns the fence mechanism of the source's flavor for one row
-// streamer. db gives MySQL's fence its second connection.
+// newFencer returns the fence of one row streamer; db gives it its second
+// connection.
 func newFencer(flavor dbconn.Flavor, db *sql.DB, database string, stats *fenceStats) fencer {
-	if flavor == dbconn.MySQL {
-		return &lockFencer{db: db, database: database, stats: stats}
-	}
-	return snapshotFencer{}
+	return &lockFencer{flavor: flavor, db: db, database: database, stats: stats}
 }
 
-// snapshotFencer is MariaDB's fence: the snapshot itself reports the binlog
-// position it corresponds to, with no lock (binlog_snapshot_file/position),
-// and BINLOG_GTID_POS turns that into a GTID position.
-type snapshotFencer struct{}
-
-func (snapshotFencer) begin(ctx context.Context, conn *sql.Conn, _ string) (*rowliftv1.Position, error) {
-	return beginSnapshot(ctx, conn)
-}
-
-func (snapshotFencer) visible(ctx context.Context, conn *sql.Conn) (string, error) {
-	pos, err := beginSnapshot(ctx, conn)
-	if err != nil {
-		return "", err
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return "", fmt.Errorf("end snapshot: %w", err)
-	}
-	return pos.GetGtidSet(), nil
-}
-
-func (snapshotFencer) close() {}
-
-// lockFencer is MySQL's fence, which has no binlog_snapshot_*: a second
-// connection holds LOCK TABLES t READ while it reads @@GLOBAL.gtid_executed
-// and the chunk's connection opens its snapshot. The lock waits until every
-// transaction that wrote t has finished committing (a writer holds its
-// metadata lock until then, and MySQL adds a GTID to gtid_executed only after
-// the engine commit), and no transaction writes t until UNLOCK TABLES: the
-// snapshot holds exactly the transactions of t in gtid_executed. The two
-// connections are needed because START TRANSACTION releases a session's table
-// locks. The cost to the source is this lock, held for three short statements
-// per chunk; writers of t queue behind it for that long, and behind a long
+// lockFencer is the fence of both flavors: a second connection holds LOCK
+// TABLES t READ while it reads the source's GTID position and the chunk's
+// connection opens its snapshot. The lock waits until every transaction that
+// wrote t has finished committing (a writer holds its metadata lock until
+// then), and no transaction writes t until UNLOCK TABLES: the snapshot holds
+// exactly the transactions of t in the position. MySQL has no lock-free
+// snapshot position, and MariaDB's (binlog_snapshot_position) can run ahead
+// of the snapshot it belongs to: under concurrent commits a snapshot misses
+// transactions its position names (TestFenceIsExactUnderConcurrentCommits),
+// and a chunk read in it misses their changes for good. The two connections
+// are needed because START TRANSACTION releases a session's table locks. The
+// cost to the source is this lock, held for three short statements per
+// chunk; writers of t queue behind it for that long, and behind a long
 // transaction on t that the lock itself waits for, at most lockWait per try.
 type lockFencer struct {
+	flavor   dbconn.Flavor
 	db       *sql.DB
 	database string
 	stats    *fenceStats
@@ -141,7 +122,7 @@ func (f *lockFencer) tryBegin(ctx context.Context, conn *sql.Conn, table string)
 // fence reads the position and opens the chunk's snapshot while the table is
 // locked.
 func (f *lockFencer) fence(ctx context.Context, conn *sql.Conn) (*rowliftv1.Position, error) {
-	set, err := dbconn.MySQL.Position(ctx, f.lock)
+	set, err := f.flavor.Position(ctx, f.lock)
 	if err != nil {
 		return nil, fmt.Errorf("the chunk's fence: %w", err)
 	}
@@ -169,10 +150,11 @@ func (f *lockFencer) drop() {
 	}
 }
 
-// visible is MySQL's gtid_executed: a GTID is added to it only after the
-// engine commit, so every transaction in it is visible to later snapshots.
+// visible is MySQL's gtid_executed, to which a GTID is added only after the
+// engine commit, or MariaDB's gtid_binlog_pos, to which it is added when the
+// transaction is written to the binlog, just before.
 func (f *lockFencer) visible(ctx context.Context, conn *sql.Conn) (string, error) {
-	return dbconn.MySQL.Position(ctx, conn)
+	return f.flavor.Position(ctx, conn)
 }
 
 func (f *lockFencer) close() {
@@ -184,7 +166,7 @@ func (f *lockFencer) close() {
 
 func isLockWaitTimeout(err error) bool { return isMySQLError(err, lockWaitTimeout) }
 
-// fenceStats sums what MySQL's fence costs the source, for the stream's log
+// fenceStats sums what the fence costs the source, for the stream's log
 // and the benchmarks: how long locks waited and were held.
 type fenceStats struct {
 	mu       sync.Mutex
@@ -221,7 +203,7 @@ func newFencers(flavor dbconn.Flavor, db *sql.DB, database string, stats *fenceS
 	return func() fencer { return newFencer(flavor, db, database, stats) }
 }
 
-// fields are the stats as log fields: none on MariaDB, whose fence takes no lock.
+// fields are the stats as log fields, none before the first chunk.
 func (s *fenceStats) fields() []zap.Field {
 	s.mu.Lock()
 	defer s.mu.Unlock()

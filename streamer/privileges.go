@@ -43,20 +43,20 @@ func selectGrant(database, table string) grants.Grant {
 	return grants.Grant{Privilege: "SELECT", On: rowcodec.QualifiedIdent(database, table), Why: "to copy and verify it"}
 }
 
-// lockGrant is what fencing a chunk on MySQL needs.
+// lockGrant is what fencing a chunk needs.
 func lockGrant(database string) grants.Grant {
 	return grants.Grant{Privilege: "LOCK TABLES", On: rowcodec.Ident(database) + ".*",
-		Why: "to fence each chunk (a brief LOCK TABLES ... READ, MySQL has no lock-free snapshot position)"}
+		Why: "to fence each chunk (a brief LOCK TABLES ... READ: neither flavor has an exact lock-free snapshot position)"}
 }
 
 // checkTableGrants tries, without reading a row, each statement a stream runs
 // on the tables that needs a privilege beyond connecting: SELECT on every table
-// and, on MySQL, whose chunk fence locks the table, LOCK TABLES. It names the
+// and LOCK TABLES, which the chunk fence takes. It names the
 // GRANT of each one missing (PermissionDenied). The server checks privileges
 // before it waits for a table's metadata lock, so a probe that times out
 // waiting for one (a session holds the table locked) had its privilege. A
 // table that does not exist is left for the plan to report.
-func (s *Server) checkTableGrants(ctx context.Context, database string, tables []string, flavor dbconn.Flavor) error {
+func (s *Server) checkTableGrants(ctx context.Context, database string, tables []string) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "check the source user's grants: %v", err)
@@ -80,7 +80,7 @@ func (s *Server) checkTableGrants(ctx context.Context, database string, tables [
 			return status.Errorf(codes.Unavailable, "check the source user's SELECT on %s.%s: %v", database, t, err)
 		}
 	}
-	if flavor == dbconn.MySQL && readable != "" {
+	if readable != "" {
 		denied, err := probeLock(ctx, conn, database, readable)
 		if err != nil {
 			return err

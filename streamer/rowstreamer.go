@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.uber.org/zap"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/grants"
@@ -54,6 +57,9 @@ type rowStreamer struct {
 	// attrs name the stream on its chunks' spans; span is the current chunk's.
 	attrs []attribute.KeyValue
 	span  chunkSpan
+	// log gets a debug line for each chunk placed in the stream (how it was
+	// read, its fence, its keys), from which a copy can be retraced.
+	log *zap.Logger
 }
 
 // chunkSink receives a table's chunks: request before the snapshot starts (it
@@ -136,6 +142,7 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 		return false, err
 	}
 	defer r.endSnapshot(ctx, &err)
+	r.logChunk("streamed", fence, nil)
 	part := r.newPart(fence, fenceTime)
 	last := 0 // where the part's last row starts
 	_, more, err := r.scan(ctx, func(values [][]byte) (int, error) {
@@ -261,16 +268,21 @@ func (r *rowStreamer) sharedChunk(ctx context.Context) (*sharedChunk, error) {
 		if err != nil {
 			return nil, err
 		}
-		return c, r.sink.fence(ctx, r.plan.table.Name, c.fencePos)
+		return c, r.placeRead(ctx, c, "read for the group")
 	}
 	switch err := c.wait(ctx); {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case err == nil:
 		ok, err := r.sink.share(ctx, r.plan.table.Name, c.fencePos)
-		if err != nil || ok {
-			return c, err
+		if err != nil {
+			return nil, err
 		}
+		if ok {
+			r.logChunk("another stream's read", c.fence, c)
+			return c, nil
+		}
+		r.log.Debug("chunk not shared: the stream placed changes its fence lacks", zap.String("fence", c.fence.GetGtidSet()))
 	}
 	// The leader failed, or this stream has placed changes after its fence.
 	return r.readOwn(ctx)
@@ -282,7 +294,46 @@ func (r *rowStreamer) readOwn(ctx context.Context) (*sharedChunk, error) {
 	if err := r.read(ctx, c); err != nil {
 		return nil, err
 	}
-	return c, r.sink.fence(ctx, r.plan.table.Name, c.fencePos)
+	return c, r.placeRead(ctx, c, "read alone")
+}
+
+// placeRead gives the merger the fence of a chunk this stream read.
+func (r *rowStreamer) placeRead(ctx context.Context, c *sharedChunk, how string) error {
+	if err := r.sink.fence(ctx, r.plan.table.Name, c.fencePos); err != nil {
+		return err
+	}
+	r.logChunk(how, c.fence, c)
+	return nil
+}
+
+// logChunk writes the debug line of a chunk placed at fence, with what is
+// known of its rows (nothing yet for a chunk streamed as it is read).
+func (r *rowStreamer) logChunk(how string, fence *rowliftv1.Position, c *sharedChunk) {
+	ce := r.log.Check(zap.DebugLevel, "chunk placed")
+	if ce == nil {
+		return
+	}
+	fields := []zap.Field{zap.String("how", how), zap.String("fence", fence.GetGtidSet()), zap.String("after", keyText(r.lastPK))}
+	if c != nil {
+		var last [][]byte
+		if c.lastPK != nil {
+			last = rowKey(c.lastPK)
+		}
+		fields = append(fields, zap.String("last", keyText(last)), zap.Bool("more", c.more), zap.Int("bytes", len(c.rows)))
+	}
+	ce.Write(fields...)
+}
+
+// keyText shows a key's values for the debug log ("" for none).
+func keyText(key [][]byte) string {
+	vals := make([]string, len(key))
+	for i, v := range key {
+		vals[i] = strconv.Quote(string(v))
+		if v == nil {
+			vals[i] = "NULL"
+		}
+	}
+	return strings.Join(vals, ",")
 }
 
 // read reads the chunk after r.lastPK into c, every row scanned, in its own
@@ -449,47 +500,6 @@ func packKey(key [][]byte) *rowliftv1.Row {
 func rowKey(row *rowliftv1.Row) [][]byte {
 	vals, _ := rowcodec.Values(nil, row)
 	return vals
-}
-
-// beginSnapshot opens a consistent snapshot on conn and returns its binlog
-// position: MariaDB reports the exact binlog file and offset the snapshot
-// corresponds to, with no lock (binlog_snapshot_file/position), and
-// BINLOG_GTID_POS turns that into a GTID position.
-func beginSnapshot(ctx context.Context, conn *sql.Conn) (*rowliftv1.Position, error) {
-	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-		return nil, fmt.Errorf("start snapshot: %w", err)
-	}
-	rows, err := conn.QueryContext(ctx, "SHOW STATUS LIKE 'binlog_snapshot_%'")
-	if err != nil {
-		return nil, fmt.Errorf("read snapshot position: %w", err)
-	}
-	pos := &rowliftv1.Position{}
-	for rows.Next() {
-		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read snapshot position: %w", err)
-		}
-		switch name {
-		case "Binlog_snapshot_file":
-			pos.BinlogFile = value
-		case "Binlog_snapshot_position":
-			if _, err := fmt.Sscan(value, &pos.BinlogOffset); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("parse snapshot position %q: %w", value, err)
-			}
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("read snapshot position: %w", err)
-	}
-	if pos.BinlogFile == "" {
-		return nil, fmt.Errorf("source reports no binlog snapshot position: is the binary log enabled (log_bin)?")
-	}
-	if err := conn.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", pos.BinlogFile, pos.BinlogOffset).Scan(&pos.GtidSet); err != nil {
-		return nil, fmt.Errorf("GTID of snapshot position %s:%d: %w", pos.BinlogFile, pos.BinlogOffset, err)
-	}
-	return pos, nil
 }
 
 // unsafeFence is the broken fence the race test must catch: the position read,

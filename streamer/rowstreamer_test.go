@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/keyrange"
@@ -55,6 +56,13 @@ func streamAll(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, chunkRow
 	return parts
 }
 
+// testFencer is the MariaDB fence of a row streamer reading database d.
+func testFencer(t *testing.T, db *sql.DB) fencer {
+	f := newFencer(dbconn.MariaDB, db, "d", nil)
+	t.Cleanup(f.close)
+	return f
+}
+
 // streamSized runs a rowStreamer whose chunks sizer sizes from lastPK and
 // returns the chunk items it emits and how many chunks it read.
 func streamSized(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, sizer *chunkSizer, packet int) ([]*rowliftv1.Chunk, int) {
@@ -63,7 +71,7 @@ func streamSized(t *testing.T, db *sql.DB, p *tablePlan, lastPK [][]byte, sizer 
 	require.NoError(t, err)
 	defer conn.Close()
 	sink := &recordingSink{t: t}
-	r := &rowStreamer{plan: p, conn: conn, fence: snapshotFencer{}, sizer: sizer, packetBytes: packet, lastPK: lastPK, sink: sink}
+	r := &rowStreamer{plan: p, conn: conn, fence: testFencer(t, db), sizer: sizer, packetBytes: packet, lastPK: lastPK, sink: sink, log: zap.NewNop()}
 	require.NoError(t, r.run(ctx))
 	require.Zero(t, sink.shares, "a row streamer in no chunk group is offered no chunk")
 	require.Equal(t, sink.requests, sink.fences, "every chunk requested is fenced")
@@ -186,35 +194,6 @@ func TestRowStreamerEmptyTable(t *testing.T) {
 	require.Empty(t, parts[0].GetPackedRows())
 }
 
-func TestSnapshotFenceIsTheServersPosition(t *testing.T) {
-	db, _ := sourceWithRows(t, 10)
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	fence, err := beginSnapshot(ctx, conn)
-	require.NoError(t, err)
-	_, err = conn.ExecContext(ctx, "COMMIT")
-	require.NoError(t, err)
-	var gtid, file string
-	var pos uint64
-	require.NoError(t, db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&gtid))
-	rows, err := db.Query("SHOW MASTER STATUS")
-	require.NoError(t, err)
-	cols, _ := rows.Columns()
-	vals := make([]any, len(cols))
-	vals[0], vals[1] = &file, &pos
-	for i := 2; i < len(vals); i++ {
-		vals[i] = new(sql.RawBytes)
-	}
-	require.True(t, rows.Next())
-	require.NoError(t, rows.Scan(vals...))
-	require.NoError(t, rows.Close())
-	require.Equal(t, gtid, fence.GetGtidSet(), "idle source: the fence is the current GTID position")
-	require.Equal(t, file, fence.GetBinlogFile())
-	require.Equal(t, pos, fence.GetBinlogOffset())
-}
-
 // TestRowStreamerKeyRangeKeepsTheScannedBoundary: with a key range the chunks
 // send only the rows in range, but every chunk's LastPk is the last row it
 // scanned, the same as without the filter, so chunks whose rows are all out
@@ -267,7 +246,7 @@ func TestRowStreamersShareAChunkRead(t *testing.T) {
 		require.NoError(t, err)
 		defer conn.Close()
 		sink := &recordingSink{t: t, accept: accept}
-		r := &rowStreamer{plan: &filtered, conn: conn, fence: snapshotFencer{}, sizer: newChunkSizer(1<<40, 50, 1), packetBytes: 1 << 20, sink: sink, shared: member}
+		r := &rowStreamer{plan: &filtered, conn: conn, fence: testFencer(t, db), sizer: newChunkSizer(1<<40, 50, 1), packetBytes: 1 << 20, sink: sink, shared: member, log: zap.NewNop()}
 		done, err := r.chunk(ctx)
 		require.NoError(t, err)
 		require.False(t, done)
@@ -367,8 +346,8 @@ func TestRowStreamerEndsAChunkAtItsBytes(t *testing.T) {
 		sink := &recordingSink{t: t}
 		member := cache.join("g", sharedChunkBytes(budget))
 		defer member.leave()
-		r := &rowStreamer{plan: &filtered, conn: conn, fence: snapshotFencer{}, sizer: newChunkSizer(budget, 1000, 1), packetBytes: 1 << 20,
-			sink: sink, shared: member}
+		r := &rowStreamer{plan: &filtered, conn: conn, fence: testFencer(t, db), sizer: newChunkSizer(budget, 1000, 1), packetBytes: 1 << 20,
+			sink: sink, shared: member, log: zap.NewNop()}
 		require.NoError(t, r.run(ctx))
 		var want []string
 		for _, id := range all {

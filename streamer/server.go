@@ -189,7 +189,7 @@ func (s *Server) prepare(ctx context.Context, req *rowliftv1.StreamRequest, chec
 		for _, t := range req.GetTables() {
 			tables = append(tables, t.GetName())
 		}
-		if err := s.checkTableGrants(ctx, req.GetDatabase(), tables, flavor); err != nil {
+		if err := s.checkTableGrants(ctx, req.GetDatabase(), tables); err != nil {
 			return nil, nil, "", err
 		}
 	}
@@ -282,7 +282,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	})
 	g.Go(func() error {
 		fences := &fenceStats{}
-		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate, flavor, newFencers(flavor, s.db, req.GetDatabase(), fences)); err != nil {
+		if err := s.copyTables(ctx, req, plans, opts, mergeSink{inputs}, gtidPos{start.Clone()}, gate, flavor, newFencers(flavor, s.db, req.GetDatabase(), fences), log); err != nil {
 			return err
 		}
 		log.Info("copy and verify finished", fences.fields()...)
@@ -295,7 +295,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 // verify chunks for every copied table the workflow verifies, at most
 // ParallelTables at once, each on its own source connection.
 func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, plans []*tablePlan, opts *rowliftv1.StreamOptions,
-	sink chunkSink, start position, gate *copyGate, flavor dbconn.Flavor, fencers func() fencer) error {
+	sink chunkSink, start position, gate *copyGate, flavor dbconn.Flavor, fencers func() fencer, log *zap.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(int(opts.ParallelTables))
 	spanAttrs := []attribute.KeyValue{tracing.Workflow.String(req.GetWorkflow()), tracing.SourceAddress.String(s.cfg.Addr)}
@@ -342,7 +342,7 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 			}
 			r := &rowStreamer{plan: plan, conn: conn, fence: fence, sizer: newChunkSizer(opts.ChunkBytes, opts.ChunkRows, avg),
 				packetBytes: int(opts.PacketBytes), sink: sink, start: start, lastPK: lastPK, gate: gate, verify: verifying, attrs: spanAttrs,
-				shared: shared}
+				shared: shared, log: log.With(zap.String("table", plan.table.Name))}
 			if verifying {
 				vp, err := verify.NewPlan(ctx, s.db, plan.table, t.GetColumns(), plan.jsonText)
 				if err != nil {

@@ -24,9 +24,9 @@ import (
 // are back under. Both metrics are lag queries reading a value the test sets.
 //
 // No timing decides the outcome: the source table being copied is locked
-// (LOCK TABLES ... WRITE) so that its first chunk waits inside its SELECT while
-// the source metric goes over its limit; the copy then pauses at its next
-// chunk, after exactly one chunk of that table.
+// (LOCK TABLES ... WRITE) so that its first chunk waits in its fence's LOCK
+// TABLES ... READ while the source metric goes over its limit; the copy then
+// pauses at its next chunk, after exactly one chunk of that table.
 func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	e := newEnv(t)
 	e.sourceExec("CREATE DATABASE d",
@@ -63,7 +63,7 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	e.start(spec)
 
 	e.waitFor("big's first chunk to wait for the table lock", 30*time.Second, func() (bool, string) {
-		n := count(t, e.srcDB, "information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'SELECT%big%'")
+		n := count(t, e.srcDB, "information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'LOCK TABLES%big%'")
 		return n == 1, fmt.Sprintf("%d queries waiting; copy state %s", n, e.copyState("throttle"))
 	})
 	e.sourceExec("UPDATE ctl.lag SET v = 100")

@@ -328,10 +328,11 @@ func (r *rowStreamer) logChunk(how string, fence *rowliftv1.Position, c *sharedC
 func keyText(key [][]byte) string {
 	vals := make([]string, len(key))
 	for i, v := range key {
-		vals[i] = strconv.Quote(string(v))
 		if v == nil {
 			vals[i] = "NULL"
+			continue
 		}
+		vals[i] = strconv.Quote(string(v))
 	}
 	return strings.Join(vals, ",")
 }

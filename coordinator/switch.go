@@ -765,28 +765,34 @@ func (t *target) lock(ctx context.Context, name string, wait time.Duration) (unl
 
 // Run resumes, until ctx ends, the cutovers that a coordinator left unfinished
 // when it died, so a source frozen by a dead coordinator is switched or
-// unfrozen without an operator.
+// unfrozen without an operator. It looks at once, then every resumeEvery: a
+// restarted coordinator's first act is to end the freeze its predecessor left.
 func (s *Server) Run(ctx context.Context) {
 	tick := time.NewTicker(resumeEvery)
 	defer tick.Stop()
 	for {
+		s.resumeUnfinished(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		for _, t := range s.targets {
-			st, err := t.open(ctx)
-			if err != nil {
-				continue
-			}
-			names, err := st.UnfinishedJournals(ctx)
-			if err != nil {
-				continue
-			}
-			for _, name := range names {
-				s.resume(ctx, t, name)
-			}
+	}
+}
+
+// resumeUnfinished drives each unfinished journal on every target.
+func (s *Server) resumeUnfinished(ctx context.Context) {
+	for _, t := range s.targets {
+		st, err := t.open(ctx)
+		if err != nil {
+			continue
+		}
+		names, err := st.UnfinishedJournals(ctx)
+		if err != nil {
+			continue
+		}
+		for _, name := range names {
+			s.resume(ctx, t, name)
 		}
 	}
 }

@@ -572,7 +572,10 @@ func TestReshard(t *testing.T) {
 			flavors = append(flavors, sandbox.MySQL)
 		}
 		for _, flavor := range flavors {
-			t.Run(c.name+"/"+string(flavor), func(t *testing.T) { runReshard(t, flavor, c.sources, c.targets, keys, c.kill) })
+			t.Run(c.name+"/"+string(flavor), func(t *testing.T) {
+				t.Parallel() // two cases at a time (go test's -parallel is GOMAXPROCS)
+				runReshard(t, flavor, c.sources, c.targets, keys, c.kill)
+			})
 		}
 	}
 }

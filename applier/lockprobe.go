@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +24,10 @@ import (
 //     performance_schema.data_lock_waits joined to threads names them too
 //     (SELECT on performance_schema), read live.
 //   - MySQL with performance_schema off: information_schema.INNODB_TRX shows
-//     who waits (trx_state LOCK WAIT) but not for whom (PROCESS privilege).
+//     who waits (trx_state LOCK WAIT) but not for whom (PROCESS privilege),
+//     and nothing at all while some statement's text is not valid utf8mb3.
+//
+// Metadata lock waits come from SHOW PROCESSLIST on every flavor.
 //
 // The information_schema tables are a snapshot the server refreshes only when
 // it was last read over 100 ms ago (both flavors), and reads within that keep
@@ -128,11 +133,21 @@ func (p *lockProbe) waits(ctx context.Context) (waits map[uint64][]uint64, known
 	waits, fresh, err := p.read(ctx, "SELECT /* "+mark+" r.trx_mysql_thread_id, "+holder+", r.trx_state = 'LOCK WAIT', "+
 		"r.trx_mysql_thread_id = CONNECTION_ID() AND IFNULL(r.trx_query LIKE '%"+mark+"%', 0) "+
 		"FROM information_schema.INNODB_TRX r "+join+"WHERE r.trx_state = 'LOCK WAIT' OR r.trx_mysql_thread_id = CONNECTION_ID()")
+	if isMySQLError(err, cannotConvertString) {
+		// MySQL fills INNODB_TRX whole, trx_query included, into utf8mb3: while
+		// some transaction runs a statement of binary data or 4-byte UTF-8 the
+		// table cannot be read at all. The server cannot tell, this time.
+		return nil, false, nil
+	}
 	if err == nil {
 		err = p.metadataWaits(ctx, waits)
 	}
 	return waits, fresh, err
 }
+
+// cannotConvertString is MySQL's ER_CANNOT_CONVERT_STRING, which reading a
+// statement's text into an information_schema table fails with.
+const cannotConvertString = 3854
 
 // metadataWaits adds to waits the connections waiting for a table's metadata
 // lock, with a holder the server does not name. InnoDB's lock tables do not
@@ -141,15 +156,46 @@ func (p *lockProbe) waits(ctx context.Context) (waits map[uint64][]uint64, known
 // exclusive lock behind a later replay group that wrote the table and waits
 // for its commit turn, and the head group that writes the table next queues
 // behind the ALTER. Rolling back the later groups lets both through.
+//
+// It reads SHOW PROCESSLIST, not information_schema.PROCESSLIST: MySQL copies
+// every statement's text into that table's utf8mb3 column, and one holding
+// binary data or 4-byte UTF-8 fails the whole query with error 3854.
 func (p *lockProbe) metadataWaits(ctx context.Context, waits map[uint64][]uint64) error {
-	more, _, err := p.read(ctx, "SELECT ID, 0, 1, 0 FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock'")
+	rows, err := p.conn.QueryContext(ctx, "SHOW PROCESSLIST")
 	if err != nil {
-		return err
+		return fmt.Errorf("lock probe: %w", err)
 	}
-	for waiter, holders := range more {
-		if _, ok := waits[waiter]; !ok {
-			waits[waiter] = holders
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return fmt.Errorf("lock probe: %w", err)
+	}
+	id, state := slices.Index(cols, "Id"), slices.Index(cols, "State")
+	if id < 0 || state < 0 {
+		return fmt.Errorf("lock probe: SHOW PROCESSLIST has no Id or State column (it has %s)", strings.Join(cols, ", "))
+	}
+	vals := make([]sql.RawBytes, len(cols))
+	dest := make([]any, len(cols))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("lock probe: %w", err)
 		}
+		if string(vals[state]) != "Waiting for table metadata lock" {
+			continue
+		}
+		waiter, err := strconv.ParseUint(string(vals[id]), 10, 64)
+		if err != nil {
+			return fmt.Errorf("lock probe: SHOW PROCESSLIST Id %q: %w", vals[id], err)
+		}
+		if _, ok := waits[waiter]; !ok {
+			waits[waiter] = []uint64{0}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("lock probe: %w", err)
 	}
 	return nil
 }

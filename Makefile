@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 TOOLS    := $(BIN)/.tools-$(shell cat tools/go.mod tools/go.sum | sha256sum | cut -c1-12)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup tools build demo test unit stress lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
+.PHONY: setup tools build demo test unit stress lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-live bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
 
 ## setup: install a MariaDB server if none is present, provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
@@ -75,10 +75,10 @@ proto-check: proto
 		git status --porcelain -- proto; git diff --stat -- proto; exit 1; fi
 
 ## bench: run every benchmark program; each prints rowlift beside a baseline from the same run.
-## The programs that run rowlift (copy, apply, lag, cutover, reshard) take -flavor mysql (through their
+## The programs that run rowlift (copy, apply, lag, live, cutover, reshard) take -flavor mysql (through their
 ## flags variables, e.g. COPYFLAGS="-flavor mysql") to run on MySQL servers beside MySQL's own tools;
 ## results then land in <name>-mysql.json
-bench: bench-sandbox bench-copy bench-lag bench-apply bench-cutover bench-reshard bench-wide bench-json
+bench: bench-sandbox bench-copy bench-lag bench-live bench-apply bench-cutover bench-reshard bench-wide bench-json
 
 ## bench-sandbox: server start time and memory, template copy vs fresh init (N=servers per method)
 N ?= 5
@@ -105,6 +105,14 @@ bench-copy: bench-setup
 ## commits, and a copy of -rows rows idle and under that load (LAGFLAGS=e.g. -duration 60s -rate 500)
 bench-lag:
 	$(GO) run ./benchmarks/lag $(LAGFLAGS)
+
+## bench-live: a move of sysbench's sbtest1 (1,000,000 rows) and a heartbeat table under an oltp_write_only
+## load at 600 tps over 16 connections, both servers durable (flush=1, sync_binlog=1): copy and catch-up
+## time, heartbeat lag, and the load's tps, p50/p95/p99 and CPU per transaction beside a baseline of the
+## load alone in the same run (LIVEFLAGS=e.g. -rows 100000 -baseline 5s -tps 300 -flavor mysql)
+LIVEFLAGS ?=
+bench-live:
+	$(GO) run ./benchmarks/live $(LIVEFLAGS)
 
 ## bench-apply: catch-up of a backlog of one-client transactions by rowlift (1 worker, N workers,
 ## commit batching, out-of-order commits) beside MariaDB replicas with 0, 4 and 16 parallel

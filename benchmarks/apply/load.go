@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -30,35 +29,6 @@ func (b *bench) tableNames() []string {
 	return out
 }
 
-// rowGen draws sysbench's values from a seeded generator, so every run with the
-// same -seed writes the same rows and transactions.
-type rowGen struct {
-	rng  *rand.Rand
-	rows int64
-}
-
-func newRowGen(seed, stream uint64, rows int64) *rowGen {
-	return &rowGen{rng: rand.New(rand.NewPCG(seed, stream)), rows: rows}
-}
-
-// id is a key in 1..rows.
-func (g *rowGen) id() int64 { return 1 + g.rng.Int64N(g.rows) }
-
-// digits is groups of 11 random digits joined by '-', as sysbench fills c (10
-// groups, 119 characters) and pad (5 groups, 59).
-func (g *rowGen) digits(groups int) string {
-	b := make([]byte, 0, groups*12)
-	for i := range groups {
-		if i > 0 {
-			b = append(b, '-')
-		}
-		for range 11 {
-			b = append(b, byte('0'+g.rng.IntN(10)))
-		}
-	}
-	return string(b)
-}
-
 // seed creates the tables and fills them, logged: the replicas get them by
 // replication and the rowlift targets by their copy. It records the source's
 // position after the seed, which every target is brought to before the backlog.
@@ -67,7 +37,7 @@ func (b *bench) seed(ctx context.Context) error {
 	if _, err := b.srcDB.ExecContext(ctx, "CREATE DATABASE "+db); err != nil {
 		return fmt.Errorf("seed: create database %s: %w", db, err)
 	}
-	g := newRowGen(b.cfg.Seed, 1, b.cfg.Rows)
+	g := benchkit.NewSbtestGen(b.cfg.Seed, 1, b.cfg.Rows)
 	for t := 1; t <= b.cfg.Tables; t++ {
 		if _, err := b.srcDB.ExecContext(ctx, benchkit.SbtestCreate(db, tableName(t))); err != nil {
 			return fmt.Errorf("seed: create %s.%s: %w", db, tableName(t), err)
@@ -76,7 +46,7 @@ func (b *bench) seed(ctx context.Context) error {
 			last := min(first+seedBatch-1, b.cfg.Rows)
 			args := make([]any, 0, 4*(last-first+1))
 			for id := first; id <= last; id++ {
-				args = append(args, id, g.id(), g.digits(10), g.digits(5))
+				args = append(args, id, g.ID(), g.C(), g.Pad())
 			}
 			q := "INSERT INTO " + db + "." + tableName(t) + " (id, k, c, pad) VALUES " +
 				strings.Repeat("(?, ?, ?, ?), ", int(last-first)) + "(?, ?, ?, ?)"
@@ -126,9 +96,9 @@ func (b *bench) writeBacklog(ctx context.Context) (loadResult, error) {
 		return r, fmt.Errorf("backlog: %w", err)
 	}
 	defer conn.Close()
-	g := newRowGen(b.cfg.Seed, 2, b.cfg.Rows)
+	g := benchkit.NewSbtestGen(b.cfg.Seed, 2, b.cfg.Rows)
 	// table draws a table; the generated values are digits, safe to quote as they are.
-	table := func() string { return db + "." + tableName(1+g.rng.IntN(b.cfg.Tables)) }
+	table := func() string { return db + "." + tableName(1+g.Rand.IntN(b.cfg.Tables)) }
 	b.backlog = make([]string, 0, b.cfg.K)
 	start := time.Now()
 	for n := int64(0); n < b.cfg.K; n++ {
@@ -137,12 +107,12 @@ func (b *bench) writeBacklog(ctx context.Context) (loadResult, error) {
 			return r, fmt.Errorf("backlog transaction %d: %w", n, err)
 		}
 		idx, nonIdx, del := table(), table(), table()
-		delID := g.id()
+		delID := g.ID()
 		steps := []string{
-			fmt.Sprintf("UPDATE %s SET k = k + 1 WHERE id = %d", idx, g.id()),
-			fmt.Sprintf("UPDATE %s SET c = '%s' WHERE id = %d", nonIdx, g.digits(10), g.id()),
+			fmt.Sprintf("UPDATE %s SET k = k + 1 WHERE id = %d", idx, g.ID()),
+			fmt.Sprintf("UPDATE %s SET c = '%s' WHERE id = %d", nonIdx, g.C(), g.ID()),
 			fmt.Sprintf("DELETE FROM %s WHERE id = %d", del, delID),
-			fmt.Sprintf("INSERT INTO %s (id, k, c, pad) VALUES (%d, %d, '%s', '%s')", del, delID, g.id(), g.digits(10), g.digits(5)),
+			fmt.Sprintf("INSERT INTO %s (id, k, c, pad) VALUES (%d, %d, '%s', '%s')", del, delID, g.ID(), g.C(), g.Pad()),
 		}
 		for _, q := range steps {
 			if _, err := tx.ExecContext(ctx, q); err != nil {

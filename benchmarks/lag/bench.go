@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -215,26 +214,6 @@ func (b *bench) close() {
 	os.RemoveAll(b.tmp)
 }
 
-// cpuUse is CPU seconds by process.
-type cpuUse struct {
-	Streamer float64 `json:"streamer"`
-	Applier  float64 `json:"applier"`
-	Source   float64 `json:"source_server"`
-	Target   float64 `json:"target_server"`
-	Bench    float64 `json:"bench"` // this process: the load and the probe
-}
-
-func (b *bench) cpuNow() (cpuUse, error) {
-	var c cpuUse
-	var errs [4]error
-	c.Streamer, errs[0] = b.streamer.CPU(b.clkTck)
-	c.Applier, errs[1] = b.applier.CPU(b.clkTck)
-	c.Source, errs[2] = benchkit.ServerCPU(b.Source, b.clkTck)
-	c.Target, errs[3] = benchkit.ServerCPU(b.Target, b.clkTck)
-	c.Bench = benchkit.SelfCPU()
-	return c, errors.Join(errs[:]...)
-}
-
-func (c cpuUse) sub(o cpuUse) cpuUse {
-	return cpuUse{c.Streamer - o.Streamer, c.Applier - o.Applier, c.Source - o.Source, c.Target - o.Target, c.Bench - o.Bench}
+func (b *bench) cpuNow() (benchkit.CPUUse, error) {
+	return benchkit.PairCPU(b.streamer, b.applier, b.Source, b.Target, b.clkTck)
 }

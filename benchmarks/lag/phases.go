@@ -68,7 +68,7 @@ func (b *bench) quiesce(ctx context.Context) error {
 // span is a measured interval and the CPU used in it.
 type span struct {
 	from, to time.Time
-	cpu      cpuUse
+	cpu      benchkit.CPUUse
 }
 
 func (s span) seconds() float64 { return s.to.Sub(s.from).Seconds() }
@@ -85,7 +85,7 @@ func (b *bench) measure(ctx context.Context, fn func(context.Context) error) (sp
 	}
 	s.to = time.Now()
 	c1, err := b.cpuNow()
-	s.cpu = c1.sub(c0)
+	s.cpu = c1.Sub(c0)
 	return s, err
 }
 
@@ -129,13 +129,13 @@ func (b *bench) steady(ctx context.Context, rate float64) (window, error) {
 
 // copyResult is the copy of stress_test_pk with no load and under the load.
 type copyResult struct {
-	Rows           int64   `json:"rows"`
-	IdleS          float64 `json:"idle_s"`
-	LoadedS        float64 `json:"loaded_s"`
-	Slowdown       float64 `json:"slowdown_loaded_over_idle"`
-	IdleRowsPerS   float64 `json:"idle_rows_per_s"`
-	LoadedRowsPerS float64 `json:"loaded_rows_per_s"`
-	IdleCPU        cpuUse  `json:"idle_cpu_s"`
+	Rows           int64           `json:"rows"`
+	IdleS          float64         `json:"idle_s"`
+	LoadedS        float64         `json:"loaded_s"`
+	Slowdown       float64         `json:"slowdown_loaded_over_idle"`
+	IdleRowsPerS   float64         `json:"idle_rows_per_s"`
+	LoadedRowsPerS float64         `json:"loaded_rows_per_s"`
+	IdleCPU        benchkit.CPUUse `json:"idle_cpu_s"`
 	// Load is the load during the loaded copy; its CPU is the loaded copy's.
 	Load window `json:"load_during_loaded_copy"`
 }
@@ -210,15 +210,15 @@ func (b *bench) dropCopy(ctx context.Context, name string) error {
 
 // window is the load's figures over a measured span.
 type window struct {
-	WallS       float64 `json:"wall_s"`
-	TargetRate  float64 `json:"target_rate_per_s"`
-	WriteRate   float64 `json:"write_rate_per_s"`
-	AppliedRate float64 `json:"applied_rate_per_s"`
-	LagSamples  int     `json:"lag_samples"`
-	LagP50Ms    float64 `json:"lag_p50_ms"`
-	LagP99Ms    float64 `json:"lag_p99_ms"`
-	LagMaxMs    float64 `json:"lag_max_ms"`
-	CPU         cpuUse  `json:"cpu_s"`
+	WallS       float64         `json:"wall_s"`
+	TargetRate  float64         `json:"target_rate_per_s"`
+	WriteRate   float64         `json:"write_rate_per_s"`
+	AppliedRate float64         `json:"applied_rate_per_s"`
+	LagSamples  int             `json:"lag_samples"`
+	LagP50Ms    float64         `json:"lag_p50_ms"`
+	LagP99Ms    float64         `json:"lag_p99_ms"`
+	LagMaxMs    float64         `json:"lag_max_ms"`
+	CPU         benchkit.CPUUse `json:"cpu_s"`
 }
 
 // summarize computes the load's figures from the samples taken within s: the

@@ -56,7 +56,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nCPU s        %9s %9s %9s %9s %9s\n", "streamer", "applier", "source", "target", "bench")
 	for _, p := range []struct {
 		name string
-		cpu  cpuUse
+		cpu  benchkit.CPUUse
 	}{{"steady load", r.Steady.CPU}, {"idle copy", c.IdleCPU}, {"loaded copy", c.Load.CPU}} {
 		fmt.Fprintf(w, "%-12s %9.2f %9.2f %9.2f %9.2f %9.2f\n", p.name, p.cpu.Streamer, p.cpu.Applier, p.cpu.Source, p.cpu.Target, p.cpu.Bench)
 	}

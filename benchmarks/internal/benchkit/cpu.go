@@ -65,3 +65,32 @@ func SelfCPU() float64 {
 	}
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
+
+// CPUUse is CPU seconds by process of a run with one streamer and one applier
+// between a source and a target, and of the benchmark itself (its load and
+// probes): what each process spent on a span a benchmark measures under load.
+type CPUUse struct {
+	Streamer float64 `json:"streamer"`
+	Applier  float64 `json:"applier"`
+	Source   float64 `json:"source_server"`
+	Target   float64 `json:"target_server"`
+	Bench    float64 `json:"bench"`
+}
+
+// PairCPU is the CPU seconds each process has used so far; a span's use is
+// the difference of two readings (Sub).
+func PairCPU(streamer, applier *Proc, source, target *sandbox.Server, clkTck float64) (CPUUse, error) {
+	var c CPUUse
+	var errs [4]error
+	c.Streamer, errs[0] = streamer.CPU(clkTck)
+	c.Applier, errs[1] = applier.CPU(clkTck)
+	c.Source, errs[2] = ServerCPU(source, clkTck)
+	c.Target, errs[3] = ServerCPU(target, clkTck)
+	c.Bench = SelfCPU()
+	return c, errors.Join(errs[:]...)
+}
+
+// Sub is c minus o, process by process.
+func (c CPUUse) Sub(o CPUUse) CPUUse {
+	return CPUUse{c.Streamer - o.Streamer, c.Applier - o.Applier, c.Source - o.Source, c.Target - o.Target, c.Bench - o.Bench}
+}

@@ -82,11 +82,18 @@ func (w *Writer) Next(ctx context.Context) (n int64, ok bool, err error) {
 	default:
 	}
 	n = w.l.seq.Add(1) - 1
-	due := w.l.start.Add(time.Duration(float64(n) / w.l.rate * float64(time.Second)))
-	if ok, err := w.Pause(ctx, time.Until(due)); !ok {
+	if ok, err := w.Pause(ctx, time.Until(w.Due(n))); !ok {
 		return 0, false, err
 	}
 	return n, true, nil
+}
+
+// Due is when the n-th write of the schedule was due: a latency measured
+// from it rather than from when the write went out counts the time a late
+// write waited for its writer, which a stalled server would otherwise hide
+// (coordinated omission).
+func (w *Writer) Due(n int64) time.Time {
+	return w.l.start.Add(time.Duration(float64(n) / w.l.rate * float64(time.Second)))
 }
 
 // Pause waits d, for a writer that tries a write again; ok is false when the

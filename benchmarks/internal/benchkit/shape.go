@@ -9,8 +9,10 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
+	"golang.org/x/sync/errgroup"
 )
 
 // Shape is a table a benchmark generates, loads and reads back: its name, its
@@ -92,6 +94,36 @@ func Sbtest(rows int64) Shape {
 	}
 }
 
+// SbtestGen draws the values of sysbench's transactions on sbtest tables of
+// Rows rows from a seeded generator, so that every run with the same seed
+// writes the same rows and transactions, and every benchmark that writes like
+// sysbench writes alike.
+type SbtestGen struct {
+	Rand *rand.Rand
+	Rows int64
+}
+
+// NewSbtestGen is a generator of values for tables of rows rows; each stream
+// of one seed draws a sequence of its own.
+func NewSbtestGen(seed, stream uint64, rows int64) *SbtestGen {
+	return &SbtestGen{Rand: rand.New(rand.NewPCG(seed, stream)), Rows: rows}
+}
+
+// ID is a key in 1..Rows, uniform (k, too, is drawn so).
+func (g *SbtestGen) ID() int64 { return sbtestK(g.Rand, g.Rows) }
+
+// C is a value of c: 10 groups of 11 random digits joined by '-', 119
+// characters.
+func (g *SbtestGen) C() string {
+	return string(appendDigitGroups(make([]byte, 0, sbtestC*12), g.Rand, sbtestC))
+}
+
+// Pad is a value of pad: 5 groups of 11 random digits joined by '-', 59
+// characters.
+func (g *SbtestGen) Pad() string {
+	return string(appendDigitGroups(make([]byte, 0, sbtestPad*12), g.Rand, sbtestPad))
+}
+
 func sbtestRand(id int64) *rand.Rand {
 	return rand.New(rand.NewPCG(sbtestSeed, uint64(id)))
 }
@@ -114,14 +146,18 @@ func appendDigitGroups(dst []byte, r *rand.Rand, groups int) []byte {
 
 func digits(v int64) int { return len(strconv.FormatInt(v, 10)) }
 
+// readers numbers the driver's reader handlers, one per Load, so that loads
+// can run at once.
+var readers atomic.Int64
+
 // Load loads rows first..last into db.<name> with one LOAD DATA LOCAL INFILE
-// statement. Loads must not run concurrently: they share the driver's reader
-// name.
+// statement.
 func (s Shape) Load(ctx context.Context, ex Executor, db string, first, last int64) error {
-	mysql.RegisterReaderHandler(readerName, func() io.Reader { return &rowReader{next: first, last: last, row: s.Row} })
-	defer mysql.DeregisterReaderHandler(readerName)
+	name := readerName + strconv.FormatInt(readers.Add(1), 10)
+	mysql.RegisterReaderHandler(name, func() io.Reader { return &rowReader{next: first, last: last, row: s.Row} })
+	defer mysql.DeregisterReaderHandler(name)
 	q := fmt.Sprintf(`LOAD DATA LOCAL INFILE 'Reader::%s' INTO TABLE %s.%s FIELDS TERMINATED BY '\t' LINES TERMINATED BY '\n' (%s)`,
-		readerName, db, s.Name, strings.Join(s.Columns, ", "))
+		name, db, s.Name, strings.Join(s.Columns, ", "))
 	if _, err := ex.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("load rows %d..%d into %s.%s: %w", first, last, db, s.Name, err)
 	}
@@ -132,29 +168,68 @@ func (s Shape) Load(ctx context.Context, ex Executor, db string, first, last int
 // 1..rows in batches, unlogged (the binlog has no use for seed rows), then runs
 // ANALYZE TABLE and checks the count.
 func (s Shape) Seed(ctx context.Context, pool *sql.DB, db string, rows int64) error {
-	conn, err := pool.Conn(ctx)
+	return s.SeedParallel(ctx, pool, db, rows, 1)
+}
+
+// SeedParallel is Seed with the batches loaded over conns connections at
+// once, for a benchmark whose seed would otherwise take longer than what it
+// measures.
+func (s Shape) SeedParallel(ctx context.Context, pool *sql.DB, db string, rows int64, conns int) error {
+	err := unlogged(ctx, pool, func(conn *sql.Conn) error {
+		for _, q := range []string{"CREATE DATABASE IF NOT EXISTS " + db, fmt.Sprintf(s.DDL, db)} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("seed %s.%s: %w", db, s.Name, err)
 	}
-	defer conn.Close()
-	// Its session does not log: it must not go back to the pool, where later
-	// writes would take it and be missing from the binlog.
-	defer conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // the error is the point
-	for _, q := range []string{"SET SESSION sql_log_bin = 0", "CREATE DATABASE IF NOT EXISTS " + db, fmt.Sprintf(s.DDL, db)} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("seed %s.%s: %s: %w", db, s.Name, q, err)
-		}
+	// Each connection takes the next batch until none is left.
+	var next atomic.Int64
+	next.Store(1)
+	g, gctx := errgroup.WithContext(ctx)
+	for range max(conns, 1) {
+		g.Go(func() error {
+			return unlogged(gctx, pool, func(conn *sql.Conn) error {
+				for first := next.Add(seedBatch) - seedBatch; first <= rows; first = next.Add(seedBatch) - seedBatch {
+					if err := s.Load(gctx, conn, db, first, min(first+seedBatch-1, rows)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
 	}
-	for first := int64(1); first <= rows; first += seedBatch {
-		if err := s.Load(ctx, conn, db, first, min(first+seedBatch-1, rows)); err != nil {
-			return fmt.Errorf("seed: %w", err)
-		}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("seed: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, "ANALYZE TABLE "+db+"."+s.Name); err != nil {
+	err = unlogged(ctx, pool, func(conn *sql.Conn) error {
+		_, err := conn.ExecContext(ctx, "ANALYZE TABLE "+db+"."+s.Name)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("seed %s.%s: analyze: %w", db, s.Name, err)
 	}
 	if err := CheckCount(ctx, pool, db+"."+s.Name, rows); err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
 	return nil
+}
+
+// unlogged runs fn on a connection of pool whose session does not log to the
+// binlog, then closes the connection rather than returning it to the pool,
+// where later writes would take it and be missing from the binlog.
+func unlogged(ctx context.Context, pool *sql.DB, fn func(*sql.Conn) error) error {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	defer conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // the error is the point
+	if _, err := conn.ExecContext(ctx, "SET SESSION sql_log_bin = 0"); err != nil {
+		return err
+	}
+	return fn(conn)
 }

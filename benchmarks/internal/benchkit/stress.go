@@ -22,7 +22,8 @@ const (
 	) ENGINE=InnoDB`
 	// seedBatch rows per LOAD DATA statement when seeding.
 	seedBatch = 100_000
-	// readerName is the go-sql-driver reader handler LOAD DATA reads rows from.
+	// readerName starts the names of the go-sql-driver reader handlers LOAD
+	// DATA reads rows from.
 	readerName = "rows"
 )
 
@@ -93,8 +94,7 @@ type Executor interface {
 }
 
 // LoadStress loads rows first..last into db.stress_test_pk with one LOAD DATA
-// LOCAL INFILE statement. Loads must not run concurrently: they share the
-// driver's reader name.
+// LOCAL INFILE statement.
 func LoadStress(ctx context.Context, ex Executor, db string, first, last int64) error {
 	return Stress.Load(ctx, ex, db, first, last)
 }

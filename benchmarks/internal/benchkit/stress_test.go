@@ -42,3 +42,19 @@ func TestSbtestRows(t *testing.T) {
 		t.Errorf("RowBytes(%d) = %d, rows hold %d", rows, got, total)
 	}
 }
+
+// TestSbtestGen checks the values the load's transactions write against
+// oltp_common's shape.
+func TestSbtestGen(t *testing.T) {
+	const rows = 50
+	g := NewSbtestGen(1, 2, rows)
+	for range 1000 {
+		if id := g.ID(); id < 1 || id > rows {
+			t.Fatalf("ID() = %d, want 1..%d", id, rows)
+		}
+		c, pad := g.C(), g.Pad()
+		if len(c) != 119 || len(pad) != 59 || strings.Count(c, "-") != 9 || strings.Count(pad, "-") != 4 {
+			t.Fatalf("C() = %q, Pad() = %q, want 10 and 5 groups of 11 digits joined by '-'", c, pad)
+		}
+	}
+}

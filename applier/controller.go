@@ -316,8 +316,8 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	}
 	var copying atomic.Bool
 	copying.Store(pending > 0)
-	if pending > 0 && throttle.Enabled(c.spec.GetOptions().GetThrottle().GetTarget()) {
-		go c.throttleTarget(ctx, client, &copying)
+	if pending > 0 && (throttle.Enabled(c.spec.GetOptions().GetThrottle().GetTarget()) || c.spec.GetOptions().GetMaxReplayLagMs() >= 0) {
+		go c.throttleTarget(ctx, client, play, &copying)
 	}
 	// Deferred secondary keys are added beside the stream: once at its start
 	// (a run may have ended before adding them), then whenever a table's
@@ -583,7 +583,8 @@ func StreamRequest(st reshard.Stream, position string, progress map[string]state
 		Database: spec.GetSourceDatabase(),
 		Options: &rowliftv1.StreamOptions{ChunkRows: opts.GetChunkRows(), ChunkBytes: opts.GetChunkBytes(), PacketBytes: opts.GetPacketBytes(),
 			ParallelTables: opts.GetParallelTables(), Throttle: opts.GetThrottle().GetSource(),
-			ThrottleCheckMs: opts.GetThrottle().GetCheckIntervalMs(), JsonAsText: opts.GetJsonAsText()},
+			ThrottleCheckMs: opts.GetThrottle().GetCheckIntervalMs(), JsonAsText: opts.GetJsonAsText(), MaxReplayLagMs: opts.GetMaxReplayLagMs()},
+		Target: st.Target.GetName(),
 	}
 	if st.Filtered && !st.Range.Whole() {
 		req.KeyRange = &rowliftv1.KeyRange{Start: st.Range.Start, End: st.Range.End}

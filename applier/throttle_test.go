@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/rowlift/rowlift/internal/gtid"
+	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -36,7 +38,8 @@ func TestThrottleTargetTellsTheStreamer(t *testing.T) {
 		db := sandboxtest.Open(t, srv, "")
 		sandboxtest.Exec(t, db, "CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (30)")
 		c := &controller{engine: &Engine{db: db}, log: zap.NewNop(), spec: &rowliftv1.WorkflowSpec{Name: "wf", Options: &rowliftv1.WorkflowOptions{
-			Throttle: &rowliftv1.Throttle{Target: &rowliftv1.ThrottleLimits{LagQuery: "SELECT v FROM ctl.lag", MaxLagSeconds: 10}, CheckIntervalMs: 5}}}}
+			Throttle:       &rowliftv1.Throttle{Target: &rowliftv1.ThrottleLimits{LagQuery: "SELECT v FROM ctl.lag", MaxLagSeconds: 10}, CheckIntervalMs: 5},
+			MaxReplayLagMs: -1}}}
 		rec := &throttleRecorder{calls: make(chan *rowliftv1.ThrottleRequest, 1000)}
 		next := func() *rowliftv1.ThrottleRequest {
 			select {
@@ -51,7 +54,7 @@ func TestThrottleTargetTellsTheStreamer(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				c.throttleTarget(context.Background(), rec, copying)
+				c.throttleTarget(context.Background(), rec, nil, copying)
 			}()
 			return done
 		}
@@ -87,4 +90,41 @@ func TestThrottleTargetTellsTheStreamer(t *testing.T) {
 		copying.Store(false)
 		<-done
 	})
+}
+
+// TestThrottleTargetReportsTheAppliedPosition: while the copy runs, the
+// applier reports its committed position, naming its target, every
+// applierReportEvery (max_replay_lag_ms not negative); once the copy is done
+// it clears the report and stops.
+func TestThrottleTargetReportsTheAppliedPosition(t *testing.T) {
+	applied, err := gtid.Parse("0-1-42")
+	require.NoError(t, err)
+	c := &controller{log: zap.NewNop(), pair: reshard.Stream{Target: &rowliftv1.TargetShard{Name: "east"}},
+		spec: &rowliftv1.WorkflowSpec{Name: "wf", Options: &rowliftv1.WorkflowOptions{}}}
+	rec := &throttleRecorder{calls: make(chan *rowliftv1.ThrottleRequest, 1000)}
+	var copying atomic.Bool
+	copying.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.throttleTarget(context.Background(), rec, &player{applied: applied}, &copying)
+	}()
+	for range 3 {
+		req := <-rec.calls
+		require.Equal(t, "wf", req.GetWorkflow())
+		require.Equal(t, "east", req.GetTarget())
+		require.Equal(t, "0-1-42", req.GetAppliedPosition())
+		require.Equal(t, "", req.GetReason())
+	}
+	copying.Store(false)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reports went on after the copy")
+	}
+	var last *rowliftv1.ThrottleRequest
+	for len(rec.calls) > 0 {
+		last = <-rec.calls
+	}
+	require.Equal(t, "", last.GetAppliedPosition(), "the last request clears the report")
 }

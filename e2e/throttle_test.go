@@ -12,6 +12,7 @@ import (
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/metrics/metricstest"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -115,6 +116,84 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 		`"copy throttle lifted: metric back under its limit"`} {
 		require.Contains(t, applierLog, want)
 	}
+}
+
+// TestCopyWaitsForReplay: catch-up before copy. While replay lags more than
+// max_replay_lag_ms, the copy waits between chunks and the stream's state
+// says why; it copies again once replay has caught up, and the tables end
+// identical. Replay is slowed on purpose (each group holds its locks 600 ms)
+// while a copied table takes a few writes, each group waiting for the one
+// before it (the same row).
+//
+// No timing decides the outcome: big's first chunk waits in its fence's table
+// lock while the writes go in, 150 ms apart, so at its second chunk the second
+// write has waited most of a second behind the first group's 600 ms, against a
+// bound of 300 ms, and replay needs 3.6 s to apply them all.
+func TestCopyWaitsForReplay(t *testing.T) {
+	e := newEnv(t)
+	e.hooks = []string{testhook.EnvVar + "=" + string(testhook.SlowTarget) + "=600ms-600ms"}
+	e.sourceExec("CREATE DATABASE d",
+		"CREATE TABLE d.small (id INT PRIMARY KEY, v INT)", "INSERT INTO d.small VALUES (1, 0)",
+		"CREATE TABLE d.big (id INT PRIMARY KEY, v INT)",
+		"INSERT INTO d.big WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000) SELECT i, i FROM s")
+	ctx := context.Background()
+	lock, err := e.srcDB.Conn(ctx)
+	require.NoError(t, err)
+	defer lock.Close()
+	_, err = lock.ExecContext(ctx, "LOCK TABLES d.big WRITE")
+	require.NoError(t, err)
+
+	const chunk = 100
+	spec := e.workflow("catchup", "d", "small", "big")
+	spec.Options.ChunkRows, spec.Options.ParallelTables = chunk, 1
+	spec.Options.MaxReplayLagMs = 300
+	e.startStreamer()
+	e.startApplier()
+	e.start(spec)
+	e.waitFor("big's first chunk to wait for the table lock", 30*time.Second, func() (bool, string) {
+		n := count(t, e.srcDB, "information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'LOCK TABLES%big%'")
+		return n == 1, fmt.Sprintf("%d queries waiting; copy state %s", n, e.copyState("catchup"))
+	})
+	// Apart by more than a replay group waits for more transactions
+	// (commit_batch_ms), so that each is a group of its own.
+	for range 6 {
+		e.sourceExec("UPDATE d.small SET v = v + 1 WHERE id = 1")
+		time.Sleep(150 * time.Millisecond)
+	}
+	_, err = lock.ExecContext(ctx, "UNLOCK TABLES")
+	require.NoError(t, err)
+
+	e.waitFor("the copy to wait for replay", 30*time.Second, func() (bool, string) {
+		streams, err := e.store.Streams(ctx, "catchup")
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.HasPrefix(streams[0].Throttled, "replay lag "), fmt.Sprintf("throttled %q; copy state %s", streams[0].Throttled, e.copyState("catchup"))
+	})
+	require.Contains(t, mustStream(t, e, "catchup").Throttled, "> 300ms (max_replay_lag_ms): the copy waits for replay to catch up")
+	require.Equal(t, chunk, e.rowsCopied("catchup", "big"), "big's second chunk waits for replay")
+
+	e.waitState("catchup", state.Running, time.Minute)
+	e.waitCaughtUp("catchup", 30*time.Second)
+	e.waitThrottled("catchup", "")
+	for _, table := range []string{"small", "big"} {
+		res, err := verify.Table(ctx, e.srcDB, e.dstDB, "d", "d", table, verify.Options{})
+		require.NoError(t, err)
+		require.True(t, res.Identical(), "%s", res)
+	}
+	streamerLog := e.streamer.logText()
+	for _, want := range []string{`"copy waits for replay to catch up"`, `"max_replay_lag":0.3`, `"replay caught up: copying again"`} {
+		require.Contains(t, streamerLog, want)
+	}
+}
+
+// mustStream returns the workflow's first stream.
+func mustStream(t *testing.T, e *env, workflow string) state.Stream {
+	t.Helper()
+	streams, err := e.store.Streams(context.Background(), workflow)
+	require.NoError(t, err)
+	require.NotEmpty(t, streams)
+	return streams[0]
 }
 
 // waitThrottled waits until the workflow's stream shows reason as why its copy

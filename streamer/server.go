@@ -250,7 +250,8 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	items := make(chan *rowliftv1.StreamItem, sendQueue)
 	inputs := make(chan mergeInput, 64)
 	reads := make(chan mergeInput, readQueue)
-	gate := s.newGate(req.GetWorkflow(), opts, log)
+	lag := &replayLag{}
+	gate := s.newGate(req, opts, lag, log)
 	tables := make([]string, len(plans))
 	for i, p := range plans {
 		tables[i] = p.table.Name
@@ -274,6 +275,9 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 					return s.replicationDenied(ctx, err)
 				}
 				return binlogError(err, r.pos)
+			}
+			if res.tx != nil {
+				lag.read(res.tx.pos.(gtidPos).set, time.Now())
 			}
 			if err := (mergeSink{reads}).send(ctx, mergeInput{read: &res}); err != nil {
 				return err
@@ -501,6 +505,10 @@ func checkRequest(req *rowliftv1.StreamRequest) (*rowliftv1.StreamOptions, error
 		Throttle:        req.GetOptions().GetThrottle(),
 		ThrottleCheckMs: req.GetOptions().GetThrottleCheckMs(),
 		JsonAsText:      req.GetOptions().GetJsonAsText(),
+		MaxReplayLagMs:  req.GetOptions().GetMaxReplayLagMs(),
+	}
+	if o.MaxReplayLagMs == 0 {
+		o.MaxReplayLagMs = DefaultMaxReplayLag.Milliseconds()
 	}
 	if err := throttle.Check("source", o.Throttle); err != nil {
 		return nil, err

@@ -20,14 +20,14 @@ func TestTargetThrottlesExpireUnlessRefreshed(t *testing.T) {
 	b := newTargetThrottles()
 	b.now = func() time.Time { return now }
 
-	require.Equal(t, "", b.set("wf", "target Threads_running 60 > 50", 3*time.Second))
+	require.Equal(t, "", b.set("wf", "", "target Threads_running 60 > 50", nil, 3*time.Second))
 	reason, expired := b.get("wf")
 	require.Equal(t, "target Threads_running 60 > 50", reason)
 	require.False(t, expired)
 	require.Equal(t, "", mustGet(b, "other"), "reasons are per workflow")
 
 	now = now.Add(2 * time.Second)
-	require.Equal(t, "target Threads_running 60 > 50", b.set("wf", "target Threads_running 70 > 50", 3*time.Second), "a refresh")
+	require.Equal(t, "target Threads_running 60 > 50", b.set("wf", "", "target Threads_running 70 > 50", nil, 3*time.Second), "a refresh")
 	now = now.Add(2 * time.Second)
 	require.Equal(t, "target Threads_running 70 > 50", mustGet(b, "wf"), "the refresh moved the expiry")
 
@@ -39,8 +39,8 @@ func TestTargetThrottlesExpireUnlessRefreshed(t *testing.T) {
 	require.Equal(t, "", reason)
 	require.False(t, expired, "an expiry is reported once")
 
-	b.set("wf", "x", time.Minute)
-	require.Equal(t, "x", b.set("wf", "", time.Minute))
+	b.set("wf", "", "x", nil, time.Minute)
+	require.Equal(t, "x", b.set("wf", "", "", nil, time.Minute))
 	require.Equal(t, "", mustGet(b, "wf"), "cleared")
 	require.Empty(t, b.byWorkflow)
 }
@@ -59,11 +59,11 @@ func TestThrottleRPC(t *testing.T) {
 	_, err = s.Throttle(ctx, &rowliftv1.ThrottleRequest{Workflow: "wf", Reason: "target lag 30s > 10s"})
 	require.NoError(t, err)
 	require.Equal(t, "target lag 30s > 10s", mustGet(s.targets, "wf"))
-	require.WithinDuration(t, time.Now().Add(defaultThrottleTTL), s.targets.byWorkflow["wf"].expires, time.Minute, "zero TTL means the default")
+	require.WithinDuration(t, time.Now().Add(defaultThrottleTTL), s.targets.byWorkflow["wf"][""].expires, time.Minute, "zero TTL means the default")
 
 	_, err = s.Throttle(ctx, &rowliftv1.ThrottleRequest{Workflow: "wf", Reason: "y", TtlMs: (24 * time.Hour).Milliseconds()})
 	require.NoError(t, err)
-	require.WithinDuration(t, time.Now().Add(maxThrottleTTL), s.targets.byWorkflow["wf"].expires, time.Minute, "a TTL is capped")
+	require.WithinDuration(t, time.Now().Add(maxThrottleTTL), s.targets.byWorkflow["wf"][""].expires, time.Minute, "a TTL is capped")
 
 	_, err = s.Throttle(ctx, &rowliftv1.ThrottleRequest{Workflow: "wf"})
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func TestCopyGateWaitsWhileTheTargetAsks(t *testing.T) {
 	require.NoError(t, g.wait(ctx), "nothing asks to pause")
 	require.Equal(t, "", g.throttled())
 
-	targets.set("wf", "target Threads_running 60 > 50", time.Minute)
+	targets.set("wf", "", "target Threads_running 60 > 50", nil, time.Minute)
 	require.Equal(t, "", g.throttled(), "a reason shows only while a copy waits on it")
 	done := make(chan error, 1)
 	go func() { done <- g.wait(ctx) }()
@@ -92,7 +92,7 @@ func TestCopyGateWaitsWhileTheTargetAsks(t *testing.T) {
 	default:
 	}
 
-	targets.set("wf", "", 0)
+	targets.set("wf", "", "", nil, 0)
 	select {
 	case err := <-done:
 		require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestCopyGateWaitsWhileTheTargetAsks(t *testing.T) {
 	require.Equal(t, "", g.throttled(), "nothing waits any more")
 
 	// A waiting copy ends with its stream.
-	targets.set("wf", "x", time.Minute)
+	targets.set("wf", "", "x", nil, time.Minute)
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { done <- g.wait(cctx) }()
 	require.Eventually(t, func() bool { return g.throttled() == "x" }, 10*time.Second, time.Millisecond)

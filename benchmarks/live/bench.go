@@ -112,7 +112,7 @@ func (b *bench) spec() *rowliftv1.WorkflowSpec {
 		SourceDatabase: db,
 		Sources:        []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: b.streamerAddr}},
 		Targets:        []*rowliftv1.TargetShard{{Name: "main"}},
-		Options:        &rowliftv1.WorkflowOptions{},
+		Options:        &rowliftv1.WorkflowOptions{MaxReplayLagMs: b.cfg.MaxReplayLagMs},
 	}
 	for _, t := range tables {
 		spec.Tables = append(spec.Tables, &rowliftv1.TableSpec{Name: t})

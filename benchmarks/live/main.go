@@ -50,6 +50,8 @@ type config struct {
 	Threads  int           `json:"threads"`
 	TPS      float64       `json:"tps"`
 	Baseline time.Duration `json:"-"`
+	// MaxReplayLagMs is the move's max_replay_lag_ms (0: rowlift's default).
+	MaxReplayLagMs int64 `json:"max_replay_lag_ms"`
 	benchkit.ServerConfig
 	Out string `json:"out"`
 }
@@ -60,6 +62,7 @@ func main() {
 	flag.IntVar(&cfg.Threads, "threads", 16, "source connections the load is spread over")
 	flag.Float64Var(&cfg.TPS, "tps", 600, "load transactions/s in all, on a fixed schedule")
 	flag.DurationVar(&cfg.Baseline, "baseline", 20*time.Second, "how long the load runs alone, measured, before the move")
+	flag.Int64Var(&cfg.MaxReplayLagMs, "max-replay-lag-ms", 0, "the move's max_replay_lag_ms: the copy waits while replay lags more (0: rowlift's default, -1: never)")
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/live.json, live-mysql.json with -flavor mysql)")
 	flag.Parse()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+	"github.com/rowlift/rowlift/streamer"
 )
 
 // The text views are pure functions of a Workflow and the time now, so that what
@@ -307,6 +308,7 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 	if opts := optionFlags(spec.GetOptions()); len(opts) > 0 {
 		def = append(def, fmt.Sprintf("options\t%s", strings.Join(opts, " ")))
 	}
+	def = append(def, "catch-up\t"+renderCatchUp(spec.GetOptions()))
 	if v := st.GetVerify(); v != nil {
 		def = append(def, "verify\t"+renderVerify(v))
 	}
@@ -340,6 +342,19 @@ func renderCutover(c *rowliftv1.CutoverStatus, now time.Time) string {
 	return p
 }
 
+// renderCatchUp says how the copy yields to replay (max_replay_lag_ms),
+// default included: what an operator asks when a copy pauses under writes.
+func renderCatchUp(o *rowliftv1.WorkflowOptions) string {
+	ms := o.GetMaxReplayLagMs()
+	switch {
+	case ms < 0:
+		return "off: the copy never waits for replay (--max-replay-lag-ms " + strconv.FormatInt(ms, 10) + ")"
+	case ms == 0:
+		return "the copy waits while replay lags over " + streamer.DefaultMaxReplayLag.String() + " (the default)"
+	}
+	return "the copy waits while replay lags over " + (time.Duration(ms) * time.Millisecond).String()
+}
+
 // optionFlags are the create flags that set o's non-default options.
 func optionFlags(o *rowliftv1.WorkflowOptions) []string {
 	var f []string
@@ -361,6 +376,7 @@ func optionFlags(o *rowliftv1.WorkflowOptions) []string {
 	num("commit-batch-items", int64(o.GetCommitBatchItems()))
 	num("commit-batch-bytes", o.GetCommitBatchBytes())
 	num("commit-batch-ms", int64(o.GetCommitBatchMs()))
+	num("max-replay-lag-ms", o.GetMaxReplayLagMs())
 	flag("out-of-order-commit", o.GetOutOfOrderCommit())
 	flag("json-as-text", o.GetJsonAsText())
 	if d := o.GetOnDdl(); d != rowliftv1.OnDDL_ON_DDL_UNSPECIFIED && d != rowliftv1.OnDDL_ON_DDL_STOP {

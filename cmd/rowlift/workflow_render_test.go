@@ -52,6 +52,7 @@ targets   main
 database  shop → shop
 tables    customers orders:id,total audit_log→_audit_log_frozen
 options   --chunk-rows 5000 --on-ddl ignore --copy-method load-data
+catch-up  the copy waits while replay lags over 1s (the default)
 
 workflow shop-move   copying   lag 1.2s   eta 30s   throttled: source Threads_running 57 > 50
   copying 3 tables
@@ -170,7 +171,7 @@ func TestShownOptionsRecreateTheWorkflow(t *testing.T) {
 	opts := &rowliftv1.WorkflowOptions{
 		OnDdl: rowliftv1.OnDDL_ON_DDL_IGNORE, ChunkRows: 1, ChunkBytes: 12, PacketBytes: 2, ParallelTables: 3, ApplyWorkers: 4,
 		SkipCreateTables: true, AllowNonemptyTarget: true, OutOfOrderCommit: true, CopyMethod: rowliftv1.CopyMethod_COPY_METHOD_INSERT,
-		CommitBatchItems: 5, CommitBatchBytes: 6, CommitBatchMs: 7,
+		CommitBatchItems: 5, CommitBatchBytes: 6, CommitBatchMs: 7, MaxReplayLagMs: -1,
 		Throttle: &rowliftv1.Throttle{
 			Source:          &rowliftv1.ThrottleLimits{ThreadsRunning: 8, HistoryLength: 9, LagQuery: "SELECT 'a b'", MaxLagSeconds: 1.5},
 			Target:          &rowliftv1.ThrottleLimits{ThreadsRunning: 10},

@@ -1331,8 +1331,15 @@ type WorkflowOptions struct {
 	// inserting every copied row into them (see benchmarks/copy). The copy is
 	// done, and a cutover allowed, only once they are added.
 	KeepSecondaryKeys bool `protobuf:"varint,16,opt,name=keep_secondary_keys,json=keepSecondaryKeys,proto3" json:"keep_secondary_keys,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Catch-up before copy: the copy pauses between chunks while the oldest
+	// source transaction the target has not applied was read more than this
+	// many milliseconds ago (0: 1000; negative: never), so replay keeps up
+	// during the copy and the move is ready for cutover seconds after its last
+	// chunk instead of working off a backlog. Status shows the pause as a
+	// throttle. A quiet source never pauses the copy.
+	MaxReplayLagMs int64 `protobuf:"varint,17,opt,name=max_replay_lag_ms,json=maxReplayLagMs,proto3" json:"max_replay_lag_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WorkflowOptions) Reset() {
@@ -1475,6 +1482,13 @@ func (x *WorkflowOptions) GetKeepSecondaryKeys() bool {
 		return x.KeepSecondaryKeys
 	}
 	return false
+}
+
+func (x *WorkflowOptions) GetMaxReplayLagMs() int64 {
+	if x != nil {
+		return x.MaxReplayLagMs
+	}
+	return 0
 }
 
 // Throttle pauses a workflow's copy, never its replay, while a source or target
@@ -2782,7 +2796,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0fsharding_column\x18\x03 \x01(\tR\x0eshardingColumn\x12!\n" +
 	"\ftarget_table\x18\x04 \x01(\tR\vtargetTable\x12+\n" +
 	"\x11sharding_function\x18\x05 \x01(\tR\x10shardingFunction\x12\x1c\n" +
-	"\treference\x18\x06 \x01(\bR\treference\"\xbe\x05\n" +
+	"\treference\x18\x06 \x01(\bR\treference\"\xe9\x05\n" +
 	"\x0fWorkflowOptions\x12(\n" +
 	"\x06on_ddl\x18\x01 \x01(\x0e2\x11.rowlift.v1.OnDDLR\x05onDdl\x12\x1d\n" +
 	"\n" +
@@ -2804,7 +2818,8 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"chunkBytes\x12 \n" +
 	"\fjson_as_text\x18\x0f \x01(\bR\n" +
 	"jsonAsText\x12.\n" +
-	"\x13keep_secondary_keys\x18\x10 \x01(\bR\x11keepSecondaryKeys\"\x9e\x01\n" +
+	"\x13keep_secondary_keys\x18\x10 \x01(\bR\x11keepSecondaryKeys\x12)\n" +
+	"\x11max_replay_lag_ms\x18\x11 \x01(\x03R\x0emaxReplayLagMs\"\x9e\x01\n" +
 	"\bThrottle\x122\n" +
 	"\x06source\x18\x01 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06source\x122\n" +
 	"\x06target\x18\x02 \x01(\v2\x1a.rowlift.v1.ThrottleLimitsR\x06target\x12*\n" +

@@ -261,9 +261,18 @@ type ThrottleRequest struct {
 	// Threads_running 57 > 50"); empty clears it.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Milliseconds the reason holds unless refreshed; zero means 5000.
-	TtlMs         int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TtlMs int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// The target shard that sends it (StreamRequest.target): each target of a
+	// workflow keeps its own reason and report, so one target clearing its
+	// reason does not clear another's.
+	Target string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	// The GTID set the target has committed, reported while the copy runs:
+	// the streamer pauses the copy while the oldest transaction it has read and
+	// the target has not applied is older than StreamOptions.max_replay_lag_ms.
+	// Empty: no report (the copy is not paced by replay).
+	AppliedPosition string `protobuf:"bytes,5,opt,name=applied_position,json=appliedPosition,proto3" json:"applied_position,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ThrottleRequest) Reset() {
@@ -315,6 +324,20 @@ func (x *ThrottleRequest) GetTtlMs() int64 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *ThrottleRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ThrottleRequest) GetAppliedPosition() string {
+	if x != nil {
+		return x.AppliedPosition
+	}
+	return ""
 }
 
 type ThrottleResponse struct {
@@ -373,7 +396,10 @@ type StreamRequest struct {
 	// The stream protocol the applier speaks (internal/rowcodec.StreamProtocol):
 	// a streamer refuses a stream of another protocol, whose items the two
 	// sides would read differently. Zero: an applier from before protocols.
-	Protocol      int32 `protobuf:"varint,7,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Protocol int32 `protobuf:"varint,7,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// The target shard the stream feeds, whose ThrottleRequest reports pace
+	// this stream's copy.
+	Target        string `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -455,6 +481,13 @@ func (x *StreamRequest) GetProtocol() int32 {
 		return x.Protocol
 	}
 	return 0
+}
+
+func (x *StreamRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
 }
 
 // TableRequest names one source table and how far its copy has got.
@@ -772,9 +805,13 @@ type StreamOptions struct {
 	// a chunk's scan ends past twice this even below the LIMIT.
 	ChunkBytes int64 `protobuf:"varint,7,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	// Stream MySQL JSON as its text, with no type map (WorkflowOptions.json_as_text).
-	JsonAsText    bool `protobuf:"varint,8,opt,name=json_as_text,json=jsonAsText,proto3" json:"json_as_text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	JsonAsText bool `protobuf:"varint,8,opt,name=json_as_text,json=jsonAsText,proto3" json:"json_as_text,omitempty"`
+	// Pause the copy between chunks while replay lags more than this many
+	// milliseconds (WorkflowOptions.max_replay_lag_ms; zero: 1000, negative:
+	// never).
+	MaxReplayLagMs int64 `protobuf:"varint,9,opt,name=max_replay_lag_ms,json=maxReplayLagMs,proto3" json:"max_replay_lag_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StreamOptions) Reset() {
@@ -861,6 +898,13 @@ func (x *StreamOptions) GetJsonAsText() bool {
 		return x.JsonAsText
 	}
 	return false
+}
+
+func (x *StreamOptions) GetMaxReplayLagMs() int64 {
+	if x != nil {
+		return x.MaxReplayLagMs
+	}
+	return 0
 }
 
 // ThrottleLimits are the metrics of one server (the source or the target) that
@@ -2124,12 +2168,14 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\blease_ms\x18\x05 \x01(\x03R\aleaseMs\"\\\n" +
 	"\x0eFreezeResponse\x120\n" +
 	"\bposition\x18\x01 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged\"\\\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\x9f\x01\n" +
 	"\x0fThrottleRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x12\n" +
-	"\x10ThrottleResponse\"\xaf\x02\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\x12)\n" +
+	"\x10applied_position\x18\x05 \x01(\tR\x0fappliedPosition\"\x12\n" +
+	"\x10ThrottleResponse\"\xc7\x02\n" +
 	"\rStreamRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x120\n" +
@@ -2137,7 +2183,8 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\tkey_range\x18\x04 \x01(\v2\x14.rowlift.v1.KeyRangeR\bkeyRange\x123\n" +
 	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\x12\x1a\n" +
 	"\bdatabase\x18\x06 \x01(\tR\bdatabase\x12\x1a\n" +
-	"\bprotocol\x18\a \x01(\x05R\bprotocol\"\x92\x02\n" +
+	"\bprotocol\x18\a \x01(\x05R\bprotocol\x12\x16\n" +
+	"\x06target\x18\b \x01(\tR\x06target\"\x92\x02\n" +
 	"\fTableRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
@@ -2156,7 +2203,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"L\n" +
 	"\fCopyProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12(\n" +
-	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\xc4\x02\n" +
+	"\alast_pk\x18\x02 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\"\xef\x02\n" +
 	"\rStreamOptions\x12\x1d\n" +
 	"\n" +
 	"chunk_rows\x18\x01 \x01(\x03R\tchunkRows\x12!\n" +
@@ -2168,7 +2215,8 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\vchunk_bytes\x18\a \x01(\x03R\n" +
 	"chunkBytes\x12 \n" +
 	"\fjson_as_text\x18\b \x01(\bR\n" +
-	"jsonAsText\"\xa5\x01\n" +
+	"jsonAsText\x12)\n" +
+	"\x11max_replay_lag_ms\x18\t \x01(\x03R\x0emaxReplayLagMs\"\xa5\x01\n" +
 	"\x0eThrottleLimits\x12'\n" +
 	"\x0fthreads_running\x18\x01 \x01(\x03R\x0ethreadsRunning\x12%\n" +
 	"\x0ehistory_length\x18\x02 \x01(\x03R\rhistoryLength\x12\x1b\n" +

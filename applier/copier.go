@@ -59,8 +59,10 @@ type targetTable struct {
 	// upsert makes an INSERT of every streamed column overwrite the row
 	// that holds any of its keys, in the target flavor's syntax.
 	upsert string
-	insert *insertBuilder
-	load   *loadBuilder
+	// insertHead starts every INSERT replay writes (see insertHead).
+	insertHead string
+	insert     *insertBuilder
+	load       *loadBuilder
 }
 
 // TargetTable is the name on the target of a workflow's table: the spec's
@@ -136,6 +138,7 @@ func jsonColumns(ctx context.Context, db *sql.DB, flavor dbconn.Flavor, database
 func newTargetTable(f *rowliftv1.TableFields, database, name string, flavor dbconn.Flavor, jsonCols map[string]bool, useLoad bool, maxStmt int) *targetTable {
 	t := &targetTable{name: f.GetTable(), database: database, table: name, ident: rowcodec.QualifiedIdent(database, name), fields: f,
 		kinds: literalKinds(name, f.GetFields(), jsonCols), upsert: upsertClause(f.GetFields(), flavor)}
+	t.insertHead = insertHead(t.ident, f.GetFields())
 	if useLoad {
 		t.load = newLoadBuilder(t.ident, f.GetFields(), t.kinds)
 	}

@@ -91,6 +91,9 @@ type stmt struct {
 	ch  *rowliftv1.RowChange
 	// exact: the statement must find exactly one row, the before image's.
 	exact bool
+	// rows, when not zero, is how many rows a coalesced DELETE must find (ch
+	// is nil then; a statement of several changes names none).
+	rows int64
 }
 
 func (w *rowWriter) reset() {
@@ -167,6 +170,9 @@ func (w *rowWriter) exec(ctx context.Context, conn *sql.Conn, maxPacket int) err
 		}
 		affected = affected[len(affected)-(last-first):]
 		for i := first; i < last; i++ {
+			if s := w.stmts[i]; s.rows != 0 && affected[i-first] != s.rows {
+				return fmt.Errorf("%w (%d of %d rows of %s)", errNotAsCoalesced, affected[i-first], s.rows, s.t.name)
+			}
 			if s := w.stmts[i]; s.exact && affected[i-first] != 1 {
 				what := map[bool]string{true: "delete", false: "update"}[s.ch.GetAfter() == nil]
 				return divergence(s.trx, s.t.name, fmt.Sprintf("no row %s to %s", w.describe(s.t, s.ch.GetBefore()), what))
@@ -412,20 +418,37 @@ func (w *rowWriter) insert(t *targetTable, after *rowliftv1.Row) ([]byte, error)
 // insertRow builds the INSERT of a row; upsert makes it overwrite the row that
 // holds any of its keys.
 func (w *rowWriter) insertRow(t *targetTable, after *rowliftv1.Row, upsert bool) ([]byte, error) {
-	buf := append(w.buf[:0], "INSERT INTO "...)
-	buf = append(buf, t.ident...)
+	buf, err := w.appendValues(append(w.buf[:0], t.insertHead...), t, after)
+	if err != nil {
+		return nil, err
+	}
+	if upsert {
+		buf = append(buf, t.upsert...)
+	}
+	return buf, nil
+}
+
+// insertHead is "INSERT INTO t (c1, c2, ...) VALUES " of every streamed
+// column, which replay's INSERTs start with.
+func insertHead(ident string, fields []*rowliftv1.Field) string {
+	buf := append([]byte("INSERT INTO "), ident...)
 	buf = append(buf, " ("...)
-	for i, f := range t.fields.GetFields() {
+	for i, f := range fields {
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
 		buf = rowcodec.AppendIdent(buf, f.GetName())
 	}
-	buf = append(buf, ") VALUES ("...)
-	vals, err := w.row(t, after)
+	return string(append(buf, ") VALUES "...))
+}
+
+// appendValues appends a row's values as an INSERT's "(v1,v2,...)".
+func (w *rowWriter) appendValues(buf []byte, t *targetTable, r *rowliftv1.Row) ([]byte, error) {
+	vals, err := w.row(t, r)
 	if err != nil {
 		return nil, err
 	}
+	buf = append(buf, '(')
 	for i, v := range vals {
 		if i > 0 {
 			buf = append(buf, ',')
@@ -434,11 +457,7 @@ func (w *rowWriter) insertRow(t *targetTable, after *rowliftv1.Row, upsert bool)
 			return nil, permanent("replay %s: %v", t.name, err)
 		}
 	}
-	buf = append(buf, ')')
-	if upsert {
-		buf = append(buf, t.upsert...)
-	}
-	return buf, nil
+	return append(buf, ')'), nil
 }
 
 func (w *rowWriter) update(t *targetTable, before, after *rowliftv1.Row) ([]byte, error) {

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -401,6 +402,24 @@ func (r *replayer) work(ctx context.Context, conn *sql.Conn, slot int) error {
 	}
 }
 
+// build puts a group's statements in w: coalesced per table when coalesce
+// allows it and no transaction is to be written idempotently (see
+// applier/coalesce.go), else one statement per change; coalesced says which.
+func (r *replayer) build(w *rowWriter, g *group, coalesce bool) (coalesced bool, err error) {
+	w.reset()
+	if coalesce && !slices.Contains(g.idempotent, true) {
+		if coalesced, err = w.addCoalesced(g.txs, r.maxPacket/2); coalesced || err != nil {
+			return coalesced, err
+		}
+	}
+	for i, trx := range g.txs {
+		if err := w.add(trx, g.idempotent[i]); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
 // allowed is how many groups after the low watermark the workers may start:
 // the window's limit in order, any out of order. r.mu is held.
 func (r *replayer) allowed() int {
@@ -427,14 +446,23 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 			tracing.End(span, err, int64(g.rows), int64(g.bytes))
 		}
 	}()
-	w.reset()
-	for i, trx := range g.txs {
-		if err := w.add(trx, g.idempotent[i]); err != nil {
-			return err
-		}
+	coalesced, err := r.build(w, g, true)
+	if err != nil {
+		return err
 	}
 	testhook.Delay(ctx, testhook.ReplayExec)
-	if err := w.exec(ctx, conn, r.maxPacket); err != nil {
+	err = w.exec(ctx, conn, r.maxPacket)
+	if err != nil && coalesced && !retryable(err) {
+		// Only the plain statements name what diverged, if anything did.
+		if rerr := rollback(ctx, conn); rerr != nil {
+			return rerr
+		}
+		if _, err := r.build(w, g, false); err != nil {
+			return err
+		}
+		err = w.exec(ctx, conn, r.maxPacket)
+	}
+	if err != nil {
 		if rerr := rollback(ctx, conn); rerr != nil {
 			return rerr
 		}

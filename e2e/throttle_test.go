@@ -11,6 +11,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/metrics/metricstest"
+	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
@@ -130,7 +131,11 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 // write has waited most of a second behind the first group's 600 ms, against a
 // bound of 300 ms, and replay needs 3.6 s to apply them all.
 func TestCopyWaitsForReplay(t *testing.T) {
-	e := newEnv(t)
+	sandboxtest.EachFlavor(t, testCopyWaitsForReplay)
+}
+
+func testCopyWaitsForReplay(t *testing.T, flavor sandbox.Flavor) {
+	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.hooks = []string{testhook.EnvVar + "=" + string(testhook.SlowTarget) + "=600ms-600ms"}
 	e.sourceExec("CREATE DATABASE d",
 		"CREATE TABLE d.small (id INT PRIMARY KEY, v INT)", "INSERT INTO d.small VALUES (1, 0)",
@@ -171,6 +176,13 @@ func TestCopyWaitsForReplay(t *testing.T) {
 		return strings.HasPrefix(streams[0].Throttled, "replay lag "), fmt.Sprintf("throttled %q; copy state %s", streams[0].Throttled, e.copyState("catchup"))
 	})
 	require.Contains(t, mustStream(t, e, "catchup").Throttled, "> 300ms (max_replay_lag_ms): the copy waits for replay to catch up")
+	// The pause can be recorded before the first chunk's commit: its rows are
+	// written beside the stream.
+	e.waitFor("big's first chunk", 30*time.Second, func() (bool, string) {
+		n := e.rowsCopied("catchup", "big")
+		return n == chunk, fmt.Sprintf("%d rows copied", n)
+	})
+	require.True(t, strings.HasPrefix(mustStream(t, e, "catchup").Throttled, "replay lag "), "replay is still behind")
 	require.Equal(t, chunk, e.rowsCopied("catchup", "big"), "big's second chunk waits for replay")
 
 	e.waitState("catchup", state.Running, time.Minute)

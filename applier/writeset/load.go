@@ -160,6 +160,12 @@ func build(fields *rowliftv1.TableFields, m *metadata) *Table {
 		reasons = append(reasons, "it has no primary key and no unique key on NOT NULL columns to tell its rows apart")
 	}
 	t.barrier = strings.Join(reasons, "; ")
+	t.whole = true
+	for _, c := range m.columns {
+		if !c.Generated && fieldPos(fields, c.Name) < 0 {
+			t.whole = false
+		}
+	}
 	for _, k := range t.keys {
 		var parts []KeyPart
 		for _, p := range k.parts {

@@ -92,7 +92,14 @@ type Table struct {
 	uniqueKeys [][]KeyPart
 	barrier    string
 	coarse     []string
+	whole      bool
 }
+
+// Whole reports that every stored column of the target table is streamed, so
+// that a row deleted and inserted again from its image loses nothing: what
+// lets the applier write a replay group's changes of the table as one DELETE
+// and one INSERT (applier/coalesce.go).
+func (t *Table) Whole() bool { return t.whole }
 
 // Barrier reports that changes to this table must not run in parallel with
 // anything, and why: the table has or is referenced by foreign keys or

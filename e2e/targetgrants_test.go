@@ -155,7 +155,7 @@ func TestRevokedSourceGrantsAreNamed(t *testing.T) {
 			{"p", "REVOKE SELECT ON p.t FROM " + user, "source user " + user + " lacks the SELECT privilege on `p`.`t`, " +
 				"which rowlift needs to copy and verify it: run GRANT SELECT ON `p`.`t` TO " + user},
 			{"q", "REVOKE LOCK TABLES ON q.* FROM " + user, "source user " + user + " lacks the LOCK TABLES privilege on `q`.*, " +
-				"which rowlift needs to fence each chunk (a brief LOCK TABLES ... READ: neither flavor has an exact lock-free snapshot " +
+				"which rowlift needs to fence each chunk (a brief LOCK TABLES ... WRITE: neither flavor has an exact lock-free snapshot " +
 				"position): run GRANT LOCK TABLES ON `q`.* TO " + user},
 		}
 		for _, c := range cases {

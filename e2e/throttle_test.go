@@ -26,9 +26,10 @@ import (
 // are back under. Both metrics are lag queries reading a value the test sets.
 //
 // No timing decides the outcome: the source table being copied is locked
-// (LOCK TABLES ... WRITE) so that its first chunk waits in its fence's LOCK
-// TABLES ... READ while the source metric goes over its limit; the copy then
-// pauses at its next chunk, after exactly one chunk of that table.
+// (LOCK TABLES ... WRITE) so that its first chunk waits in its fence, whose
+// lock tries are withdrawn and tried again until the test unlocks, while the
+// source metric goes over its limit; the copy then pauses at its next chunk,
+// after exactly one chunk of that table.
 func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	e := newEnv(t)
 	e.sourceExec("CREATE DATABASE d",
@@ -64,10 +65,7 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	}
 	e.start(spec)
 
-	e.waitFor("big's first chunk to wait for the table lock", 30*time.Second, func() (bool, string) {
-		n := count(t, e.srcDB, "information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'LOCK TABLES%big%'")
-		return n == 1, fmt.Sprintf("%d queries waiting; copy state %s", n, e.copyState("throttle"))
-	})
+	e.waitFenceTry("throttle", "big")
 	e.sourceExec("UPDATE ctl.lag SET v = 100")
 	// The streamer's last reading is from before big's first chunk; one interval
 	// on, the next chunk's check reads the source again.
@@ -155,10 +153,7 @@ func testCopyWaitsForReplay(t *testing.T, flavor sandbox.Flavor) {
 	e.startStreamer()
 	e.startApplier()
 	e.start(spec)
-	e.waitFor("big's first chunk to wait for the table lock", 30*time.Second, func() (bool, string) {
-		n := count(t, e.srcDB, "information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'LOCK TABLES%big%'")
-		return n == 1, fmt.Sprintf("%d queries waiting; copy state %s", n, e.copyState("catchup"))
-	})
+	e.waitFenceTry("catchup", "big")
 	// Apart by more than a replay group waits for more transactions
 	// (commit_batch_ms), so that each is a group of its own.
 	for range 6 {
@@ -197,6 +192,22 @@ func testCopyWaitsForReplay(t *testing.T, flavor sandbox.Flavor) {
 	for _, want := range []string{`"copy waits for replay to catch up"`, `"max_replay_lag":0.3`, `"replay caught up: copying again"`} {
 		require.Contains(t, streamerLog, want)
 	}
+}
+
+// waitFenceTry waits until a chunk of table tries to take its fence's table
+// lock, which the test holds. Each try waits 50 ms before the streamer
+// withdraws it and tries again after a pause, so the processlist is read
+// every 5 ms, not at waitFor's pace.
+func (e *env) waitFenceTry(workflow, table string) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if count(e.t, e.srcDB, "information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE 'LOCK TABLES%"+table+"%'") == 1 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.t.Fatalf("no chunk of %s tried its fence's lock in 30 s; copy state %s", table, e.copyState(workflow))
 }
 
 // mustStream returns the workflow's first stream.

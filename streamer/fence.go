@@ -3,6 +3,7 @@ package streamer
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -34,11 +35,11 @@ type fencer interface {
 // newFencer returns the fence of one row streamer; db gives it its second
 // connection.
 func newFencer(flavor dbconn.Flavor, db *sql.DB, database string, stats *fenceStats) fencer {
-	return &lockFencer{flavor: flavor, db: db, database: database, stats: stats}
+	return &lockFencer{flavor: flavor, db: db, database: database, stats: stats, budget: lockBudget, wait: lockWait}
 }
 
 // lockFencer is the fence of both flavors: a second connection holds LOCK
-// TABLES t READ while it reads the source's GTID position and the chunk's
+// TABLES t WRITE while it reads the source's GTID position and the chunk's
 // connection opens its snapshot. The lock waits until every transaction that
 // wrote t has finished committing (a writer holds its metadata lock until
 // then), and no transaction writes t until UNLOCK TABLES: the snapshot holds
@@ -47,29 +48,50 @@ func newFencer(flavor dbconn.Flavor, db *sql.DB, database string, stats *fenceSt
 // of the snapshot it belongs to: under concurrent commits a snapshot misses
 // transactions its position names (TestFenceIsExactUnderConcurrentCommits),
 // and a chunk read in it misses their changes for good. The two connections
-// are needed because START TRANSACTION releases a session's table locks. The
-// cost to the source is this lock, held for three short statements per
-// chunk; writers of t queue behind it for that long, and behind a long
-// transaction on t that the lock itself waits for, at most lockWait per try.
+// are needed because START TRANSACTION releases a session's table locks.
+//
+// A WRITE lock, not a READ one: a pending READ lock lets new writers of t
+// through, so under constant writes it waits for a moment when no
+// transaction on t is open, which at 1,650 transactions/s came in 12 of 33
+// tries of a second each. A pending WRITE lock holds new writers back (not
+// readers), so it is granted as soon as the transactions open on t commit,
+// usually within milliseconds. Writers wait for that and for the three short
+// statements the lock is held. A transaction on t that stays open would hold
+// them back as long as the lock waits, so a try that is not granted within
+// budget is withdrawn (KILL QUERY of the lock's statement, from another
+// connection of the same user) and tried again after a pause: the writers
+// wait at most budget per try.
 type lockFencer struct {
 	flavor   dbconn.Flavor
 	db       *sql.DB
 	database string
 	stats    *fenceStats
+	// budget is how long one try at the lock may wait (lockBudget), and wait
+	// the server's bound on it (lockWait).
+	budget, wait time.Duration
 	// lock is the connection that takes the table locks, opened at the first
-	// chunk and kept for the row streamer's life.
-	lock *sql.Conn
+	// chunk and kept for the row streamer's life; lockID is its connection ID.
+	lock   *sql.Conn
+	lockID uint64
 }
 
-// lockWait bounds one try at a chunk's table lock: while the lock waits for a
-// long transaction on the table, new writers of the table wait behind it, so a
-// try gives up quickly and the next one comes after a pause.
-const lockWait = time.Second
+const (
+	// lockBudget bounds how long one try at a chunk's table lock holds the
+	// table's writers back: enough for the transactions open on the table
+	// to commit under load, short beside an application's timeouts.
+	lockBudget = 50 * time.Millisecond
+	// lockWait is the server's own bound on a try (lock_wait_timeout, whole
+	// seconds), should the withdrawal fail.
+	lockWait = time.Second
+	// maxLockPause is the longest pause between tries: while a long
+	// transaction holds the table, writers are held back budget per pause.
+	maxLockPause = time.Second
+)
 
 func (f *lockFencer) begin(ctx context.Context, conn *sql.Conn, table string) (*rowliftv1.Position, error) {
-	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, maxLockPause) {
 		pos, err := f.tryBegin(ctx, conn, table)
-		if err == nil || !isLockWaitTimeout(err) {
+		if !errors.Is(err, errLockNotGranted) {
 			return pos, err
 		}
 		f.stats.timedOut()
@@ -81,26 +103,41 @@ func (f *lockFencer) begin(ctx context.Context, conn *sql.Conn, table string) (*
 	}
 }
 
+// errLockNotGranted is a try at the chunk's table lock that was not granted
+// within its budget.
+var errLockNotGranted = errors.New("the fence's table lock was not granted within its budget")
+
 func (f *lockFencer) tryBegin(ctx context.Context, conn *sql.Conn, table string) (*rowliftv1.Position, error) {
 	if f.lock == nil {
 		lock, err := f.db.Conn(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("open the fence's lock connection: %w", err)
 		}
-		if _, err := lock.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(lockWait/time.Second))); err != nil {
+		if _, err := lock.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(f.wait/time.Second))); err != nil {
 			lock.Close()
 			return nil, fmt.Errorf("set the fence's lock wait: %w", err)
+		}
+		if err := lock.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&f.lockID); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("the fence's lock connection: %w", err)
 		}
 		f.lock = lock
 	}
 	asked := time.Now()
-	if _, err := f.lock.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(f.database, table)+" READ"); err != nil {
-		if isLockWaitTimeout(err) {
-			return nil, err
-		}
+	withdrawn, err := f.lockWithin(ctx, table)
+	switch {
+	case err == nil && withdrawn:
+		// Granted as the withdrawal went out: the KILL may still hit the next
+		// statement, so this try ends here. An unlock that fails closes the
+		// connection, which releases the lock; the next try opens another.
+		_ = f.unlock(ctx)
+		return nil, errLockNotGranted
+	case err != nil && (withdrawn || isLockWaitTimeout(err)) && ctx.Err() == nil:
+		return nil, errLockNotGranted
+	case err != nil:
 		g := lockGrant(f.database)
 		if isMySQLError(err, tableAccessDenied) {
-			// LOCK TABLES ... READ needs SELECT on the table too.
+			// LOCK TABLES needs SELECT on the table too.
 			g = selectGrant(f.database, table)
 		}
 		err = grants.Refused(ctx, f.lock, "source", err, g)
@@ -117,6 +154,26 @@ func (f *lockFencer) tryBegin(ctx context.Context, conn *sql.Conn, table string)
 		return nil, err
 	}
 	return pos, nil
+}
+
+// lockWithin asks for the table's write lock and withdraws the request once
+// f.budget has passed: withdrawn reports that the KILL QUERY went out, and it
+// has landed when lockWithin returns, so it cannot hit a later statement
+// unseen.
+func (f *lockFencer) lockWithin(ctx context.Context, table string) (withdrawn bool, err error) {
+	done := make(chan struct{})
+	timer := time.AfterFunc(f.budget, func() {
+		defer close(done)
+		// Its own connection's query: a user may kill those without PROCESS.
+		// A failed kill leaves the try to lock_wait_timeout.
+		_, _ = f.db.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("KILL QUERY %d", f.lockID))
+	})
+	_, err = f.lock.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(f.database, table)+" WRITE")
+	if !timer.Stop() {
+		<-done
+		return true, err
+	}
+	return false, err
 }
 
 // fence reads the position and opens the chunk's snapshot while the table is

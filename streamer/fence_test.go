@@ -169,6 +169,76 @@ func testLockFenceWaitsForOpenTransactions(t *testing.T, flavor sandbox.Flavor) 
 	require.Equal(t, []int{1, 2, 3, 9}, chunkRows(t, conn))
 }
 
+// TestLockFenceHoldsWritersBackOnlyItsBudget: a pending write lock holds new
+// writers of the table back, so a try that a long open transaction keeps
+// from being granted is withdrawn after its budget, and the writers go on
+// while the fence tries again. With the server's own bound on the try set to
+// an hour, only the withdrawal can let a writer through before the open
+// transaction commits; afterwards the fence is taken and holds it.
+func TestLockFenceHoldsWritersBackOnlyItsBudget(t *testing.T) {
+	sandboxtest.EachFlavor(t, testLockFenceHoldsWritersBackOnlyItsBudget)
+}
+
+func testLockFenceHoldsWritersBackOnlyItsBudget(t *testing.T, flavor sandbox.Flavor) {
+	_, db, admin := fenceSource(t, flavor)
+	ctx := context.Background()
+	long, err := admin.Conn(ctx)
+	require.NoError(t, err)
+	defer long.Close()
+	_, err = long.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = long.ExecContext(ctx, "INSERT INTO d.t VALUES (9, 9)")
+	require.NoError(t, err)
+
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	stats := &fenceStats{}
+	f := newFencer(dbconn.Flavor(flavor), db, "d", stats).(*lockFencer)
+	f.wait = time.Hour
+	defer f.close()
+	// Deferred after f.close, so it runs first if the test fails: the fence
+	// is then granted, and its try returns.
+	defer long.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // a ROLLBACK after COMMIT is a no-op
+	type result struct {
+		fence string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		pos, err := f.begin(ctx, conn, "t")
+		done <- result{pos.GetGtidSet(), err}
+	}()
+	for i := range 3 {
+		require.Eventually(t, func() bool {
+			stats.mu.Lock()
+			defer stats.mu.Unlock()
+			return stats.timeouts > i
+		}, time.Minute, 5*time.Millisecond, "try %d at the lock was not withdrawn", i+1)
+		w, err := admin.Conn(ctx)
+		require.NoError(t, err)
+		_, err = w.ExecContext(ctx, "SET SESSION lock_wait_timeout = 3600")
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err = w.ExecContext(wctx, "UPDATE d.t SET v = v + 1 WHERE id = 1")
+		cancel()
+		require.NoError(t, err, "a writer waited for a try at the lock that was never withdrawn")
+		w.Close()
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the fence was taken while a transaction on the table was open: %+v", r)
+	default:
+	}
+	_, err = long.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+	committed := gtidSet(t, serverPosition(t, admin))
+	r := <-done
+	require.NoError(t, r.err)
+	require.True(t, gtidSet(t, r.fence).Contains(committed))
+	require.Equal(t, []int{1, 2, 3, 9}, chunkRows(t, conn))
+}
+
 // TestLockFenceNeedsTheLockTablesPrivilege: a source user without LOCK TABLES
 // gets a message that names the privilege.
 func TestLockFenceNeedsTheLockTablesPrivilege(t *testing.T) {
@@ -191,7 +261,7 @@ func testLockFenceNeedsTheLockTablesPrivilege(t *testing.T, flavor sandbox.Flavo
 	defer f.close()
 	_, err = f.begin(ctx, conn, "t")
 	require.ErrorContains(t, err, "source user 'nolock'@'127.0.0.1' lacks the LOCK TABLES privilege on `d`.*, "+
-		"which rowlift needs to fence each chunk (a brief LOCK TABLES ... READ: neither flavor has an exact lock-free snapshot position): "+
+		"which rowlift needs to fence each chunk (a brief LOCK TABLES ... WRITE: neither flavor has an exact lock-free snapshot position): "+
 		"run GRANT LOCK TABLES ON `d`.* TO 'nolock'@'127.0.0.1'")
 	var ge *grants.Error
 	require.True(t, errors.As(err, &ge), "%v", err)

@@ -46,7 +46,7 @@ func selectGrant(database, table string) grants.Grant {
 // lockGrant is what fencing a chunk needs.
 func lockGrant(database string) grants.Grant {
 	return grants.Grant{Privilege: "LOCK TABLES", On: rowcodec.Ident(database) + ".*",
-		Why: "to fence each chunk (a brief LOCK TABLES ... READ: neither flavor has an exact lock-free snapshot position)"}
+		Why: "to fence each chunk (a brief LOCK TABLES ... WRITE: neither flavor has an exact lock-free snapshot position)"}
 }
 
 // checkTableGrants tries, without reading a row, each statement a stream runs

@@ -66,7 +66,11 @@ func (b *bench) measure(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.newReport(p, txns, l.beats, verified, problems), nil
+	fence, err := b.streamer.LogEntry("copy and verify finished")
+	if err != nil {
+		return nil, err
+	}
+	return b.newReport(p, txns, l.beats, verified, problems, fence), nil
 }
 
 // runPhases lets the load warm up, measures the baseline, starts the move

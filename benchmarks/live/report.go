@@ -56,6 +56,9 @@ type report struct {
 	Verified []string `json:"verified"`
 	// LogProblems are the warning and error lines of the rowlift logs, by role.
 	LogProblems map[string][]string `json:"log_problems"`
+	// Fence is what the streamer logged of its chunk fences when the copy
+	// ended (fence_locks, fence_lock_timeouts, fence_lock_wait, ...).
+	Fence map[string]any `json:"fence"`
 }
 
 // flags is config with the baseline's duration readable.
@@ -85,7 +88,7 @@ type sampleJSON struct {
 
 // newReport computes the report from the phases' times and samples and
 // every transaction of the load.
-func (b *bench) newReport(p phases, txns []txn, beats int64, verified []string, problems map[string][]string) *report {
+func (b *bench) newReport(p phases, txns []txn, beats int64, verified []string, problems map[string][]string, fence map[string]any) *report {
 	t0 := p.t0.UnixMicro()
 	m := analyze(p.samples, t0, caughtUpLag.Microseconds())
 	last := p.samples[m.caughtUp]
@@ -102,6 +105,7 @@ func (b *bench) newReport(p phases, txns []txn, beats int64, verified []string, 
 		Heartbeats:   beats,
 		Verified:     verified,
 		LogProblems:  problems,
+		Fence:        fence,
 	}
 	for _, s := range p.samples[:m.copyDone+1] {
 		r.RowliftLagPeakS = max(r.RowliftLagPeakS, float64(s.rowliftLagUS)/1e6)
@@ -190,6 +194,10 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "\nlatency: from when the fixed schedule had the transaction start until its COMMIT returned; per second of")
 	fmt.Fprintln(w, "due time, then the median over the window's seconds. heartbeat lag: sample time minus the target's")
 	fmt.Fprintln(w, "heartbeat row (the source writes its time there every 50 ms), every 100 ms")
+	if f := r.Fence; f != nil {
+		fmt.Fprintf(w, "fence: %v table locks, %v tries withdrawn or timed out; waited %.3f s, held %.3f s (longest %.1f ms)\n",
+			f["fence_locks"], f["fence_lock_timeouts"], f["fence_lock_wait"], f["fence_lock_held"], 1000*asFloat(f["fence_lock_held_max"]))
+	}
 	for _, v := range r.Verified {
 		fmt.Fprintln(w, "verified", v)
 	}
@@ -225,4 +233,10 @@ func lagLine(samples []sampleJSON) string {
 		}
 	}
 	return sb.String()
+}
+
+// asFloat is a number of a decoded log entry, 0 when it is none.
+func asFloat(v any) float64 {
+	f, _ := v.(float64)
+	return f
 }

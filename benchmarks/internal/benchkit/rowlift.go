@@ -200,6 +200,30 @@ func (p *Proc) LogProblems() ([]string, error) {
 	return out, nil
 }
 
+// LogEntry returns the fields of the last entry of the process's log whose
+// message is msg, nil when there is none: what a benchmark reads of the
+// numbers a role logs, such as the fence's locks when a copy ends.
+func (p *Proc) LogEntry(msg string) (map[string]any, error) {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return nil, fmt.Errorf("rowlift %s log: %w", p.Role, err)
+	}
+	defer f.Close()
+	var last map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var entry map[string]any
+		if json.Unmarshal(sc.Bytes(), &entry) == nil && entry["msg"] == msg {
+			last = entry
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return last, fmt.Errorf("rowlift %s log: %w", p.Role, err)
+	}
+	return last, nil
+}
+
 // WaitCopied polls every 50ms until the workflow's copy is done, and fails when
 // the workflow enters state error or one of procs exits.
 func WaitCopied(ctx context.Context, store *state.Store, workflow string, procs ...*Proc) error {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -32,18 +33,10 @@ import (
 // after exactly one chunk of that table.
 func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	e := newEnv(t)
-	e.sourceExec("CREATE DATABASE d",
-		"CREATE TABLE d.small (id INT PRIMARY KEY, v INT)", "INSERT INTO d.small VALUES (1, 1), (2, 2), (3, 3)",
-		"CREATE TABLE d.big (id INT PRIMARY KEY, v INT)",
-		"INSERT INTO d.big WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000) SELECT i, i FROM s",
-		"CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (0)")
+	e.sourceExec("CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (0)")
 	sandboxtest.Exec(t, e.dstDB, "CREATE DATABASE ctl", "CREATE TABLE ctl.lag (v INT)", "INSERT INTO ctl.lag VALUES (0)")
 	ctx := context.Background()
-	lock, err := e.srcDB.Conn(ctx)
-	require.NoError(t, err)
-	defer lock.Close()
-	_, err = lock.ExecContext(ctx, "LOCK TABLES d.big WRITE")
-	require.NoError(t, err)
+	lock := e.smallAndLockedBig()
 
 	const chunk = 100
 	spec := e.workflow("throttle", "d", "small", "big")
@@ -70,7 +63,7 @@ func TestThrottlePausesTheCopyNotReplay(t *testing.T) {
 	// The streamer's last reading is from before big's first chunk; one interval
 	// on, the next chunk's check reads the source again.
 	time.Sleep(2 * interval)
-	_, err = lock.ExecContext(ctx, "UNLOCK TABLES")
+	_, err := lock.ExecContext(ctx, "UNLOCK TABLES")
 	require.NoError(t, err)
 
 	e.waitThrottled("throttle", "source lag 100s > 10s")
@@ -135,16 +128,8 @@ func TestCopyWaitsForReplay(t *testing.T) {
 func testCopyWaitsForReplay(t *testing.T, flavor sandbox.Flavor) {
 	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
 	e.hooks = []string{testhook.EnvVar + "=" + string(testhook.SlowTarget) + "=600ms-600ms"}
-	e.sourceExec("CREATE DATABASE d",
-		"CREATE TABLE d.small (id INT PRIMARY KEY, v INT)", "INSERT INTO d.small VALUES (1, 0)",
-		"CREATE TABLE d.big (id INT PRIMARY KEY, v INT)",
-		"INSERT INTO d.big WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000) SELECT i, i FROM s")
 	ctx := context.Background()
-	lock, err := e.srcDB.Conn(ctx)
-	require.NoError(t, err)
-	defer lock.Close()
-	_, err = lock.ExecContext(ctx, "LOCK TABLES d.big WRITE")
-	require.NoError(t, err)
+	lock := e.smallAndLockedBig()
 
 	const chunk = 100
 	spec := e.workflow("catchup", "d", "small", "big")
@@ -160,7 +145,7 @@ func testCopyWaitsForReplay(t *testing.T, flavor sandbox.Flavor) {
 		e.sourceExec("UPDATE d.small SET v = v + 1 WHERE id = 1")
 		time.Sleep(150 * time.Millisecond)
 	}
-	_, err = lock.ExecContext(ctx, "UNLOCK TABLES")
+	_, err := lock.ExecContext(ctx, "UNLOCK TABLES")
 	require.NoError(t, err)
 
 	e.waitFor("the copy to wait for replay", 30*time.Second, func() (bool, string) {
@@ -192,6 +177,23 @@ func testCopyWaitsForReplay(t *testing.T, flavor sandbox.Flavor) {
 	for _, want := range []string{`"copy waits for replay to catch up"`, `"max_replay_lag":0.3`, `"replay caught up: copying again"`} {
 		require.Contains(t, streamerLog, want)
 	}
+}
+
+// smallAndLockedBig creates d.small (rows 1 to 3) and d.big (rows 1 to 1000)
+// on the source and returns a connection that holds LOCK TABLES d.big WRITE,
+// so that big's first chunk waits in its fence until the test unlocks.
+func (e *env) smallAndLockedBig() *sql.Conn {
+	e.t.Helper()
+	e.sourceExec("CREATE DATABASE d",
+		"CREATE TABLE d.small (id INT PRIMARY KEY, v INT)", "INSERT INTO d.small VALUES (1, 1), (2, 2), (3, 3)",
+		"CREATE TABLE d.big (id INT PRIMARY KEY, v INT)",
+		"INSERT INTO d.big WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000) SELECT i, i FROM s")
+	lock, err := e.srcDB.Conn(context.Background())
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { lock.Close() })
+	_, err = lock.ExecContext(context.Background(), "LOCK TABLES d.big WRITE")
+	require.NoError(e.t, err)
+	return lock
 }
 
 // waitFenceTry waits until a chunk of table tries to take its fence's table

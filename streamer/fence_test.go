@@ -122,51 +122,87 @@ func TestLockFenceWaitsForOpenTransactions(t *testing.T) {
 }
 
 func testLockFenceWaitsForOpenTransactions(t *testing.T, flavor sandbox.Flavor) {
-	_, db, admin := fenceSource(t, flavor)
-	ctx := context.Background()
-	writer, err := admin.Conn(ctx)
-	require.NoError(t, err)
-	defer writer.Close()
-	_, err = writer.ExecContext(ctx, "BEGIN")
-	require.NoError(t, err)
-	_, err = writer.ExecContext(ctx, "INSERT INTO d.t VALUES (9, 9)")
-	require.NoError(t, err)
-
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	stats := &fenceStats{}
-	f := newFencer(dbconn.Flavor(flavor), db, "d", stats)
-	defer f.close()
-	type result struct {
-		fence string
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		pos, err := f.begin(ctx, conn, "t")
-		done <- result{pos.GetGtidSet(), err}
-	}()
+	fb := startFenceBehindOpenInsert(t, flavor, lockWait)
 	for {
-		stats.mu.Lock()
-		timeouts := stats.timeouts
-		stats.mu.Unlock()
+		fb.stats.mu.Lock()
+		timeouts := fb.stats.timeouts
+		fb.stats.mu.Unlock()
 		if timeouts > 0 {
 			break
 		}
-		select {
-		case r := <-done:
-			t.Fatalf("the fence was taken while a transaction on the table was open: %+v", r)
-		case <-time.After(20 * time.Millisecond):
-		}
+		fb.notTaken(t)
+		time.Sleep(20 * time.Millisecond)
 	}
-	_, err = writer.ExecContext(ctx, "COMMIT")
+	fb.commitAndCheck(t)
+}
+
+// fenceBehind is a chunk's fence begun while a transaction that inserted row
+// 9 of d.t is open.
+type fenceBehind struct {
+	admin *sql.DB
+	open  *sql.Conn // the open transaction's
+	conn  *sql.Conn // the chunk's
+	f     *lockFencer
+	stats *fenceStats
+	done  chan fenceResult
+}
+
+type fenceResult struct {
+	fence string
+	err   error
+}
+
+// startFenceBehindOpenInsert opens the transaction and begins the fence, whose
+// lock waits at most wait per try on the server's side, in the background.
+func startFenceBehindOpenInsert(t *testing.T, flavor sandbox.Flavor, wait time.Duration) *fenceBehind {
+	_, db, admin := fenceSource(t, flavor)
+	ctx := context.Background()
+	fb := &fenceBehind{admin: admin, stats: &fenceStats{}, done: make(chan fenceResult, 1)}
+	var err error
+	fb.open, err = admin.Conn(ctx)
 	require.NoError(t, err)
-	committed := gtidSet(t, serverPosition(t, admin))
-	r := <-done
+	t.Cleanup(func() { fb.open.Close() })
+	_, err = fb.open.ExecContext(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = fb.open.ExecContext(ctx, "INSERT INTO d.t VALUES (9, 9)")
+	require.NoError(t, err)
+	fb.conn, err = db.Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { fb.conn.Close() })
+	fb.f = newFencer(dbconn.Flavor(flavor), db, "d", fb.stats).(*lockFencer)
+	fb.f.wait = wait
+	t.Cleanup(fb.f.close)
+	// Registered after f.close, so it runs first if the test fails: the fence
+	// is then granted, and its try returns.
+	t.Cleanup(func() { fb.open.ExecContext(ctx, "ROLLBACK") }) //nolint:errcheck // a ROLLBACK after COMMIT is a no-op
+	go func() {
+		pos, err := fb.f.begin(ctx, fb.conn, "t")
+		fb.done <- fenceResult{pos.GetGtidSet(), err}
+	}()
+	return fb
+}
+
+// notTaken fails the test if the fence was taken.
+func (fb *fenceBehind) notTaken(t *testing.T) {
+	t.Helper()
+	select {
+	case r := <-fb.done:
+		t.Fatalf("the fence was taken while a transaction on the table was open: %+v", r)
+	default:
+	}
+}
+
+// commitAndCheck commits the open transaction and checks that the fence is
+// then taken, covers it, and that the chunk's snapshot holds its row.
+func (fb *fenceBehind) commitAndCheck(t *testing.T) {
+	t.Helper()
+	_, err := fb.open.ExecContext(context.Background(), "COMMIT")
+	require.NoError(t, err)
+	committed := gtidSet(t, serverPosition(t, fb.admin))
+	r := <-fb.done
 	require.NoError(t, r.err)
 	require.True(t, gtidSet(t, r.fence).Contains(committed))
-	require.Equal(t, []int{1, 2, 3, 9}, chunkRows(t, conn))
+	require.Equal(t, []int{1, 2, 3, 9}, chunkRows(t, fb.conn))
 }
 
 // TestLockFenceHoldsWritersBackOnlyItsBudget: a pending write lock holds new
@@ -180,42 +216,15 @@ func TestLockFenceHoldsWritersBackOnlyItsBudget(t *testing.T) {
 }
 
 func testLockFenceHoldsWritersBackOnlyItsBudget(t *testing.T, flavor sandbox.Flavor) {
-	_, db, admin := fenceSource(t, flavor)
+	fb := startFenceBehindOpenInsert(t, flavor, time.Hour)
 	ctx := context.Background()
-	long, err := admin.Conn(ctx)
-	require.NoError(t, err)
-	defer long.Close()
-	_, err = long.ExecContext(ctx, "BEGIN")
-	require.NoError(t, err)
-	_, err = long.ExecContext(ctx, "INSERT INTO d.t VALUES (9, 9)")
-	require.NoError(t, err)
-
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	stats := &fenceStats{}
-	f := newFencer(dbconn.Flavor(flavor), db, "d", stats).(*lockFencer)
-	f.wait = time.Hour
-	defer f.close()
-	// Deferred after f.close, so it runs first if the test fails: the fence
-	// is then granted, and its try returns.
-	defer long.ExecContext(ctx, "ROLLBACK") //nolint:errcheck // a ROLLBACK after COMMIT is a no-op
-	type result struct {
-		fence string
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		pos, err := f.begin(ctx, conn, "t")
-		done <- result{pos.GetGtidSet(), err}
-	}()
 	for i := range 3 {
 		require.Eventually(t, func() bool {
-			stats.mu.Lock()
-			defer stats.mu.Unlock()
-			return stats.timeouts > i
+			fb.stats.mu.Lock()
+			defer fb.stats.mu.Unlock()
+			return fb.stats.timeouts > i
 		}, time.Minute, 5*time.Millisecond, "try %d at the lock was not withdrawn", i+1)
-		w, err := admin.Conn(ctx)
+		w, err := fb.admin.Conn(ctx)
 		require.NoError(t, err)
 		_, err = w.ExecContext(ctx, "SET SESSION lock_wait_timeout = 3600")
 		require.NoError(t, err)
@@ -225,18 +234,8 @@ func testLockFenceHoldsWritersBackOnlyItsBudget(t *testing.T, flavor sandbox.Fla
 		require.NoError(t, err, "a writer waited for a try at the lock that was never withdrawn")
 		w.Close()
 	}
-	select {
-	case r := <-done:
-		t.Fatalf("the fence was taken while a transaction on the table was open: %+v", r)
-	default:
-	}
-	_, err = long.ExecContext(ctx, "COMMIT")
-	require.NoError(t, err)
-	committed := gtidSet(t, serverPosition(t, admin))
-	r := <-done
-	require.NoError(t, r.err)
-	require.True(t, gtidSet(t, r.fence).Contains(committed))
-	require.Equal(t, []int{1, 2, 3, 9}, chunkRows(t, conn))
+	fb.notTaken(t)
+	fb.commitAndCheck(t)
 }
 
 // TestLockFenceNeedsTheLockTablesPrivilege: a source user without LOCK TABLES

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -84,6 +85,12 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 	}
 	b.procs.Add("streamer", b.streamer)
 	b.procs.Add("applier", b.applier)
+	if n := cfg.TargetNice; n != 0 {
+		if err := errors.Join(benchkit.Renice(b.Target.Pid(), n), benchkit.Renice(b.applier.Pid(), n)); err != nil {
+			return b, err
+		}
+		progress("the target server and the applier run at nice %d", n)
+	}
 	return b, nil
 }
 

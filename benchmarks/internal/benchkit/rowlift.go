@@ -124,8 +124,11 @@ func (p *Proc) Exited() bool {
 
 // CPU is the CPU seconds the process has used.
 func (p *Proc) CPU(clkTck float64) (float64, error) {
-	return ProcCPU(p.cmd.Process.Pid, clkTck)
+	return ProcCPU(p.Pid(), clkTck)
 }
+
+// Pid is the process's pid, for what a benchmark does to it (Renice).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // waitListening waits until the process accepts TCP connections on addr.
 func (p *Proc) waitListening(ctx context.Context, addr string) error {

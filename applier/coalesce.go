@@ -88,11 +88,12 @@ func netRows(changes []*rowliftv1.RowChange, keyOf func(*rowliftv1.Row) (string,
 
 // keyBytes is an image's key as netRows compares it: the key columns' exact
 // bytes, each with its length, NULL apart from every value.
-func keyBytes(t *targetTable, buf []byte, r *rowliftv1.Row) ([]byte, error) {
-	vals, err := rowcodec.Values(nil, r)
+func (w *rowWriter) keyBytes(t *targetTable, buf []byte, r *rowliftv1.Row) ([]byte, error) {
+	vals, err := rowcodec.Values(w.keyVals[:0], r)
 	if err != nil {
 		return nil, err
 	}
+	w.keyVals = vals
 	buf = buf[:0]
 	for _, idx := range t.fields.GetPkColumns() {
 		if int(idx) >= len(vals) {
@@ -152,7 +153,7 @@ func (w *rowWriter) addCoalesced(txs []*rowliftv1.Transaction, maxStmt int) (boo
 	for i, tc := range tables {
 		rows, err := netRows(tc.changes, func(r *rowliftv1.Row) (string, error) {
 			var err error
-			key, err = keyBytes(tc.t, key, r)
+			key, err = w.keyBytes(tc.t, key, r)
 			return string(key), err
 		})
 		if errors.Is(err, errIncoherent) {
@@ -179,13 +180,21 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 	t := tc.t
 	var stmtBuf, item []byte
 	n := int64(0)
-	// add appends item to the statement being built, which starts with
-	// prefix and separates items with sep; check says the statement is a
+	// push ends the statement being built, of n items; check says it is a
 	// DELETE whose row count must match.
+	push := func(check bool) {
+		s := stmt{trx: tc.trx, t: t}
+		if check {
+			s.rows = n
+		}
+		w.push(stmtBuf, s)
+		n = 0
+	}
+	// add appends item to the statement being built, which starts with
+	// prefix and separates items with sep.
 	add := func(prefix, sep string, check bool) {
 		if n > 0 && len(stmtBuf)+len(sep)+len(item) > maxStmt {
-			w.pushNet(tc, stmtBuf, n, check)
-			n = 0
+			push(check)
 		}
 		if n == 0 {
 			stmtBuf = append(append(stmtBuf[:0], prefix...), item...)
@@ -203,19 +212,11 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 		if err != nil {
 			return err
 		}
-		item = append(item[:0], '(')
-		for i, idx := range t.fields.GetPkColumns() {
-			if i > 0 {
-				item = append(item, " AND "...)
-			}
-			item = w.comparison(item, t, int(idx), 0, vals[idx])
-		}
-		item = append(item, ')')
+		item = append(w.keyCondition(append(item[:0], '('), t, vals), ')')
 		add(del, " OR ", true)
 	}
 	if n > 0 {
-		w.pushNet(tc, stmtBuf, n, true)
-		n = 0
+		push(true)
 	}
 	for _, r := range rows {
 		if r.final == nil {
@@ -228,21 +229,7 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 		add(t.insertHead, ",", false)
 	}
 	if n > 0 {
-		w.pushNet(tc, stmtBuf, n, false)
+		push(false)
 	}
 	return nil
-}
-
-// pushNet appends a coalesced statement of n items; a DELETE's must find n rows.
-func (w *rowWriter) pushNet(tc *tableChanges, built []byte, n int64, check bool) {
-	s := stmt{trx: tc.trx, t: tc.t}
-	if check {
-		s.rows = n
-	}
-	if len(w.stmts) > 0 {
-		w.sql = append(w.sql, ';')
-	}
-	w.sql = append(w.sql, built...)
-	s.end = len(w.sql)
-	w.stmts = append(w.stmts, s)
 }

@@ -81,6 +81,8 @@ type rowWriter struct {
 	query  []byte
 	buf    []byte
 	values [][]byte
+	// keyVals is keyBytes's scratch.
+	keyVals [][]byte
 }
 
 // stmt is one statement of a group and what its result must be.
@@ -494,14 +496,18 @@ func (w *rowWriter) where(buf []byte, t *targetTable, before *rowliftv1.Row) ([]
 	if err != nil {
 		return nil, err
 	}
-	buf = append(buf, " WHERE "...)
+	return w.keyCondition(append(buf, " WHERE "...), t, vals), nil
+}
+
+// keyCondition appends "k1 = v1 AND k2 = v2" of a row's key values.
+func (w *rowWriter) keyCondition(buf []byte, t *targetTable, vals [][]byte) []byte {
 	for i, idx := range t.fields.GetPkColumns() {
 		if i > 0 {
 			buf = append(buf, " AND "...)
 		}
 		buf = w.comparison(buf, t, int(idx), 0, vals[idx])
 	}
-	return buf, nil
+	return buf
 }
 
 func (w *rowWriter) row(t *targetTable, r *rowliftv1.Row) ([][]byte, error) {

@@ -55,6 +55,10 @@ func TestThrottleRPC(t *testing.T) {
 	ctx := context.Background()
 	_, err := s.Throttle(ctx, &rowliftv1.ThrottleRequest{Reason: "x"})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = s.Throttle(ctx, &rowliftv1.ThrottleRequest{Workflow: "wf", AppliedPosition: "not a position"})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.ErrorContains(t, err, "throttle request's applied position")
+	require.Empty(t, s.targets.byWorkflow, "nothing recorded")
 
 	_, err = s.Throttle(ctx, &rowliftv1.ThrottleRequest{Workflow: "wf", Reason: "target lag 30s > 10s"})
 	require.NoError(t, err)

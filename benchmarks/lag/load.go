@@ -86,6 +86,8 @@ type load struct {
 	*benchkit.Load
 	b       *bench
 	samples []lagSample // the probe's; read after Finish
+	// probeConn is the probe's connection to the target, closed by finish.
+	probeConn *sql.Conn
 }
 
 func (b *bench) startLoad(ctx context.Context, rate float64) (*load, error) {
@@ -93,19 +95,17 @@ func (b *bench) startLoad(ctx context.Context, rate float64) (*load, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe connection: %w", err)
 	}
-	l := &load{b: b}
+	l := &load{b: b, probeConn: probe}
 	l.Load = benchkit.StartLoad(ctx, rate, b.cfg.Writers, func(ctx context.Context, _ int, w *benchkit.Writer) error {
 		return l.write(ctx, w)
 	})
-	l.Go(func(ctx context.Context, stop <-chan struct{}) error {
-		defer probe.Close()
-		return l.probe(ctx, stop, probe)
-	})
+	l.Every(probeInterval, l.probe)
 	return l, nil
 }
 
 // finish stops the writers and the probe and returns the probe's samples.
 func (l *load) finish() ([]lagSample, error) {
+	defer l.probeConn.Close()
 	if err := l.Finish(); err != nil {
 		return nil, err
 	}
@@ -133,26 +133,15 @@ func (l *load) write(ctx context.Context, w *benchkit.Writer) error {
 	}
 }
 
-// probe samples the lag every probeInterval until the load stops.
-func (l *load) probe(ctx context.Context, stop <-chan struct{}, conn *sql.Conn) error {
-	q := "SELECT COALESCE(MAX(id), 0) FROM " + db + ".events"
-	tick := time.NewTicker(probeInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stop:
-			return nil
-		case <-tick.C:
-		}
-		s := lagSample{atUS: time.Now().UnixMicro()}
-		if err := conn.QueryRowContext(ctx, q).Scan(&s.visible); err != nil {
-			return fmt.Errorf("probe: %w", err)
-		}
-		if oldest, ok := l.b.commits.oldestPending(s.visible, s.atUS); ok {
-			s.lagUS = s.atUS - oldest
-		}
-		l.samples = append(l.samples, s)
+// probe samples the lag, every probeInterval while the load runs.
+func (l *load) probe(ctx context.Context) error {
+	s := lagSample{atUS: time.Now().UnixMicro()}
+	if err := l.probeConn.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM "+db+".events").Scan(&s.visible); err != nil {
+		return fmt.Errorf("probe: %w", err)
 	}
+	if oldest, ok := l.b.commits.oldestPending(s.visible, s.atUS); ok {
+		s.lagUS = s.atUS - oldest
+	}
+	l.samples = append(l.samples, s)
+	return nil
 }

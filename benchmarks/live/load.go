@@ -57,7 +57,7 @@ type load struct {
 func (b *bench) startLoad(ctx context.Context) *load {
 	l := &load{b: b, txns: make([][]txn, b.cfg.Threads)}
 	l.Load = benchkit.StartLoad(ctx, b.cfg.TPS, b.cfg.Threads, l.write)
-	l.Go(l.heartbeat)
+	l.Every(heartbeatInterval, l.beat)
 	return l
 }
 
@@ -141,28 +141,13 @@ func retryable(err error) bool {
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
 }
 
-// heartbeat updates the heartbeat row to the time now every
-// heartbeatInterval until the load stops, as pt-heartbeat does: the target's
-// copy of the row says how far behind it is, whatever rowlift reports.
-func (l *load) heartbeat(ctx context.Context, stop <-chan struct{}) error {
-	conn, err := l.b.SrcDB.Conn(ctx)
-	if err != nil {
+// beat updates the heartbeat row to the time now, as pt-heartbeat does every
+// heartbeatInterval: the target's copy of the row says how far behind it is,
+// whatever rowlift reports.
+func (l *load) beat(ctx context.Context) error {
+	if _, err := l.b.SrcDB.ExecContext(ctx, heartbeat, time.Now().UnixMicro()); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	defer conn.Close()
-	tick := time.NewTicker(heartbeatInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stop:
-			return nil
-		case <-tick.C:
-		}
-		if _, err := conn.ExecContext(ctx, heartbeat, time.Now().UnixMicro()); err != nil {
-			return fmt.Errorf("heartbeat: %w", err)
-		}
-		l.beats++
-	}
+	l.beats++
+	return nil
 }

@@ -52,6 +52,28 @@ func (l *Load) Go(f func(ctx context.Context, stop <-chan struct{}) error) {
 	l.g.Go(func() error { return f(l.ctx, l.stop) })
 }
 
+// Every runs f every d beside the writers until the load stops, for what
+// samples or marks the load (lag's probe, live's heartbeat); its error fails
+// the load.
+func (l *Load) Every(d time.Duration, f func(ctx context.Context) error) {
+	l.Go(func(ctx context.Context, stop <-chan struct{}) error {
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-stop:
+				return nil
+			case <-tick.C:
+			}
+			if err := f(ctx); err != nil {
+				return err
+			}
+		}
+	})
+}
+
 // Hold lets the load run for d; it fails when the load does.
 func (l *Load) Hold(d time.Duration) error {
 	select {

@@ -34,10 +34,12 @@ type bench struct {
 	tmp          string // rowlift binary and process logs
 	streamer     *benchkit.Proc
 	streamerAddr string
-	targets      []replayer
-	clkTck       float64
-	version      string // SELECT VERSION() of the servers
-	seedPos      string // the source's GTID position after the seed
+	// streamerDebug is the streamer's --debug-listen address, with -profile.
+	streamerDebug string
+	targets       []replayer
+	clkTck        float64
+	version       string // SELECT VERSION() of the servers
+	seedPos       string // the source's GTID position after the seed
 	// slowEnd is the source's GTID position after the first -slow-k backlog
 	// transactions, which the slowed targets replay.
 	slowEnd string
@@ -112,7 +114,19 @@ func setup(ctx context.Context, cfg config, threads []int) (b *bench, err error)
 		return b, err
 	}
 	b.streamerAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if b.streamer, err = benchkit.StartStreamer(ctx, b.bin, b.tmp, b.streamerAddr, b.source.DSN("")); err != nil {
+	var debug []string
+	if b.cfg.Profile != "" {
+		if err := os.MkdirAll(b.cfg.Profile, 0o755); err != nil {
+			return b, fmt.Errorf("profile dir: %w", err)
+		}
+		addrs, err := benchkit.FreeAddrs(1)
+		if err != nil {
+			return b, err
+		}
+		b.streamerDebug = addrs[0]
+		debug = []string{"--debug-listen", b.streamerDebug}
+	}
+	if b.streamer, err = benchkit.StartStreamer(ctx, b.bin, b.tmp, b.streamerAddr, b.source.DSN(""), debug...); err != nil {
 		return b, err
 	}
 	for _, o := range append(b.rowliftConfigs(), b.slowedConfigs()...) {

@@ -36,6 +36,10 @@
 // rate the parallel replayer keeps there: a stuck-group rule that mistakes a
 // slow target for a deadlock rolls back group after group.
 //
+// With -profile DIR, the streamer and the applier of each rowlift catch-up
+// are profiled from its start for -profile-seconds (<role>-<configuration>.pprof),
+// to show where rowlift's time goes.
+//
 // It prints seconds, transactions/s, the speed-up over serial rowlift and
 // whether the target is identical, per configuration, and the best rowlift
 // beside the best replica; and writes the same as JSON.
@@ -57,16 +61,18 @@ import (
 
 // config is every flag; it is printed and stored with the results.
 type config struct {
-	K          int64  `json:"k"`
-	Tables     int    `json:"tables"`
-	Rows       int64  `json:"rows_per_table"`
-	Workers    int    `json:"workers"`
-	BatchItems int    `json:"batch_items"`
-	BatchMs    int    `json:"batch_ms"`
-	Native     string `json:"native_threads"`
-	Seed       uint64 `json:"seed"`
-	Slow       string `json:"slow_target"`
-	SlowK      int64  `json:"slow_k"`
+	K          int64   `json:"k"`
+	Tables     int     `json:"tables"`
+	Rows       int64   `json:"rows_per_table"`
+	Workers    int     `json:"workers"`
+	BatchItems int     `json:"batch_items"`
+	BatchMs    int     `json:"batch_ms"`
+	Native     string  `json:"native_threads"`
+	Seed       uint64  `json:"seed"`
+	Slow       string  `json:"slow_target"`
+	SlowK      int64   `json:"slow_k"`
+	Profile    string  `json:"profile,omitempty"`
+	ProfileS   float64 `json:"profile_seconds,omitempty"`
 	benchkit.ServerConfig
 	Out string `json:"out"`
 }
@@ -83,6 +89,8 @@ func main() {
 	flag.StringVar(&cfg.Slow, "slow", "20-160ms", "delay range held after every replay group's statements on the slowed targets (empty: no slowed-target case)")
 	flag.Int64Var(&cfg.SlowK, "slow-k", 800, "transactions of the backlog (its first ones) the slowed targets replay")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the generated rows and transactions")
+	flag.StringVar(&cfg.Profile, "profile", "", "directory for Go CPU profiles of the streamer and the applier from the start of each rowlift catch-up (<role>-<configuration>.pprof)")
+	flag.Float64Var(&cfg.ProfileS, "profile-seconds", 5, "length of each -profile profile; the next configuration waits for it")
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/apply.json, apply-mysql.json with -flavor mysql)")
 	flag.Parse()

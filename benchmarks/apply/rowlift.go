@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
-	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -84,6 +82,8 @@ type rowliftTarget struct {
 	// the rest of it on a slowed target.
 	copier, replayer, finisher *benchkit.Proc
 	streamerCPU                float64 // the streamer's CPU seconds when replay started
+	// profiled waits for the replay's profiles, with -profile.
+	profiled func() error
 }
 
 func (t *rowliftTarget) node() *node { return t.n }
@@ -157,18 +157,25 @@ func (t *rowliftTarget) replay(ctx context.Context, end string) error {
 	if err != nil {
 		return err
 	}
-	port, err := sandbox.FreePort()
+	addrs, err := benchkit.FreeAddrs(2)
 	if err != nil {
 		return err
 	}
-	t.metrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	t.metrics = addrs[0]
 	var env []string
 	if t.slowed {
 		env = []string{fmt.Sprintf("%s=%s=%s,seed=%d", testhook.EnvVar, testhook.SlowTarget, t.b.cfg.Slow, t.b.cfg.Seed)}
 	}
-	if t.replayer, err = benchkit.StartProcEnv(t.b.bin, dir, "applier", env, "--target-dsn", t.n.srv.DSN(""),
-		"--poll-interval", benchkit.PollInterval.String(), "--metrics-listen", t.metrics); err != nil {
+	args := []string{"--target-dsn", t.n.srv.DSN(""), "--poll-interval", benchkit.PollInterval.String(), "--metrics-listen", t.metrics}
+	if t.b.cfg.Profile != "" {
+		args = append(args, "--debug-listen", addrs[1])
+	}
+	if t.replayer, err = benchkit.StartProcEnv(t.b.bin, dir, "applier", env, args...); err != nil {
 		return err
+	}
+	if t.b.cfg.Profile != "" {
+		// The profile outlasts a short catch-up: afterReplay waits for it.
+		t.profiled = t.b.profile(context.WithoutCancel(ctx), t.n.key, t.replayer, addrs[1])
 	}
 	if err := benchkit.WaitApplied(ctx, t.store, workflowName, end, pollInterval, t.b.streamer, t.replayer); err != nil {
 		return fmt.Errorf("%w\n%s\n%s", err, t.b.streamer.LogTail(), t.replayer.LogTail())
@@ -187,7 +194,11 @@ func (t *rowliftTarget) afterReplay() (float64, int64, error) {
 	a, err1 := t.replayer.CPU(t.b.clkTck)
 	s, err2 := t.b.streamer.CPU(t.b.clkTck)
 	rollbacks, err3 := rolledBack(t.metrics)
-	return a + s - t.streamerCPU, rollbacks, errors.Join(err1, err2, err3, t.replayer.Stop())
+	var err4 error
+	if t.profiled != nil {
+		err4 = t.profiled()
+	}
+	return a + s - t.streamerCPU, rollbacks, errors.Join(err1, err2, err3, err4, t.replayer.Stop())
 }
 
 // rolledBack reads the replay groups rolled back to run again from the
@@ -228,6 +239,29 @@ func (t *rowliftTarget) finish(ctx context.Context, end string) error {
 		return fmt.Errorf("%s: finish the backlog: %w\n%s", t.n.name, err, t.finisher.LogTail())
 	}
 	return nil
+}
+
+// profile starts Go CPU profiles of -profile-seconds of the streamer and of
+// applier, whose debug listener is applierDebug, written as
+// <role>-<key>.pprof in -profile, and returns what waits for them.
+func (b *bench) profile(ctx context.Context, key string, applier *benchkit.Proc, applierDebug string) func() error {
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, role := range []struct {
+		name, addr string
+		proc       *benchkit.Proc
+	}{{"streamer", b.streamerDebug, b.streamer}, {"applier", applierDebug, applier}} {
+		wg.Go(func() {
+			path := filepath.Join(b.cfg.Profile, role.name+"-"+key+".pprof")
+			if errs[i] = role.proc.WaitListening(ctx, role.addr); errs[i] == nil {
+				errs[i] = benchkit.FetchProfile(ctx, role.name, role.addr, b.cfg.ProfileS, path)
+			}
+		})
+	}
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	}
 }
 
 func (t *rowliftTarget) close() error {

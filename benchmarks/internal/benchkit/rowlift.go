@@ -130,8 +130,9 @@ func (p *Proc) CPU(clkTck float64) (float64, error) {
 // Pid is the process's pid, for what a benchmark does to it (Renice).
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-// waitListening waits until the process accepts TCP connections on addr.
-func (p *Proc) waitListening(ctx context.Context, addr string) error {
+// WaitListening waits until the process accepts TCP connections on addr, so
+// what a benchmark asks of it does not race its start.
+func (p *Proc) WaitListening(ctx context.Context, addr string) error {
 	deadline := time.Now().Add(procTimeout)
 	for time.Now().Before(deadline) {
 		if p.Exited() {
@@ -287,7 +288,7 @@ func startListening(ctx context.Context, bin, logDir, role, addr string, args ..
 	if err != nil {
 		return nil, err
 	}
-	if err := p.waitListening(ctx, addr); err != nil {
+	if err := p.WaitListening(ctx, addr); err != nil {
 		return nil, errors.Join(err, p.Stop(), errors.New(p.LogTail()))
 	}
 	return p, nil

@@ -26,7 +26,7 @@ import (
 
 // Replay defaults for zero WorkflowOptions values.
 const (
-	defaultBatchItems = 64
+	defaultBatchItems = 256
 	defaultBatchBytes = 4 << 20
 	defaultBatchWait  = 5 * time.Millisecond
 	// maxPendingGroups bounds the groups read ahead of the oldest uncommitted

@@ -157,8 +157,11 @@ func (s *Server) startBinlog(ctx context.Context, start *gtid.Set, flavor dbconn
 		// update events binlogrow refuses.
 		RowsEventDecodeFunc:   binlogrow.DecodeRows,
 		RenderJSONAsMySQLText: true,
-		HeartbeatPeriod:       binlogHeartbeat,
-		Dialer:                watch.dial,
+		// The reader keeps its own position; go-mysql would clone its GTID
+		// set into every commit event.
+		DiscardGTIDSet:  true,
+		HeartbeatPeriod: binlogHeartbeat,
+		Dialer:          watch.dial,
 		Option: func(c *client.Conn) error {
 			if _, err := c.Execute(fmt.Sprintf("SET SESSION net_write_timeout = %d", readerWriteTimeout)); err != nil {
 				return fmt.Errorf("set the dump's net_write_timeout: %w", err)

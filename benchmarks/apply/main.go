@@ -83,7 +83,7 @@ func main() {
 	flag.IntVar(&cfg.Tables, "tables", 4, "sysbench-like tables the transactions pick from")
 	flag.Int64Var(&cfg.Rows, "rows", 25_000, "rows per table")
 	flag.IntVar(&cfg.Workers, "workers", 4, "rowlift apply_workers of the parallel configurations")
-	flag.IntVar(&cfg.BatchItems, "batch-items", 64, "rowlift commit_batch_items of the batching configurations")
+	flag.IntVar(&cfg.BatchItems, "batch-items", 256, "rowlift commit_batch_items of the batching configurations")
 	flag.IntVar(&cfg.BatchMs, "batch-ms", 5, "rowlift commit_batch_ms of the batching configurations")
 	flag.StringVar(&cfg.Native, "native", "0,4,16", "parallel appliers of the native replicas: slave_parallel_threads on MariaDB, each above 0 in optimistic and in conservative mode; replica_parallel_workers on MySQL, commit order preserved (empty: none)")
 	flag.StringVar(&cfg.Slow, "slow", "20-160ms", "delay range held after every replay group's statements on the slowed targets (empty: no slowed-target case)")

@@ -92,7 +92,7 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.packetBytes, "packet-bytes", 0, "target gRPC message size in bytes; 0: the server default, e.g. --packet-bytes 4194304")
 	fs.IntVar(&c.parallelTables, "parallel-tables", 0, "tables copied at once; 0: the server default, e.g. --parallel-tables 4")
 	fs.IntVar(&c.applyWorkers, "apply-workers", 0, "connections the applier writes with; 0: the server default, e.g. --apply-workers 8")
-	fs.IntVar(&c.commitBatchItems, "commit-batch-items", 0, "source transactions replayed per target transaction (1: each on its own); 0: default 64, e.g. --commit-batch-items 16")
+	fs.IntVar(&c.commitBatchItems, "commit-batch-items", 0, "source transactions replayed per target transaction (1: each on its own); 0: default 256, e.g. --commit-batch-items 16")
 	fs.Int64Var(&c.commitBatchBytes, "commit-batch-bytes", 0, "a replay group also ends at this many bytes of row images; 0: default 4 MiB, e.g. --commit-batch-bytes 1048576")
 	fs.IntVar(&c.commitBatchMS, "commit-batch-ms", 0, "longest a replay group waits for more transactions, in milliseconds; 0: default 5, e.g. --commit-batch-ms 20")
 	fs.Int64Var(&c.maxReplayLagMS, "max-replay-lag-ms", 0, "catch-up before copy: the copy waits between chunks while replay lags more than this many\n"+

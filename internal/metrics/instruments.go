@@ -17,7 +17,7 @@ const scope = "github.com/rowlift/rowlift"
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // groupBuckets bound the replay group sizes, in transactions; commit_batch_items
-// defaults to 64.
+// defaults to 256.
 var groupBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
 // Catalog returns the Prometheus names of rowlift's own metrics as a scrape

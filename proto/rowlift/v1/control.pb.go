@@ -1305,7 +1305,7 @@ type WorkflowOptions struct {
 	OutOfOrderCommit bool       `protobuf:"varint,8,opt,name=out_of_order_commit,json=outOfOrderCommit,proto3" json:"out_of_order_commit,omitempty"`
 	CopyMethod       CopyMethod `protobuf:"varint,9,opt,name=copy_method,json=copyMethod,proto3,enum=rowlift.v1.CopyMethod" json:"copy_method,omitempty"`
 	// Replay groups up to this many consecutive source transactions into one
-	// target transaction, so a durable target pays one fsync per group (0: 64);
+	// target transaction, so a durable target pays one fsync per group (0: 256);
 	// 1 commits each source transaction on its own.
 	CommitBatchItems int32 `protobuf:"varint,10,opt,name=commit_batch_items,json=commitBatchItems,proto3" json:"commit_batch_items,omitempty"`
 	// A group also ends once its row images reach this many bytes (0: 4 MiB).

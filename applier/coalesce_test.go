@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"strconv"
@@ -231,8 +232,29 @@ func TestCoalescedReplayOnTarget(t *testing.T) {
 			PkColumns:   []int32{0},
 			CreateTable: []byte("CREATE TABLE `u` (id INT PRIMARY KEY, code VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, UNIQUE KEY (code))"),
 		}
-		spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: "r"}, {Name: "u"}}}
-		tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("r"), uniq}, nil, 1<<20, nil)
+		// A key of one string column under a case-insensitive collation, and
+		// a key of two columns.
+		str := &rowliftv1.TableFields{
+			Table: "s",
+			Fields: []*rowliftv1.Field{
+				{Name: "name", DataType: "varchar", ColumnType: "varchar(16)", Charset: "utf8mb4", Collation: "utf8mb4_general_ci"},
+				{Name: "v", DataType: "int", ColumnType: "int", Nullable: true},
+			},
+			PkColumns:   []int32{0},
+			CreateTable: []byte("CREATE TABLE `s` (name VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)"),
+		}
+		pair := &rowliftv1.TableFields{
+			Table: "p",
+			Fields: []*rowliftv1.Field{
+				{Name: "a", DataType: "int", ColumnType: "int"},
+				{Name: "b", DataType: "varchar", ColumnType: "varchar(8)", Charset: "utf8mb4", Collation: "utf8mb4_bin"},
+				{Name: "v", DataType: "int", ColumnType: "int", Nullable: true},
+			},
+			PkColumns:   []int32{0, 1},
+			CreateTable: []byte("CREATE TABLE `p` (a INT, b VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, v INT, PRIMARY KEY (a, b))"),
+		}
+		spec := &rowliftv1.WorkflowSpec{SourceDatabase: "d", Tables: []*rowliftv1.TableSpec{{Name: "r"}, {Name: "u"}, {Name: "s"}, {Name: "p"}}}
+		tables, err := prepareTargets(ctx, db, spec, []*rowliftv1.TableFields{docFields("r"), uniq, str, pair}, nil, 1<<20, nil)
 		require.NoError(t, err)
 		keys := map[string]*writeset.Table{}
 		for name, tbl := range tables {
@@ -301,6 +323,40 @@ func TestCoalescedReplayOnTarget(t *testing.T) {
 		require.True(t, ok)
 		require.ErrorIs(t, err, errNotAsCoalesced)
 		sameJSON(t, db, flavor, "r", 6, one) // rolled back
+
+		sv := func(name string, v int) *rowliftv1.Row { return row([]byte(name), []byte(strconv.Itoa(v))) }
+		pv := func(a int, b string, v int) *rowliftv1.Row {
+			return row([]byte(strconv.Itoa(a)), []byte(b), []byte(strconv.Itoa(v)))
+		}
+		seed = nil
+		for i := 1; i <= 12; i++ {
+			seed = append(seed, change("s", nil, sv(fmt.Sprintf("Name-%02d", i), 0)), change("p", nil, pv(i, "x", 0)), change("p", nil, pv(i, "Y", 0)))
+		}
+		ok, err = run(seed...)
+		require.True(t, ok)
+		require.NoError(t, err)
+		var group []*rowliftv1.Transaction
+		for i := 1; i <= 10; i++ { // more keys than one statement of 64 bytes takes
+			group = append(group, change("s", sv(fmt.Sprintf("Name-%02d", i), 0), sv(fmt.Sprintf("Name-%02d", i), i)),
+				change("p", pv(i, "Y", 0), pv(i, "Y", i)))
+		}
+		group = append(group, change("s", sv("Name-11", 0), nil), change("p", pv(11, "x", 0), nil))
+		ok, err = run(group...)
+		require.True(t, ok)
+		require.NoError(t, err)
+		require.Equal(t, 11, count(t, db, "d.s"))
+		require.Equal(t, 10, count(t, db, "d.s WHERE v = CAST(SUBSTRING(name, 6) AS SIGNED)"), "every update landed on its own key")
+		require.Equal(t, 23, count(t, db, "d.p"))
+		require.Equal(t, 10, count(t, db, "d.p WHERE b = 'Y' AND v = a"))
+		require.Equal(t, 0, count(t, db, "d.p WHERE a = 11 AND b = 'x'"))
+		// A key the target lacks: the DELETE finds fewer rows than it names.
+		ok, err = run(change("s", sv("Name-12", 0), sv("Name-12", 5)), change("s", sv("Name-99", 0), nil))
+		require.True(t, ok)
+		require.ErrorIs(t, err, errNotAsCoalesced)
+		require.Equal(t, 1, count(t, db, "d.s WHERE name = 'Name-12' AND v = 0"), "rolled back")
+		ok, err = run(change("p", pv(12, "y", 0), nil))
+		require.True(t, ok)
+		require.ErrorIs(t, err, errNotAsCoalesced, "b is a binary string: y is not Y")
 
 		// A trigger makes the table a barrier, a column the stream does not
 		// carry makes it not whole: their groups are written plainly.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/internal/nice/nicetest"
 	"github.com/rowlift/rowlift/internal/probe"
 )
 
@@ -116,4 +118,35 @@ func TestHealthListenBusy(t *testing.T) {
 	require.NotZero(t, p.cmd.ProcessState.ExitCode())
 	require.Contains(t, p.logText(), "--health-listen "+lis.Addr().String())
 	require.Contains(t, p.logText(), "address already in use")
+}
+
+// TestRolesYieldTheCPU: the streamer and the applier run every thread at the
+// lowest CPU priority unless --nice says otherwise, and refuse a value that is
+// not one, saying which are.
+func TestRolesYieldTheCPU(t *testing.T) {
+	roles := map[string][]string{
+		"streamer": {"streamer", "--listen", freeAddr(t), "--source-dsn", "root@tcp(127.0.0.1:1)/"},
+		"applier":  {"applier", "--target-dsn", "root@tcp(127.0.0.1:1)/"},
+	}
+	for name, args := range roles {
+		for _, c := range []struct {
+			flags []string
+			want  int
+		}{{nil, 19}, {[]string{"--nice", "5"}, 5}, {[]string{"--nice", "0"}, 0}} {
+			p := startProc(t, name, nil, append(slices.Clone(args), c.flags...)...)
+			// Running: the role has set its priority before it logs this.
+			require.Eventually(t, func() bool {
+				return strings.Contains(p.logText(), "running") || strings.Contains(p.logText(), "serving")
+			},
+				30*time.Second, 20*time.Millisecond, "%s %v", name, c.flags)
+			for tid, n := range nicetest.Threads(t, p.cmd.Process.Pid) {
+				require.Equal(t, c.want, n, "%s %v: thread %d", name, c.flags, tid)
+			}
+			p.stop()
+		}
+		p := startProc(t, name, nil, append(slices.Clone(args), "--nice", "-5")...)
+		p.exited(30 * time.Second)
+		require.NotZero(t, p.cmd.ProcessState.ExitCode())
+		require.Contains(t, p.logText(), "--nice -5 is out of range: 0 (normal priority) to 19 (lowest, the default)", name)
+	}
 }

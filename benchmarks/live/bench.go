@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/rowlift/rowlift/benchmarks/internal/benchkit"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/nice"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -86,10 +86,10 @@ func setup(ctx context.Context, cfg config) (b *bench, err error) {
 	b.procs.Add("streamer", b.streamer)
 	b.procs.Add("applier", b.applier)
 	if n := cfg.TargetNice; n != 0 {
-		if err := errors.Join(benchkit.Renice(b.Target.Pid(), n), benchkit.Renice(b.applier.Pid(), n)); err != nil {
+		if err := nice.Set(b.Target.Pid(), n); err != nil {
 			return b, err
 		}
-		progress("the target server and the applier run at nice %d", n)
+		progress("the target server runs at nice %d", n)
 	}
 	return b, nil
 }

@@ -52,8 +52,9 @@ type config struct {
 	Baseline time.Duration `json:"-"`
 	// MaxReplayLagMs is the move's max_replay_lag_ms (0: rowlift's default).
 	MaxReplayLagMs int64 `json:"max_replay_lag_ms"`
-	// TargetNice runs the target server and the applier at this nice value
-	// (0: not changed), to model a target on a host of its own.
+	// TargetNice runs the target server at this nice value (0: not
+	// changed), to model a target on a host of its own; rowlift's roles run
+	// at their own --nice.
 	TargetNice int `json:"target_nice"`
 	benchkit.ServerConfig
 	Out string `json:"out"`
@@ -65,8 +66,8 @@ func main() {
 	flag.IntVar(&cfg.Threads, "threads", 16, "source connections the load is spread over")
 	flag.Float64Var(&cfg.TPS, "tps", 600, "load transactions/s in all, on a fixed schedule")
 	flag.DurationVar(&cfg.Baseline, "baseline", 20*time.Second, "how long the load runs alone, measured, before the move")
-	flag.IntVar(&cfg.TargetNice, "target-nice", 0, "nice value (1-19) of every thread of the target server and the applier, to model a target on a host\n"+
-		"of its own: on one machine they then take only the CPU the source side leaves (0: as started, the issue's measure)")
+	flag.IntVar(&cfg.TargetNice, "target-nice", 0, "nice value (1-19) of every thread of the target server, to model a target on a host of its own: on one\n"+
+		"machine it then takes only the CPU the source side leaves (0: as started, the issue's measure); rowlift's roles run at their --nice")
 	flag.Int64Var(&cfg.MaxReplayLagMs, "max-replay-lag-ms", 0, "the move's max_replay_lag_ms: the copy waits while replay lags more (0: rowlift's default, -1: never)")
 	cfg.RegisterFlags(flag.CommandLine)
 	flag.StringVar(&cfg.Out, "out", "", "JSON result path (default benchmarks/results/live.json, live-mysql.json with -flavor mysql)")

@@ -152,7 +152,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "sbtest1 of %d rows (seeded in %.1f s) + heartbeat; load: oltp_write_only at %.0f tps over %d connections; flush=%d sync_binlog=1 %s; max_replay_lag_ms %d\n",
 		f.Rows, r.SeedS, f.TPS, f.Threads, f.Flush, f.Settings(), f.MaxReplayLagMs)
 	if f.TargetNice != 0 {
-		fmt.Fprintf(w, "the target server and the applier run at nice %d (-target-nice: a target on a host of its own, modelled)\n", f.TargetNice)
+		fmt.Fprintf(w, "the target server runs at nice %d (-target-nice: a target on a host of its own, modelled)\n", f.TargetNice)
 	}
 	row := func(what, baseline, move string) { fmt.Fprintf(w, "%-34s %-22s %s\n", what, baseline, move) }
 	fmt.Fprintln(w)

@@ -18,6 +18,7 @@ import (
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/metrics"
+	"github.com/rowlift/rowlift/internal/nice"
 	"github.com/rowlift/rowlift/internal/probe"
 	"github.com/rowlift/rowlift/internal/tlsfiles"
 	"github.com/rowlift/rowlift/internal/tracing"
@@ -27,7 +28,7 @@ import (
 
 func streamerCommand() *command {
 	var listen, sourceDSN, sourceDSNFile string
-	rf := &roleFlags{name: "streamer", serves: true}
+	rf := &roleFlags{name: "streamer", serves: true, yields: true}
 	return &command{
 		name:    "streamer",
 		summary: "serve the source side: copy chunks and binlog on one gRPC stream per workflow",
@@ -64,7 +65,7 @@ func streamerCommand() *command {
 func applierCommand() *command {
 	var targetDSN, targetDSNFile string
 	var poll time.Duration
-	rf := &roleFlags{name: "applier", dials: true}
+	rf := &roleFlags{name: "applier", dials: true, yields: true}
 	return &command{
 		name:    "applier",
 		summary: "run the target side: apply every workflow recorded in the target's _rowlift schema",
@@ -109,7 +110,16 @@ type roleFlags struct {
 	// serves and dials say which ends of gRPC hops the role is: the TLS flags'
 	// help and the credentials start builds follow them.
 	serves, dials bool
+	// yields marks the roles that do the copy and the replay, which run at
+	// the nice value niceness (--nice) so a server on their host goes first.
+	yields   bool
+	niceness int
 }
+
+// defaultNice is the streamer's and the applier's nice value unless --nice
+// says otherwise: the lowest priority, so the database servers they share a
+// host with are never held back by them.
+const defaultNice = nice.Max
 
 // register defines the flags; ready says when the role's health reports it ready.
 func (f *roleFlags) register(fs *flag.FlagSet, ready string) {
@@ -118,6 +128,10 @@ func (f *roleFlags) register(fs *flag.FlagSet, ready string) {
 	metricsFlag(fs, &f.metrics)
 	logFlags(fs, &f.log)
 	f.tls.register(fs, f.serves, f.dials)
+	if f.yields {
+		fs.IntVar(&f.niceness, "nice", defaultNice, fmt.Sprintf("CPU priority of every thread of the %s, as a nice value from 0 (normal) to %d (lowest): "+
+			"a database server on the same host, and its application, go first; within a container's own CPU share it changes nothing", f.name, nice.Max))
+	}
 }
 
 // running is a role set up from its flags.
@@ -138,6 +152,9 @@ type running struct {
 // before any port is bound), metrics, Go profiles and the probe server, whose
 // health mirrors answers beside liveness and readiness.
 func (f *roleFlags) start(ctx context.Context, mirrors ...string) (*running, error) {
+	if f.yields && (f.niceness < 0 || f.niceness > nice.Max) {
+		return nil, usagef("--nice %d is out of range: 0 (normal priority) to %d (lowest, the default)", f.niceness, nice.Max)
+	}
 	log, err := newLogger(f.log)
 	if err != nil {
 		return nil, err
@@ -150,6 +167,12 @@ func (f *roleFlags) start(ctx context.Context, mirrors ...string) (*running, err
 }
 
 func (r *running) setUp(ctx context.Context, f *roleFlags, mirrors []string) error {
+	if f.yields && f.niceness > 0 {
+		if err := nice.Set(os.Getpid(), f.niceness); err != nil {
+			// Only the database's share of the CPU is at stake: run on.
+			r.log.Warn("cannot lower the CPU priority; running at normal priority", zap.Int("nice", f.niceness), zap.Error(err))
+		}
+	}
 	stopTracing, err := startTracing(ctx, f.name, r.log)
 	if err != nil {
 		return err

@@ -94,24 +94,3 @@ func PairCPU(streamer, applier *Proc, source, target *sandbox.Server, clkTck flo
 func (c CPUUse) Sub(o CPUUse) CPUUse {
 	return CPUUse{c.Streamer - o.Streamer, c.Applier - o.Applier, c.Source - o.Source, c.Target - o.Target, c.Bench - o.Bench}
 }
-
-// Renice sets the nice value of every thread of process pid; threads it
-// starts later inherit it from the thread that starts them. Linux gives each
-// thread its own nice value, so setting the process's alone would leave a
-// server's connection threads as they were.
-func Renice(pid, nice int) error {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return fmt.Errorf("renice %d: %w", pid, err)
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil {
-			return fmt.Errorf("renice thread %d of %d: %w", tid, pid, err)
-		}
-	}
-	return nil
-}

@@ -127,7 +127,7 @@ func (p *Proc) CPU(clkTck float64) (float64, error) {
 	return ProcCPU(p.Pid(), clkTck)
 }
 
-// Pid is the process's pid, for what a benchmark does to it (Renice).
+// Pid is the process's pid, for what a benchmark does to it (nice.Set).
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // WaitListening waits until the process accepts TCP connections on addr, so

@@ -1,0 +1,48 @@
+// Package nice lowers the CPU priority of a process, so that rowlift's roles
+// yield the CPU to a database server on the same host.
+package nice
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// Max is the lowest priority: an unprivileged process may only raise its
+// nice value, up to this.
+const Max = 19
+
+// Set gives every thread of process pid the nice value n (0 to Max). Linux
+// keeps a nice value per thread, and a thread starts with its creator's, so
+// the threads are listed until a pass finds none it has not set: a thread
+// started meanwhile by one not yet set would otherwise keep the old value.
+func Set(pid, n int) error {
+	if n < 0 || n > Max {
+		return fmt.Errorf("nice value %d is out of range: 0 (normal priority) to %d (yield the most)", n, Max)
+	}
+	done := map[int]bool{}
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return fmt.Errorf("set nice value of process %d: %w", pid, err)
+		}
+		fresh := false
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil || done[tid] {
+				continue
+			}
+			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, n); err != nil {
+				if err == syscall.ESRCH {
+					continue // the thread has exited
+				}
+				return fmt.Errorf("set nice value of thread %d of process %d to %d: %w", tid, pid, n, err)
+			}
+			done[tid], fresh = true, true
+		}
+		if !fresh {
+			return nil
+		}
+	}
+}

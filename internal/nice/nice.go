@@ -3,6 +3,7 @@
 package nice
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -13,16 +14,21 @@ import (
 // nice value, up to this.
 const Max = 19
 
+// maxPasses bounds the listings of a process's threads: a process that keeps
+// starting threads (a server's pool) would never leave a pass with none new,
+// though every thread that a set one starts is set already.
+const maxPasses = 8
+
 // Set gives every thread of process pid the nice value n (0 to Max). Linux
 // keeps a nice value per thread, and a thread starts with its creator's, so
-// the threads are listed until a pass finds none it has not set: a thread
-// started meanwhile by one not yet set would otherwise keep the old value.
+// the threads are listed again until a pass finds none it has not set: a
+// thread started meanwhile by one not yet set would keep the old value.
 func Set(pid, n int) error {
 	if n < 0 || n > Max {
 		return fmt.Errorf("nice value %d is out of range: 0 (normal priority) to %d (yield the most)", n, Max)
 	}
 	done := map[int]bool{}
-	for {
+	for range maxPasses {
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
 			return fmt.Errorf("set nice value of process %d: %w", pid, err)
@@ -34,7 +40,7 @@ func Set(pid, n int) error {
 				continue
 			}
 			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, n); err != nil {
-				if err == syscall.ESRCH {
+				if errors.Is(err, syscall.ESRCH) {
 					continue // the thread has exited
 				}
 				return fmt.Errorf("set nice value of thread %d of process %d to %d: %w", tid, pid, n, err)
@@ -45,4 +51,5 @@ func Set(pid, n int) error {
 			return nil
 		}
 	}
+	return nil
 }

@@ -47,40 +47,43 @@ func netRows(changes []*rowliftv1.RowChange, keyOf func(*rowliftv1.Row) (string,
 	}
 	var rows []netRow
 	byKey := map[string]*state{}
+	// step applies one image of a change: a before image finds its key held
+	// (or first seen) and frees it, an after image finds it free and holds it.
+	step := func(img *rowliftv1.Row, after bool) error {
+		k, err := keyOf(img)
+		if err != nil {
+			return err
+		}
+		s := byKey[k]
+		switch {
+		case s == nil:
+			r := netRow{}
+			if !after {
+				r.pre = img
+			}
+			rows = append(rows, r)
+			s = &state{i: len(rows) - 1}
+			byKey[k] = s
+		case s.present == after:
+			return errIncoherent
+		}
+		s.present = after
+		rows[s.i].final = nil
+		if after {
+			rows[s.i].final = img
+		}
+		return nil
+	}
 	for _, ch := range changes {
 		if before := ch.GetBefore(); before != nil {
-			k, err := keyOf(before)
-			if err != nil {
+			if err := step(before, false); err != nil {
 				return nil, err
 			}
-			s := byKey[k]
-			switch {
-			case s == nil:
-				rows = append(rows, netRow{pre: before})
-				s = &state{i: len(rows) - 1}
-				byKey[k] = s
-			case !s.present:
-				return nil, errIncoherent
-			}
-			s.present = false
-			rows[s.i].final = nil
 		}
 		if after := ch.GetAfter(); after != nil {
-			k, err := keyOf(after)
-			if err != nil {
+			if err := step(after, true); err != nil {
 				return nil, err
 			}
-			s := byKey[k]
-			switch {
-			case s == nil:
-				rows = append(rows, netRow{})
-				s = &state{i: len(rows) - 1}
-				byKey[k] = s
-			case s.present:
-				return nil, errIncoherent
-			}
-			s.present = true
-			rows[s.i].final = after
 		}
 	}
 	return rows, nil

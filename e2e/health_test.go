@@ -147,6 +147,6 @@ func TestRolesYieldTheCPU(t *testing.T) {
 		p := startProc(t, name, nil, append(slices.Clone(args), "--nice", "-5")...)
 		p.exited(30 * time.Second)
 		require.NotZero(t, p.cmd.ProcessState.ExitCode())
-		require.Contains(t, p.logText(), "--nice -5 is out of range: 0 (normal priority) to 19 (lowest, the default)", name)
+		require.Contains(t, p.logText(), "--nice -5 is out of range: 0 (normal priority) to 19 (lowest); the default is 19", name)
 	}
 }

@@ -152,8 +152,8 @@ type running struct {
 // before any port is bound), metrics, Go profiles and the probe server, whose
 // health mirrors answers beside liveness and readiness.
 func (f *roleFlags) start(ctx context.Context, mirrors ...string) (*running, error) {
-	if f.yields && (f.niceness < 0 || f.niceness > nice.Max) {
-		return nil, usagef("--nice %d is out of range: 0 (normal priority) to %d (lowest, the default)", f.niceness, nice.Max)
+	if err := nice.Check(f.niceness); f.yields && err != nil {
+		return nil, usagef("--nice %v; the default is %d", err, defaultNice)
 	}
 	log, err := newLogger(f.log)
 	if err != nil {

@@ -14,6 +14,14 @@ import (
 // nice value, up to this.
 const Max = 19
 
+// Check refuses a value Set cannot give, saying which it can.
+func Check(n int) error {
+	if n < 0 || n > Max {
+		return fmt.Errorf("%d is out of range: 0 (normal priority) to %d (lowest)", n, Max)
+	}
+	return nil
+}
+
 // maxPasses bounds the listings of a process's threads: a process that keeps
 // starting threads (a server's pool) would never leave a pass with none new,
 // though every thread that a set one starts is set already.
@@ -24,8 +32,8 @@ const maxPasses = 8
 // the threads are listed again until a pass finds none it has not set: a
 // thread started meanwhile by one not yet set would keep the old value.
 func Set(pid, n int) error {
-	if n < 0 || n > Max {
-		return fmt.Errorf("nice value %d is out of range: 0 (normal priority) to %d (yield the most)", n, Max)
+	if err := Check(n); err != nil {
+		return fmt.Errorf("nice value %w", err)
 	}
 	done := map[int]bool{}
 	for range maxPasses {

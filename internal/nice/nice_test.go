@@ -42,7 +42,7 @@ func TestSetEveryThread(t *testing.T) {
 func TestSetOutOfRange(t *testing.T) {
 	for _, n := range []int{-1, 20} {
 		err := Set(os.Getpid(), n)
-		require.ErrorContains(t, err, fmt.Sprintf("nice value %d is out of range: 0 (normal priority) to 19 (yield the most)", n))
+		require.ErrorContains(t, err, fmt.Sprintf("nice value %d is out of range: 0 (normal priority) to 19 (lowest)", n))
 	}
 }
 

@@ -20,8 +20,10 @@ func throttleTTL(interval time.Duration) time.Duration {
 
 // applierReportEvery is how often the applier tells the streamer what it has
 // applied while the copy runs, so the copy waits for replay within about this
-// much of replay falling behind (max_replay_lag_ms).
-const applierReportEvery = 100 * time.Millisecond
+// much of replay falling behind (max_replay_lag_ms), and a paced copy learns
+// this soon that its last chunk is applied: each chunk waits for that, so a
+// longer interval would leave the copy idle between chunks.
+const applierReportEvery = 25 * time.Millisecond
 
 // throttleTarget, while the copy runs, reads the target's metrics every check
 // interval (when the workflow sets target limits) and sends the streamer the

@@ -1,5 +1,7 @@
 package streamer
 
+import "time"
+
 // DefaultChunkBytes is the copy chunk's byte budget when a workflow sets none.
 // A chunk is read in one snapshot, and while its fence waits for the binlog
 // reader it is held in memory (whole, in a reshard, plus the shared cache's
@@ -24,23 +26,39 @@ const chunkOvershoot = 2
 // first LIMIT keeps that cheap until the first chunk has measured the rows.
 const unknownWidthRows = 100
 
+// minPacedBytes is the smallest budget pacing gives a chunk of a live table:
+// below it a chunk's fixed costs (its fence, snapshot, statement and commit)
+// would outweigh its rows, and a target that slow is the lag gate's to handle.
+const minPacedBytes = 1 << 20
+
+// firstPacedBytes is the budget a paced copy's first chunk aims at: until a
+// chunk has been timed nothing says whether the table is live or how fast the
+// target loads, and a full chunk could hold transactions back for seconds.
+// Chunks of a quiet table double from it to the ceiling in a few steps.
+const firstPacedBytes = 2 << 20
+
 // chunkSizer decides how many rows each chunk of one table asks for, so that
 // a chunk holds about budget bytes whatever the rows' width, and when a chunk's
 // scan must end early. It starts from the table's average row length and then
 // follows the bytes per row of the chunks it read: rows in key order resemble
-// their neighbours more than the table's average. It does no I/O.
+// their neighbours more than the table's average. While the table is written
+// to, pace lowers the budget so a chunk is applied within a time (see
+// copyGate.drain). It does no I/O.
 type chunkSizer struct {
-	// budget is the bytes a chunk aims at; maxRows bounds its LIMIT.
-	budget, maxRows int64
+	// budget is the bytes a chunk aims at, at most ceiling (the workflow's
+	// chunk_bytes); maxRows bounds its LIMIT.
+	budget, ceiling, maxRows int64
 	// rowBytes is the estimated bytes per row (0: unknown).
 	rowBytes float64
+	// lastBytes is what the last chunk read.
+	lastBytes int64
 }
 
 // newChunkSizer sizes chunks of budget bytes, at most maxRows rows, for a
 // table whose rows average avgRowBytes (0 or less: unknown; the first chunk
 // then asks for unknownWidthRows).
 func newChunkSizer(budget, maxRows, avgRowBytes int64) *chunkSizer {
-	s := &chunkSizer{budget: max(budget, 1), maxRows: max(maxRows, 1)}
+	s := &chunkSizer{budget: max(budget, 1), ceiling: max(budget, 1), maxRows: max(maxRows, 1)}
 	if avgRowBytes > 0 {
 		s.rowBytes = float64(avgRowBytes)
 	}
@@ -74,4 +92,26 @@ func (s *chunkSizer) observe(rows, bytes int64) {
 		return
 	}
 	s.rowBytes = max(float64(bytes)/float64(rows), 1)
+	s.lastBytes = bytes
+}
+
+// slowStart lowers the first chunk's budget to firstPacedBytes, for a copy
+// that pace sizes from then on.
+func (s *chunkSizer) slowStart() { s.budget = min(s.ceiling, firstPacedBytes) }
+
+// pace sets the next chunk's budget from the last one, which took took from
+// its request until the target had applied it and the transactions queued
+// behind it. A live table's chunks (held is true: transactions waited behind
+// the chunk) aim at target, so those transactions wait about that long
+// however fast the target loads; the budget at most doubles per chunk, so one
+// quick chunk does not undo it. A chunk that held nothing back lets the budget
+// double back toward the ceiling: a quiet table copies in full-size chunks.
+func (s *chunkSizer) pace(took, target time.Duration, held bool) {
+	grown := min(2*s.budget, s.ceiling)
+	if !held || took <= 0 || target <= 0 || s.lastBytes <= 0 {
+		s.budget = grown
+		return
+	}
+	want := float64(s.lastBytes) * float64(target) / float64(took)
+	s.budget = max(min(int64(want), grown), min(minPacedBytes, s.ceiling))
 }

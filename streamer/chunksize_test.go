@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -172,4 +173,79 @@ func TestChunkSizerBrokenVariantCaught(t *testing.T) {
 		worst = max(worst, bytes)
 	}
 	require.Greater(t, worst, int64(chunkOvershoot<<20)+300<<10, "without the early end and observe, a chunk takes the whole table")
+}
+
+func TestChunkSizerPace(t *testing.T) {
+	const target = 500 * time.Millisecond
+	s := newChunkSizer(16<<20, 1<<30, 100)
+	s.observe(1, 16<<20)
+	s.pace(2*time.Second, target, true) // 16 MiB took 2 s: a quarter of it takes 500 ms
+	require.EqualValues(t, 4<<20, s.budget)
+	s.observe(1, 4<<20)
+	s.pace(100*time.Millisecond, target, true) // fast now, but the budget at most doubles
+	require.EqualValues(t, 8<<20, s.budget)
+	s.observe(1, 8<<20)
+	s.pace(10*time.Millisecond, target, true) // and never passes chunk_bytes
+	require.EqualValues(t, 16<<20, s.budget)
+	s.observe(1, 16<<20)
+	s.pace(time.Minute, target, true) // a very slow target: the floor
+	require.EqualValues(t, minPacedBytes, s.budget)
+	s.observe(1, minPacedBytes)
+	s.pace(time.Minute, target, false) // nothing held back: the table is quiet again
+	require.EqualValues(t, 2*minPacedBytes, s.budget)
+	s.pace(0, target, true) // an unknown time counts as quiet
+	require.EqualValues(t, 4*minPacedBytes, s.budget)
+	s.pace(time.Second, 0, true) // no target: no pacing
+	require.EqualValues(t, 8*minPacedBytes, s.budget)
+
+	small := newChunkSizer(64<<10, 1<<30, 100) // chunk_bytes below the floor stays the ceiling
+	small.observe(1, 64<<10)
+	small.pace(time.Minute, target, true)
+	require.EqualValues(t, 64<<10, small.budget)
+
+	fresh := newChunkSizer(16<<20, 1<<30, 0) // no chunk read yet: nothing to go by
+	fresh.pace(time.Minute, target, true)
+	require.EqualValues(t, 16<<20, fresh.budget)
+}
+
+// TestChunkSizerPaceConverges runs a paced copy against targets that apply
+// chunks at a rate after a fixed cost each: the chunks settle within a third
+// of the target time and stay there, whatever the rate.
+func TestChunkSizerPaceConverges(t *testing.T) {
+	const target = 500 * time.Millisecond
+	for _, rate := range []float64{2 << 20, 9 << 20, 30 << 20, 200 << 20} { // bytes/s
+		for _, overhead := range []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond} {
+			s := newChunkSizer(16<<20, 1<<30, 200)
+			var took time.Duration
+			for i := 0; i < 12; i++ {
+				bytes := s.budget
+				s.observe(bytes/200, bytes)
+				took = overhead + time.Duration(float64(bytes)/rate*float64(time.Second))
+				if i >= 4 && s.budget > minPacedBytes && s.budget < s.ceiling {
+					require.InDelta(t, target.Seconds(), took.Seconds(), target.Seconds()/3, "rate %.0f MiB/s, overhead %s, chunk %d", rate/(1<<20), overhead, i)
+				}
+				s.pace(took, target, true)
+			}
+			fullSpeed := overhead + time.Duration(float64(16<<20)/rate*float64(time.Second))
+			if fullSpeed <= target {
+				require.EqualValues(t, 16<<20, s.budget, "a target that applies full chunks in time keeps them")
+			}
+		}
+	}
+}
+
+func TestChunkSizerSlowStart(t *testing.T) {
+	s := newChunkSizer(16<<20, 1<<30, 100)
+	s.slowStart()
+	var budgets []int64
+	for range 5 {
+		budgets = append(budgets, s.budget)
+		s.observe(1, s.budget)
+		s.pace(time.Millisecond, 500*time.Millisecond, false) // a quiet table
+	}
+	require.Equal(t, []int64{2 << 20, 4 << 20, 8 << 20, 16 << 20, 16 << 20}, budgets)
+
+	small := newChunkSizer(1<<20, 1<<30, 100)
+	small.slowStart()
+	require.EqualValues(t, 1<<20, small.budget, "chunk_bytes below the first budget")
 }

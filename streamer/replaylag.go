@@ -57,6 +57,17 @@ func (l *replayLag) read(trx *gtid.Set, at time.Time) {
 	l.buckets = append(l.buckets, lagBucket{last: trx, readAt: at})
 }
 
+// newest returns the newest transaction read that was not applied at the last
+// look (nil: none): a copy marks with it what its chunk may hold back.
+func (l *replayLag) newest() *gtid.Set {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.buckets); n > 0 {
+		return l.buckets[n-1].last
+	}
+	return nil
+}
+
 // lag drops what applied covers (a position of the target: positions only
 // grow, so a bucket whose last transaction it holds is applied whole) and
 // returns how long the oldest unapplied transaction has waited at now; zero

@@ -3,9 +3,11 @@ package streamer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -120,4 +122,86 @@ func TestCopyGateWaitsForReplay(t *testing.T) {
 	now = now.Add(time.Hour)
 	g.maxLag = 0
 	require.Equal(t, "", g.check(ctx), "max_replay_lag off")
+}
+
+// TestCopyGateDrainsBetweenChunks: a paced copy marks the newest unapplied
+// transaction when a chunk has gone out, and before the next chunk waits
+// until the target reports it applied, saying whether it waited (the chunk
+// held transactions back). Nothing read, no report, or the bound off: no wait.
+func TestCopyGateDrainsBetweenChunks(t *testing.T) {
+	targets := newTargetThrottles()
+	lag := &replayLag{}
+	g := &copyGate{targets: targets, workflow: "wf", target: "t", lag: lag, maxLag: time.Second, log: zap.NewNop(), now: time.Now}
+	ctx := context.Background()
+	require.Equal(t, 500*time.Millisecond, g.paceTarget())
+
+	require.Nil(t, g.mark(), "nothing read")
+	held, err := g.drain(ctx, g.mark())
+	require.NoError(t, err)
+	require.False(t, held)
+
+	lag.read(mustSet(t, "0-1-5"), time.Now())
+	lag.read(mustSet(t, "0-1-9"), time.Now().Add(time.Second))
+	mark := g.mark()
+	require.Equal(t, "0-1-9", mark.String(), "the newest read")
+	held, err = g.drain(ctx, mark)
+	require.NoError(t, err)
+	require.False(t, held, "no report from the target: nothing known, no wait")
+
+	targets.set("wf", "t", "", mustSet(t, "0-1-8"), time.Minute)
+	done := make(chan bool, 1)
+	go func() {
+		held, err := g.drain(ctx, mark)
+		assert.NoError(t, err)
+		done <- held
+	}()
+	select {
+	case <-done:
+		t.Fatal("drained before the target applied the mark")
+	case <-time.After(5 * drainPoll):
+	}
+	targets.set("wf", "t", "", mustSet(t, "0-1-9"), time.Minute)
+	select {
+	case held := <-done:
+		require.True(t, held, "it waited: the chunk held transactions back")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the copy did not go on once the mark was applied")
+	}
+	held, err = g.drain(ctx, mark)
+	require.NoError(t, err)
+	require.False(t, held, "already applied")
+
+	// Replay lags past the bound while the copy drains: the wait shows in
+	// status as the gate's does.
+	lag.read(mustSet(t, "0-1-10"), time.Now().Add(-time.Hour))
+	g.interval = time.Hour
+	go func() {
+		held, err := g.drain(ctx, mustSet(t, "0-1-10"))
+		assert.NoError(t, err)
+		done <- held
+	}()
+	require.Eventually(t, func() bool { return strings.HasPrefix(g.throttled(), "replay lag ") }, 10*time.Second, time.Millisecond)
+	targets.set("wf", "t", "", mustSet(t, "0-1-10"), time.Minute)
+	select {
+	case held := <-done:
+		require.True(t, held)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the copy did not go on once replay caught up")
+	}
+	require.Empty(t, g.throttled())
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = g.drain(cancelled, mustSet(t, "0-1-11"))
+	require.ErrorIs(t, err, context.Canceled)
+
+	g.maxLag = -1
+	require.Nil(t, g.mark(), "max_replay_lag off: no pacing")
+	require.Zero(t, g.paceTarget())
+	held, err = g.drain(ctx, mustSet(t, "0-1-10"))
+	require.NoError(t, err)
+	require.False(t, held)
+	var none *copyGate
+	require.Nil(t, none.mark())
+	require.Zero(t, none.paceTarget())
 }

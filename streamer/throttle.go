@@ -175,6 +175,63 @@ type copyGate struct {
 // moves with every target report (applierReportEvery).
 const replayPoll = 50 * time.Millisecond
 
+// drainPoll is how often a copy waiting for its last chunk to be applied looks
+// again: a short wait between chunks is time the copy loses.
+const drainPoll = 10 * time.Millisecond
+
+// mark returns what the binlog reader has read that the target may not have
+// applied yet (nil: nothing), taken when a copy chunk has gone out: the
+// transactions among it that follow the chunk's fence are queued behind it.
+func (g *copyGate) mark() *gtid.Set {
+	if g == nil || g.maxLag <= 0 {
+		return nil
+	}
+	return g.lag.newest()
+}
+
+// paceTarget is how long a live table's copy chunk should take from its
+// request until it is applied: half of max_replay_lag_ms, so transactions
+// that arrive behind a chunk wait well within the bound (0: no pacing).
+func (g *copyGate) paceTarget() time.Duration {
+	if g == nil || g.maxLag <= 0 {
+		return 0
+	}
+	return g.maxLag / 2
+}
+
+// drain waits until the target has applied mark (see mark): the last chunk
+// and the transactions it held back are then applied, and the next chunk
+// starts on an empty queue. Reading the next chunk while the last one still
+// loads would queue the transactions behind both, doubling their wait, which
+// is what the copy's lag is made of. held reports whether it had to wait: the
+// chunk held transactions back, so the table is live. Should replay lag past
+// max_replay_lag_ms meanwhile, it waits as wait does, shown in status. With
+// no mark, no pacing, or no fresh report of the target (nothing is known),
+// it returns at once.
+func (g *copyGate) drain(ctx context.Context, mark *gtid.Set) (held bool, err error) {
+	if g == nil || g.maxLag <= 0 || mark == nil {
+		return false, nil
+	}
+	for {
+		applied := g.targets.applied(g.workflow, g.target)
+		if applied == nil || applied.Contains(mark) {
+			return held, nil
+		}
+		held = true
+		if g.replayReason() != "" {
+			if err := g.wait(ctx); err != nil {
+				return held, err
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return held, ctx.Err()
+		case <-time.After(drainPoll):
+		}
+	}
+}
+
 // wait returns once neither side asks to pause, checking every interval.
 func (g *copyGate) wait(ctx context.Context) error {
 	if g == nil {

@@ -96,7 +96,8 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.commitBatchBytes, "commit-batch-bytes", 0, "a replay group also ends at this many bytes of row images; 0: default 4 MiB, e.g. --commit-batch-bytes 1048576")
 	fs.IntVar(&c.commitBatchMS, "commit-batch-ms", 0, "longest a replay group waits for more transactions, in milliseconds; 0: default 5, e.g. --commit-batch-ms 20")
 	fs.Int64Var(&c.maxReplayLagMS, "max-replay-lag-ms", 0, "catch-up before copy: the copy waits between chunks while replay lags more than this many\n"+
-		"milliseconds, so the move is ready for cutover soon after its last chunk; 0: default 1000, -1: never, e.g. --max-replay-lag-ms 500")
+		"milliseconds, and under writes sizes its chunks to be applied within half of it, so the move is ready for\n"+
+		"cutover soon after its last chunk; 0: default 1000, -1: never, e.g. --max-replay-lag-ms 500")
 	fs.BoolVar(&c.outOfOrder, "out-of-order-commit", false, "commit replayed transactions out of source order, checkpointing a low watermark, e.g. --out-of-order-commit")
 	fs.StringVar(&c.onDDL, "on-ddl", "stop", "what a schema change on a moved table does: stop (the workflow, naming the statement) or ignore (skip it), e.g. --on-ddl ignore")
 	fs.StringVar(&c.copyMethod, "copy-method", "auto", "how copied rows are written: auto (LOAD DATA when the target allows local_infile, else INSERT), load-data or insert,\n"+

@@ -350,9 +350,14 @@ func renderCatchUp(o *rowliftv1.WorkflowOptions) string {
 	case ms < 0:
 		return "off: the copy never waits for replay (--max-replay-lag-ms " + strconv.FormatInt(ms, 10) + ")"
 	case ms == 0:
-		return "the copy waits while replay lags over " + streamer.DefaultMaxReplayLag.String() + " (the default)"
+		return catchUp(streamer.DefaultMaxReplayLag) + " (the default)"
 	}
-	return "the copy waits while replay lags over " + (time.Duration(ms) * time.Millisecond).String()
+	return catchUp(time.Duration(ms) * time.Millisecond)
+}
+
+// catchUp words a bound in force: the gate and the pacing it sets.
+func catchUp(bound time.Duration) string {
+	return "the copy waits while replay lags over " + bound.String() + ", and sizes chunks under writes to be applied within " + (bound / 2).String()
 }
 
 // optionFlags are the create flags that set o's non-default options.

@@ -52,7 +52,7 @@ targets   main
 database  shop → shop
 tables    customers orders:id,total audit_log→_audit_log_frozen
 options   --chunk-rows 5000 --on-ddl ignore --copy-method load-data
-catch-up  the copy waits while replay lags over 1s (the default)
+catch-up  the copy waits while replay lags over 1s, and sizes chunks under writes to be applied within 500ms (the default)
 
 workflow shop-move   copying   lag 1.2s   eta 30s   throttled: source Threads_running 57 > 50
   copying 3 tables

@@ -84,9 +84,13 @@ type group struct {
 	barrier    bool
 	bytes      int
 	// rows counts the transactions' row changes.
-	rows     int
-	position *gtid.Set
-	sourceUS int64
+	rows int
+	// position is the GTID set after the last transaction, parsed from its
+	// text (positionText) once, when the group first runs: one parse per
+	// group, not per transaction.
+	position     *gtid.Set
+	positionText string
+	sourceUS     int64
 	// since is when it last started running, or was queued to run (added, or
 	// rolled back); attempt counts its starts. headAt is when it became the
 	// oldest uncommitted group.
@@ -264,10 +268,6 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 		r.log.Debug("transaction skipped: the target has it", zap.String("gtid", trx.GetGtid()))
 		return nil
 	}
-	position, err := gtid.Parse(trx.GetPosition().GetGtidSet())
-	if err != nil {
-		return fmt.Errorf("position of %s: %w", trx.GetGtid(), err)
-	}
 	var barrier bool
 	r.scratch, barrier = writeset.Transaction(r.scratch, trx, r.keys)
 	size := proto.Size(trx)
@@ -298,7 +298,7 @@ func (r *replayer) submit(trx *rowliftv1.Transaction) error {
 	for _, ev := range trx.GetEvents() {
 		g.rows += len(ev.GetChanges())
 	}
-	g.position = position
+	g.positionText = trx.GetPosition().GetGtidSet()
 	g.sourceUS = trx.GetCommitTimeUs()
 	if barrier || len(g.txs) >= r.limits.items || g.bytes >= r.limits.bytes {
 		r.closeOpen()
@@ -446,6 +446,11 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 			tracing.End(span, err, int64(g.rows), int64(g.bytes))
 		}
 	}()
+	if g.position == nil {
+		if g.position, err = gtid.Parse(g.positionText); err != nil {
+			return fmt.Errorf("position of %s: %w", g.txs[len(g.txs)-1].GetGtid(), err)
+		}
+	}
 	coalesced, err := r.build(w, g, true)
 	if err != nil {
 		return err

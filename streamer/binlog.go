@@ -39,6 +39,8 @@ type binlogReader struct {
 // mappedTable is a streamed table as its table map event describes it; err is
 // why its rows cannot be converted, reported when rows arrive.
 type mappedTable struct {
+	// tm is the table map conv was made from.
+	tm   *replication.TableMapEvent
 	name string
 	conv *binlogrow.Converter
 	err  error
@@ -152,15 +154,19 @@ func (r *binlogReader) begin(gtid string, commitUS int64) {
 }
 
 // mapTable builds the converter of a streamed table from its table map event;
-// each event describes the table as its rows that follow were written.
+// each event describes the table as its rows that follow were written, and
+// the converter of the last one is kept while they describe it alike.
 func (r *binlogReader) mapTable(e *replication.TableMapEvent) {
+	if m := r.mapped[e.TableID]; m != nil && binlogrow.SameTable(m.tm, e) {
+		return
+	}
 	p := r.plans[strings.ToLower(string(e.Table))]
 	if p == nil || !strings.EqualFold(string(e.Schema), r.database) {
 		r.mapped[e.TableID] = nil
 		return
 	}
 	conv, err := binlogrow.NewConverter(e, p.cols)
-	m := &mappedTable{name: p.table.Name, conv: conv, err: err, filter: p.filter}
+	m := &mappedTable{tm: e, name: p.table.Name, conv: conv, err: err, filter: p.filter}
 	if p.jsonText {
 		m.textJSON = p.jsonIdx
 	}

@@ -17,6 +17,7 @@
 package binlogrow
 
 import (
+	"bytes"
 	"fmt"
 	"math/bits"
 	"reflect"
@@ -98,7 +99,8 @@ type Converter struct {
 	cols    []column
 }
 
-// NewConverter matches cols (the streamed columns in stream order, never generated) to tm's image by name; make a new one per table map.
+// NewConverter matches cols (the streamed columns in stream order, never generated) to tm's image by name; make a new one per table map
+// unless SameTable says the map is alike.
 func NewConverter(tm *replication.TableMapEvent, cols []schema.Column) (*Converter, error) {
 	c := &Converter{table: string(tm.Schema) + "." + string(tm.Table), columns: int(tm.ColumnCount)}
 	names := tm.ColumnNameString()
@@ -140,6 +142,20 @@ func NewConverter(tm *replication.TableMapEvent, cols []schema.Column) (*Convert
 	}
 	return c, nil
 }
+
+// SameTable reports whether b describes its table as a does in everything
+// NewConverter reads (the helpers it calls included), so a converter made from
+// a converts b's rows: every transaction logs its tables' maps again, and
+// building a converter for each took a tenth of the streamer's CPU in a
+// catch-up. A field NewConverter comes to read must be compared here too.
+func SameTable(a, b *replication.TableMapEvent) bool {
+	return a.TableID == b.TableID && bytes.Equal(a.Schema, b.Schema) && bytes.Equal(a.Table, b.Table) &&
+		a.ColumnCount == b.ColumnCount && bytes.Equal(a.ColumnType, b.ColumnType) && slices.Equal(a.ColumnMeta, b.ColumnMeta) &&
+		bytes.Equal(a.SignednessBitmap, b.SignednessBitmap) && slices.EqualFunc(a.ColumnName, b.ColumnName, bytes.Equal) &&
+		slices.EqualFunc(a.EnumStrValue, b.EnumStrValue, sameBytesList) && slices.EqualFunc(a.SetStrValue, b.SetStrValue, sameBytesList)
+}
+
+func sameBytesList(a, b [][]byte) bool { return slices.EqualFunc(a, b, bytes.Equal) }
 
 // binlogType is the type and byte length a column's values have in the binlog:
 // CHAR, BINARY, ENUM and SET all travel as MYSQL_TYPE_STRING, with the real type

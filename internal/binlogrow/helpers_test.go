@@ -334,3 +334,28 @@ func TestBlobTable(t *testing.T) {
 	require.Equal(t, uint64(1), partial.JsonColumnCount(), "go-mysql sizes the partial bitmap by the original's JSON columns")
 	require.Equal(t, tm.ColumnCount, partial.ColumnCount, "the extra column is never decoded")
 }
+
+// TestSameTable: a table map alike in everything NewConverter reads keeps its
+// converter; a change in any of those fields does not.
+func TestSameTable(t *testing.T) {
+	require.True(t, SameTable(handMadeTable(), handMadeTable()))
+	for name, change := range map[string]func(tm *replication.TableMapEvent){
+		"table id":         func(tm *replication.TableMapEvent) { tm.TableID++ },
+		"schema":           func(tm *replication.TableMapEvent) { tm.Schema = []byte("e") },
+		"table":            func(tm *replication.TableMapEvent) { tm.Table = []byte("u") },
+		"column count":     func(tm *replication.TableMapEvent) { tm.ColumnCount-- },
+		"column type":      func(tm *replication.TableMapEvent) { tm.ColumnType[0] = mysql.MYSQL_TYPE_LONGLONG },
+		"column meta":      func(tm *replication.TableMapEvent) { tm.ColumnMeta[4] = 3 },
+		"column name":      func(tm *replication.TableMapEvent) { tm.ColumnName[1] = []byte("v") },
+		"column added":     func(tm *replication.TableMapEvent) { tm.ColumnName = append(tm.ColumnName, []byte("h")) },
+		"signedness":       func(tm *replication.TableMapEvent) { tm.SignednessBitmap = []byte{0} },
+		"ENUM member":      func(tm *replication.TableMapEvent) { tm.EnumStrValue[0][1] = []byte("c") },
+		"ENUM member more": func(tm *replication.TableMapEvent) { tm.EnumStrValue[0] = append(tm.EnumStrValue[0], []byte("c")) },
+		"SET members":      func(tm *replication.TableMapEvent) { tm.SetStrValue = [][][]byte{{[]byte("x")}} },
+	} {
+		changed := handMadeTable()
+		change(changed)
+		require.False(t, SameTable(handMadeTable(), changed), name)
+		require.False(t, SameTable(changed, handMadeTable()), name)
+	}
+}

@@ -137,7 +137,8 @@ func TestSlowBinlogStartIsWaitedFor(t *testing.T) {
 }
 
 func testSlowBinlogStartIsWaitedFor(t *testing.T, flavor sandbox.Flavor) {
-	e := newEnvOf(t, sandbox.Options{Flavor: flavor, Args: fastSourceArgs}, sandbox.Options{Flavor: flavor})
+	// The source's binlog on a disk, whose reads slowReads can throttle.
+	e := newEnvOf(t, sandbox.Options{Flavor: flavor, Args: fastSourceArgs, Root: sandbox.DiskRoot()}, sandbox.Options{Flavor: flavor})
 	e.sourceExec("CREATE DATABASE w", "CREATE TABLE w.t (id INT PRIMARY KEY, v VARCHAR(40))", "CREATE TABLE w.u (id INT PRIMARY KEY)",
 		"INSERT INTO w.t SELECT i, LEFT(SHA2(i, 256), 40) FROM (WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000) SELECT i FROM s) AS seq")
 	filled := time.Now()

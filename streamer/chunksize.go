@@ -99,6 +99,13 @@ func (s *chunkSizer) observe(rows, bytes int64) {
 // that pace sizes from then on.
 func (s *chunkSizer) slowStart() { s.budget = min(s.ceiling, firstPacedBytes) }
 
+// paces reports whether the last chunk is worth pacing: one under half of
+// minPacedBytes (a small table's, or one its chunk_rows or chunk_bytes keeps
+// small) loads in a moment, so transactions behind two of them wait no longer
+// than behind one large one, and waiting for each would only slow the copy.
+// Chunks that pacing itself sizes hold about minPacedBytes or more.
+func (s *chunkSizer) paces() bool { return 2*s.lastBytes >= minPacedBytes }
+
 // pace sets the next chunk's budget from the last one, which took took from
 // its request until the target had applied it and the transactions queued
 // behind it. A live table's chunks (held is true: transactions waited behind

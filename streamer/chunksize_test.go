@@ -198,6 +198,12 @@ func TestChunkSizerPace(t *testing.T) {
 	s.pace(time.Second, 0, true) // no target: no pacing
 	require.EqualValues(t, 8*minPacedBytes, s.budget)
 
+	require.True(t, s.paces())
+	s.observe(1, minPacedBytes*3/4)
+	require.True(t, s.paces(), "a paced chunk that read a little under its budget")
+	s.observe(1, minPacedBytes/2-1)
+	require.False(t, s.paces(), "a small chunk is not paced")
+
 	small := newChunkSizer(64<<10, 1<<30, 100) // chunk_bytes below the floor stays the ceiling
 	small.observe(1, 64<<10)
 	small.pace(time.Minute, target, true)

@@ -110,12 +110,7 @@ func TestCopyGateWaitsForReplay(t *testing.T) {
 	go func() { done <- g.wait(ctx) }()
 	require.Eventually(t, func() bool { return g.throttled() != "" }, 10*time.Second, time.Millisecond)
 	targets.set("wf", "t", "", mustSet(t, "0-1-5"), time.Minute)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the copy did not resume once replay caught up (the gate polls replayPoll, not its hour-long interval)")
-	}
+	require.NoError(t, receive(t, done, "the copy did not resume once replay caught up (the gate polls replayPoll, not its hour-long interval)"))
 	require.True(t, g.lagging.IsZero())
 
 	lag.read(mustSet(t, "0-1-6"), now)
@@ -161,12 +156,7 @@ func TestCopyGateDrainsBetweenChunks(t *testing.T) {
 	case <-time.After(5 * drainPoll):
 	}
 	targets.set("wf", "t", "", mustSet(t, "0-1-9"), time.Minute)
-	select {
-	case held := <-done:
-		require.True(t, held, "it waited: the chunk held transactions back")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the copy did not go on once the mark was applied")
-	}
+	require.True(t, receive(t, done, "the copy did not go on once the mark was applied"), "it waited: the chunk held transactions back")
 	held, err = g.drain(ctx, mark)
 	require.NoError(t, err)
 	require.False(t, held, "already applied")
@@ -182,12 +172,7 @@ func TestCopyGateDrainsBetweenChunks(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return strings.HasPrefix(g.throttled(), "replay lag ") }, 10*time.Second, time.Millisecond)
 	targets.set("wf", "t", "", mustSet(t, "0-1-10"), time.Minute)
-	select {
-	case held := <-done:
-		require.True(t, held)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the copy did not go on once replay caught up")
-	}
+	require.True(t, receive(t, done, "the copy did not go on once replay caught up"))
 	require.Empty(t, g.throttled())
 
 	cancelled, cancel := context.WithCancel(ctx)
@@ -204,4 +189,17 @@ func TestCopyGateDrainsBetweenChunks(t *testing.T) {
 	var none *copyGate
 	require.Nil(t, none.mark())
 	require.Zero(t, none.paceTarget())
+}
+
+// receive returns what ch delivers, failing the test with why after 10 s.
+func receive[T any](t *testing.T, ch <-chan T, why string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal(why)
+		var zero T
+		return zero
+	}
 }

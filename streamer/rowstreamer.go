@@ -95,7 +95,7 @@ func (r *rowStreamer) run(ctx context.Context) error {
 		r.sizer.slowStart()
 	}
 	for {
-		if !requested.IsZero() && !r.verify {
+		if !requested.IsZero() && !r.verify && r.sizer.paces() {
 			held, err := r.gate.drain(ctx, mark)
 			if err != nil {
 				return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)

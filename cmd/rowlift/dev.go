@@ -32,7 +32,7 @@ func devMysqldCommand() *command {
 		usage:   "[--flavor mariadb|mysql] [--root DIR] [--arg --option=value ...]",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&flavor, "flavor", "", "server `FLAVOR`: mariadb or mysql (default $"+sandbox.FlavorEnv+", else mariadb)")
-			fs.StringVar(&root, "root", "", "`DIR` for instance datadirs (default <tmp>/rowlift-sandbox)")
+			fs.StringVar(&root, "root", "", "`DIR` for instance datadirs (default $"+sandbox.RootEnv+", else /dev/shm/rowlift-sandbox on a tmpfs with 8 GiB free, else <tmp>/rowlift-sandbox)")
 			fs.Var(&args, "arg", "extra server `OPTION`, repeatable (e.g. --arg=--innodb-flush-log-at-trx-commit=1)")
 		},
 		exec: func(ctx context.Context, fs *flag.FlagSet, stdout io.Writer) error {

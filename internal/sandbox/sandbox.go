@@ -49,8 +49,8 @@ type Options struct {
 	// Flavor to run; empty means $ROWLIFT_TEST_FLAVOR, or MariaDB.
 	Flavor Flavor
 	// Root is the directory that holds instance directories and templates;
-	// empty means <os.TempDir()>/rowlift-sandbox. Keep it short: the unix socket
-	// path lives under it and is limited to about 100 bytes.
+	// empty means DefaultRoot(). Keep it short: the unix socket path lives
+	// under it and is limited to about 100 bytes.
 	Root string
 	// ServerID of the instance; zero derives a unique one from the port.
 	ServerID uint32
@@ -99,7 +99,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	root := opts.Root
 	if root == "" {
-		root = filepath.Join(os.TempDir(), "rowlift-sandbox")
+		root = DefaultRoot()
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox root: %w", err)

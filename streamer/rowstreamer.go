@@ -87,29 +87,19 @@ func (r *rowStreamer) run(ctx context.Context) error {
 			return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
 		}
 	}
-	// mark and requested pace a copy (not a verify, whose target does not
-	// report): what the last chunk may hold back, and when it was requested.
-	var mark *gtid.Set
-	var requested time.Time
-	if !r.verify && r.gate.paceTarget() > 0 {
+	// A copy is paced (copyGate.drain, chunkSizer.pace); a verify is not, as
+	// its target does not report what it has applied.
+	paced := !r.verify && r.gate.paceTarget() > 0
+	if paced {
 		r.sizer.slowStart()
 	}
 	for {
-		if !requested.IsZero() && !r.verify && r.sizer.paces() {
-			held, err := r.gate.drain(ctx, mark)
-			if err != nil {
-				return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
-			}
-			took := time.Since(requested)
-			r.sizer.pace(took, r.gate.paceTarget(), held)
-			r.log.Debug("chunk paced", zap.Duration("took", took), zap.Bool("held", held), zap.Int64("next_budget", r.sizer.budget))
-		}
 		// Before the chunk is requested, so a paused copy holds no snapshot and
 		// no pending chunk that would hold back its table's binlog changes.
 		if err := r.gate.wait(ctx); err != nil {
 			return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
 		}
-		requested = time.Now()
+		requested := time.Now()
 		done, err := r.chunk(ctx)
 		if err != nil {
 			return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
@@ -117,7 +107,15 @@ func (r *rowStreamer) run(ctx context.Context) error {
 		if done {
 			return nil
 		}
-		mark = r.gate.mark()
+		if paced && r.sizer.paces() {
+			held, err := r.gate.drain(ctx, r.gate.mark())
+			if err != nil {
+				return fmt.Errorf("%s%s: %w", what, r.plan.table.Name, err)
+			}
+			took := time.Since(requested)
+			r.sizer.pace(took, r.gate.paceTarget(), held)
+			r.log.Debug("chunk paced", zap.Duration("took", took), zap.Bool("held", held), zap.Int64("next_budget", r.sizer.budget))
+		}
 	}
 }
 

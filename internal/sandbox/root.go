@@ -3,7 +3,8 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // RootEnv names the environment variable that sets DefaultRoot.
@@ -15,7 +16,6 @@ const RootEnv = "ROWLIFT_SANDBOX_ROOT"
 const (
 	memoryRoot    = "/dev/shm"
 	minMemoryFree = 8 << 30
-	tmpfsMagic    = 0x01021994
 )
 
 // DefaultRoot is where instances go when Options.Root is empty: $ROWLIFT_SANDBOX_ROOT;
@@ -26,9 +26,9 @@ func DefaultRoot() string {
 	if root := os.Getenv(RootEnv); root != "" {
 		return root
 	}
-	var fs syscall.Statfs_t
-	if syscall.Statfs(memoryRoot, &fs) == nil && fs.Type == tmpfsMagic && fs.Bavail*uint64(fs.Bsize) >= minMemoryFree &&
-		syscall.Access(memoryRoot, 0o2) == nil {
+	var fs unix.Statfs_t
+	if unix.Statfs(memoryRoot, &fs) == nil && fs.Type == unix.TMPFS_MAGIC && fs.Bavail*uint64(fs.Bsize) >= minMemoryFree &&
+		unix.Access(memoryRoot, unix.W_OK) == nil {
 		return filepath.Join(memoryRoot, "rowlift-sandbox")
 	}
 	return DiskRoot()

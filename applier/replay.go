@@ -455,8 +455,12 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	if err != nil {
 		return err
 	}
+	slotWrite, err := r.slotWrite(w, slot, g)
+	if err != nil {
+		return err
+	}
 	testhook.Delay(ctx, testhook.ReplayExec)
-	err = w.exec(ctx, conn, r.maxPacket)
+	saved, err := w.exec(ctx, conn, r.maxPacket, slotWrite)
 	if err != nil && coalesced && !retryable(err) {
 		// Only the plain statements name what diverged, if anything did.
 		if rerr := rollback(ctx, conn); rerr != nil {
@@ -465,7 +469,7 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 		if _, err := r.build(w, g, false); err != nil {
 			return err
 		}
-		err = w.exec(ctx, conn, r.maxPacket)
+		saved, err = w.exec(ctx, conn, r.maxPacket, slotWrite)
 	}
 	if err != nil {
 		if rerr := rollback(ctx, conn); rerr != nil {
@@ -485,6 +489,9 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 		}
 		return fmt.Errorf("replay %s: %w", g.txs[0].GetGtid(), err)
 	}
+	if err := state.SlotSaved(r.play.workflow, r.play.source, saved); err != nil {
+		return err
+	}
 	testhook.Delay(ctx, testhook.SlowTarget)
 	r.mu.Lock()
 	r.sched.Executed(seq)
@@ -495,26 +502,9 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 		// locks, which says nothing of the target.
 		r.latency.Observe(time.Since(later(g.since, g.headAt)))
 	}
-	watermark := g.position
-	if r.outOfOrder {
-		watermark = r.play.position() // the low watermark's
-	}
-	err = r.maybeApplied.Advance(g.position)
-	applied := r.maybeApplied.String()
-	r.mu.Unlock()
-	if err != nil {
-		return permanent("replay %s: %v", g.txs[0].GetGtid(), err)
-	}
-	if err := state.SaveSlot(ctx, conn, r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS); err != nil {
-		if retryable(err) {
-			return r.requeue(ctx, conn, slot, seq, g)
-		}
-		return err
-	}
-	r.mu.Lock()
 	// Only now does it wait for its commit turn alone: recording its progress
-	// takes a share lock on the stream row, which a stop's fence may make it
-	// wait for, behind later groups' own share locks.
+	// took a share lock on the stream row, which a stop's fence may have made
+	// it wait for, behind later groups' own share locks.
 	r.held[slot].Executed = true
 	for r.err == nil && !g.abort && !r.sched.MayCommit(seq) {
 		r.cond.Wait()
@@ -533,6 +523,28 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 	r.play.stats.GroupCommitted(len(g.txs), g.rows, time.Since(began))
 	r.committed(slot, seq, g)
 	return nil
+}
+
+// slotWrite is the statement that records a group's progress in its
+// transaction (state.AppendSaveSlot), sent with its statements: the group's
+// position as the watermark in order, the low watermark out of order, and
+// everything handed to a commit so far as maybe applied. It counts the group
+// as maybe applied before it runs: should it roll back, a restart rewrites it
+// idempotently, which is right whether it committed or not.
+func (r *replayer) slotWrite(w *rowWriter, slot int, g *group) ([]byte, error) {
+	r.mu.Lock()
+	watermark := g.position
+	if r.outOfOrder {
+		watermark = r.play.position() // the low watermark's
+	}
+	err := r.maybeApplied.Advance(g.position)
+	applied := r.maybeApplied.String()
+	r.mu.Unlock()
+	if err != nil {
+		return nil, permanent("replay %s: %v", g.txs[0].GetGtid(), err)
+	}
+	w.slot = state.AppendSaveSlot(w.slot[:0], r.play.workflow, r.play.source, r.play.owner, slot, watermark.String(), applied, g.sourceUS)
+	return w.slot, nil
 }
 
 // release ends whatever transaction a worker left open (a group cut short by

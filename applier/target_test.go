@@ -108,7 +108,7 @@ func replay(ctx context.Context, t *testing.T, db *sql.DB, tables map[string]*ta
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	if err := w.exec(ctx, conn, 1<<20); err != nil {
+	if _, err := w.exec(ctx, conn, 1<<20, nil); err != nil {
 		return 0, err
 	}
 	var warnings int

@@ -301,7 +301,7 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 		through := v.state.RowsThrough
 		found.EndRecheck = found.Done || through != nil && proto.Equal(through, c.GetLastPk())
 	}
-	if err := w.exec(ctx, conn, v.maxPacket); err != nil {
+	if _, err := w.exec(ctx, conn, v.maxPacket, nil); err != nil {
 		return fmt.Errorf("verify %s: repair: %w", v.t.name, err)
 	}
 	if v.merge != nil {

@@ -32,12 +32,22 @@ func TestUpsertsLeaveNoWarnings(t *testing.T) {
 		for i, wm := range []string{"0-1-5", "0-1-9"} {
 			tx, err := db.BeginTx(ctx, nil)
 			require.NoError(t, err)
-			require.NoError(t, state.SaveSlot(ctx, tx, "u", "-80", owner, 0, wm, wm, int64(100+i)))
+			res, err := tx.ExecContext(ctx, string(state.AppendSaveSlot(nil, "u", "-80", owner, 0, wm, wm, int64(100+i))))
+			require.NoError(t, err)
+			saved, err := res.RowsAffected()
+			require.NoError(t, err)
+			require.NoError(t, state.SlotSaved("u", "-80", saved))
 			var n int
 			require.NoError(t, tx.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&n))
 			require.Zero(t, n, "save slot %s", wm)
 			require.NoError(t, tx.Commit())
 		}
+		// A run that lost the stream writes nothing, and learns why.
+		res, err := db.ExecContext(ctx, string(state.AppendSaveSlot(nil, "u", "-80", owner+1, 0, "0-1-12", "0-1-12", 102)))
+		require.NoError(t, err)
+		saved, err := res.RowsAffected()
+		require.NoError(t, err)
+		require.ErrorIs(t, state.SlotSaved("u", "-80", saved), state.ErrNotOwner)
 		var watermark string
 		var sourceTime int64
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT watermark, source_time_us FROM _rowlift.replay_slot WHERE workflow = 'u'").

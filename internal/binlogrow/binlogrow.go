@@ -97,6 +97,9 @@ type Converter struct {
 	table   string
 	columns int // in the binlog image
 	cols    []column
+	// hint is the last row's bytes, which a new row's values are allotted
+	// at once rather than grown value by value.
+	hint int
 }
 
 // NewConverter matches cols (the streamed columns in stream order, never generated) to tm's image by name; make a new one per table map
@@ -272,6 +275,12 @@ func (c *Converter) Convert(row *rowliftv1.Row, image []any) error {
 	if len(image) != c.columns {
 		return fmt.Errorf("binlog row image of %s has %d columns, its table map %d", c.table, len(image), c.columns)
 	}
+	if cap(row.Lengths) < len(c.cols) {
+		row.Lengths = make([]int64, 0, len(c.cols))
+	}
+	if cap(row.Values) < c.hint {
+		row.Values = make([]byte, 0, c.hint)
+	}
 	row.Lengths = row.Lengths[:0]
 	row.Values = row.Values[:0]
 	for i := range c.cols {
@@ -288,6 +297,7 @@ func (c *Converter) Convert(row *rowliftv1.Row, image []any) error {
 		}
 		row.Lengths = append(row.Lengths, int64(len(row.Values)-start))
 	}
+	c.hint = len(row.Values)
 	return nil
 }
 

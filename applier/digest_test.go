@@ -78,7 +78,7 @@ func TestDigestChecksLeaveNoSnapshotInThePool(t *testing.T) {
 		mu.Unlock()
 
 		for i := range 40 {
-			_, err := db.ExecContext(ctx, "UPDATE d.hot SET v = v + 1 WHERE id = 1")
+			_, err := db.ExecContext(ctx, "UPDATE d.hot SET v = v + 1 WHERE id = ?", hotID)
 			require.NoError(t, err, "write %d on the pool", i)
 		}
 		rows, err := store.Verify(ctx, "w", "main")

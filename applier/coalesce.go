@@ -181,7 +181,7 @@ func (w *rowWriter) addCoalesced(txs []*rowliftv1.Transaction, maxStmt int) (boo
 // the plain one of its largest row would be plus its prefix. A key of one
 // column is deleted by an IN list, which the server parses and plans in
 // linear time; an OR of conditions, which a key of several columns needs,
-// costs it more per key the longer the list (see deleteHead).
+// costs it more per key the longer the list (see deleteList).
 func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 	t := tc.t
 	stmtBuf, item := w.buf[:0], w.item[:0]
@@ -210,7 +210,7 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 		}
 		n++
 	}
-	prefix, sep, suffix := deleteHead(t)
+	del := deleteListOf(t)
 	for _, r := range rows {
 		if r.pre == nil {
 			continue
@@ -219,16 +219,11 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 		if err != nil {
 			return err
 		}
-		if pk := t.fields.GetPkColumns(); len(pk) == 1 {
-			f := t.fields.GetFields()[pk[0]]
-			item = rowcodec.AppendComparable(item[:0], t.kinds[pk[0]], f.GetCharset(), vals[pk[0]])
-		} else {
-			item = append(w.keyCondition(append(item[:0], '('), t, vals), ')')
-		}
-		add(prefix, sep, suffix, true)
+		item = del.appendKey(w, item[:0], t, vals)
+		add(del.prefix, del.sep, del.suffix, true)
 	}
 	if n > 0 {
-		push(suffix, true)
+		push(del.suffix, true)
 	}
 	for _, r := range rows {
 		if r.final == nil {
@@ -246,18 +241,31 @@ func (w *rowWriter) addNet(tc *tableChanges, rows []netRow, maxStmt int) error {
 	return nil
 }
 
-// deleteHead is how a coalesced DELETE of a table starts, separates its keys
-// and ends: `k IN (v1,v2)` for a key of one column, `(a = 1 AND b = 2) OR
-// (...)` for a key of several. Both find exactly the rows the plain DELETEs'
-// `k = v` conditions do, with the same comparisons; measured on MariaDB 10.11
-// (an ad hoc loop of a 1,024-key DELETE and INSERT of sbtest rows), the OR
-// list cost the server 28 µs a row against 20 for IN, and 40 against 21 at
-// 3,072 keys.
-func deleteHead(t *targetTable) (prefix, sep, suffix string) {
+// deleteList is how a coalesced DELETE of a table names its keys:
+// `k IN (v1,v2)` for a key of one column (col, its position), `(a = 1 AND
+// b = 2) OR (...)` for a key of several (col -1). Both find exactly the rows
+// the plain DELETEs' `k = v` conditions do, with the same comparisons;
+// measured on MariaDB 10.11 (an ad hoc loop of a 1,024-key DELETE and INSERT
+// of sbtest rows), the OR list cost the server 28 µs a row against 20 for IN,
+// and 40 against 21 at 3,072 keys.
+type deleteList struct {
+	prefix, sep, suffix string
+	col                 int
+}
+
+func deleteListOf(t *targetTable) deleteList {
 	head := "DELETE FROM " + t.ident + " WHERE "
 	if pk := t.fields.GetPkColumns(); len(pk) == 1 {
-		col := string(rowcodec.AppendIdent(nil, t.fields.GetFields()[pk[0]].GetName()))
-		return head + col + " IN (", ",", ")"
+		col := int(pk[0])
+		return deleteList{prefix: head + rowcodec.Ident(t.fields.GetFields()[col].GetName()) + " IN (", sep: ",", suffix: ")", col: col}
 	}
-	return head, " OR ", ""
+	return deleteList{prefix: head, sep: " OR ", col: -1}
+}
+
+// appendKey appends one key of the list, from a row's values.
+func (d deleteList) appendKey(w *rowWriter, buf []byte, t *targetTable, vals [][]byte) []byte {
+	if d.col < 0 {
+		return append(w.keyCondition(append(buf, '('), t, vals), ')')
+	}
+	return rowcodec.AppendComparable(buf, t.kinds[d.col], t.fields.GetFields()[d.col].GetCharset(), vals[d.col])
 }

@@ -167,7 +167,8 @@ func (w *rowWriter) exec(ctx context.Context, conn *sql.Conn, maxPacket int, tai
 			last++
 		}
 		end := last == len(w.stmts)
-		if end && tail != nil {
+		withTail := end && tail != nil
+		if withTail {
 			w.query = append(append(w.query, ';'), tail...)
 		}
 		affected, err := execMulti(ctx, conn, w.query)
@@ -175,7 +176,7 @@ func (w *rowWriter) exec(ctx context.Context, conn *sql.Conn, maxPacket int, tai
 			return 0, err
 		}
 		var tailRows int64
-		if end && tail != nil {
+		if withTail {
 			affected, tailRows = affected[:len(affected)-1], affected[len(affected)-1]
 		}
 		if err := w.check(affected[len(affected)-(last-first):], first); err != nil {

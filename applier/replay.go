@@ -521,8 +521,31 @@ func (r *replayer) run(ctx context.Context, conn *sql.Conn, w *rowWriter, slot i
 		return fmt.Errorf("replay: commit %s: %w", g.txs[len(g.txs)-1].GetGtid(), err)
 	}
 	r.play.stats.GroupCommitted(len(g.txs), g.rows, time.Since(began))
-	r.committed(slot, seq, g)
+	if end, ok := r.committed(slot, seq, g); ok {
+		return r.settle(ctx, conn, w, slot, end)
+	}
 	return nil
+}
+
+// settle records in the worker's slot the low watermark an out-of-order commit
+// left with nothing in flight. Each group's slot write holds the watermark from
+// before its commit, so without this the end of a burst would show in the
+// position, and in the lag, only at the stream's next idle heartbeat, up to a
+// second later. A group committed meanwhile only writes a later watermark.
+func (r *replayer) settle(ctx context.Context, conn *sql.Conn, w *rowWriter, slot int, end groupEnd) error {
+	r.mu.Lock()
+	applied := r.maybeApplied.String()
+	r.mu.Unlock()
+	w.slot = state.AppendSaveSlot(w.slot[:0], r.play.workflow, r.play.source, r.play.owner, slot, end.position.String(), applied, end.sourceUS)
+	res, err := conn.ExecContext(ctx, string(w.slot))
+	if err != nil {
+		return fmt.Errorf("replay: record the low watermark %s: %w", end.position, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("replay: record the low watermark %s: %w", end.position, err)
+	}
+	return state.SlotSaved(r.play.workflow, r.play.source, n)
 }
 
 // slotWrite is the statement that records a group's progress in its
@@ -588,8 +611,10 @@ func (r *replayer) requeue(ctx context.Context, conn *sql.Conn, slot int, seq sc
 	return nil
 }
 
-// committed records a group's commit and moves the watermark.
-func (r *replayer) committed(slot int, seq schedule.Seq, g *group) {
+// committed records a group's commit and moves the watermark. Out of order,
+// it returns where the watermark ends when the commit leaves nothing in
+// flight, for settle to record.
+func (r *replayer) committed(slot int, seq schedule.Seq, g *group) (settled groupEnd, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.held[slot].Seq = 0
@@ -611,6 +636,10 @@ func (r *replayer) committed(slot int, seq schedule.Seq, g *group) {
 		head.headAt = time.Now()
 	}
 	r.cond.Broadcast()
+	if r.outOfOrder && watermark.position != nil && r.open == nil && r.sched.Pending() == 0 {
+		return watermark, true
+	}
+	return groupEnd{}, false
 }
 
 // breakDeadlocks runs the stuck-group rule (schedule.Unstick): it rolls back

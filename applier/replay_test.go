@@ -15,6 +15,7 @@ import (
 	"github.com/rowlift/rowlift/applier/schedule"
 	"github.com/rowlift/rowlift/applier/writeset"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
@@ -37,22 +38,16 @@ func hotFields() *rowliftv1.TableFields {
 	}
 }
 
-// blindReplayer fills d.hot for replayHot's n transactions and starts a replayer of 4 workers, one source transaction per
-// group, into d.hot on db, with writesets that see nothing: they hash the
-// rows by a unique key on n, NULL in every row, so every transaction may run
-// beside every other, as if their conflicts were all through locks the
-// writesets cannot see (gap locks, a target's own keys). Two groups that
-// update the same row then conflict in the server only: a later group that
-// locked the row first holds it while it waits for its commit turn, and the
-// oldest group waits for it in InnoDB, a deadlock the server cannot see.
-func blindReplayer(t *testing.T, db *sql.DB, n int) *replayer {
+// hotReplayer creates workflow w over d.hot on db with opts, fills d.hot for
+// replayHot's n transactions and starts a replayer of 4 workers into it.
+func hotReplayer(t *testing.T, db *sql.DB, n int, opts *rowliftv1.WorkflowOptions) (*replayer, *state.Store) {
 	ctx := context.Background()
 	store, err := state.Open(ctx, db)
 	require.NoError(t, err)
 	spec := &rowliftv1.WorkflowSpec{Name: "w", SourceDatabase: "d",
 		Sources: []*rowliftv1.SourceShard{{Name: "main", StreamerAddress: "127.0.0.1:1"}},
 		Targets: []*rowliftv1.TargetShard{{Name: "main"}}, Tables: []*rowliftv1.TableSpec{{Name: "hot"}},
-		Options: &rowliftv1.WorkflowOptions{ApplyWorkers: 4, CommitBatchItems: 1}}
+		Options: opts}
 	require.NoError(t, store.CreateWorkflow(ctx, spec, "main"))
 	owner, err := store.TakeOver(ctx, "w", "main")
 	require.NoError(t, err)
@@ -66,8 +61,21 @@ func blindReplayer(t *testing.T, db *sql.DB, n int) *replayer {
 	r, err := newReplayer(ctx, db, play, spec.GetOptions(), 4, 1<<20, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.close()) })
+	return r, store
+}
+
+// blindReplayer is hotReplayer's, one source transaction per group, in source
+// order, with writesets that see nothing: they hash the rows by a unique key
+// on n, NULL in every row, so every transaction may run beside every other,
+// as if their conflicts were all through locks the writesets cannot see (gap
+// locks, a target's own keys). Two groups that update the same row then
+// conflict in the server only: a later group that locked the row first holds
+// it while it waits for its commit turn, and the oldest group waits for it in
+// InnoDB, a deadlock the server cannot see.
+func blindReplayer(t *testing.T, db *sql.DB, n int) *replayer {
+	r, _ := hotReplayer(t, db, n, &rowliftv1.WorkflowOptions{ApplyWorkers: 4, CommitBatchItems: 1})
 	sandboxtest.Exec(t, db, "CREATE TABLE d.hot_blind (id INT NOT NULL, v INT NOT NULL, n INT NOT NULL PRIMARY KEY)")
-	blind, err := writeset.Load(ctx, db, "d", "hot_blind", hotFields())
+	blind, err := writeset.Load(context.Background(), db, "d", "hot_blind", hotFields())
 	require.NoError(t, err)
 	r.mu.Lock()
 	r.keys["hot"] = blind
@@ -216,4 +224,39 @@ func TestReplayWithoutProcessPrivilegeFallsBackToTiming(t *testing.T) {
 		t.Logf("rollbacks by reason: %v; window %d", got, r.window.Limit())
 		require.Positive(t, got[schedule.Overdue], "no deadlock was broken on timing: the test did not reach its case")
 	})
+}
+
+// Out of order, each group's slot holds the low watermark from before its
+// commit. The commit that leaves nothing in flight records the one after, so
+// the position shows the end of a burst at once: this replay has no stream,
+// hence no idle heartbeat to move it.
+func TestOutOfOrderReplayRecordsItsEnd(t *testing.T) {
+	const n = 200
+	srv := sandboxtest.Start(t, sandbox.Options{})
+	db, _, err := dbconn.Open(srv.DSN(""), dbconn.Target)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	r, store := hotReplayer(t, db, 0, &rowliftv1.WorkflowOptions{ApplyWorkers: 4, CommitBatchItems: 1, OutOfOrderCommit: true})
+	end := "00000000-0000-0000-0000-000000000001:1-" + strconv.Itoa(n)
+	for i := 1; i <= n; i++ {
+		cell := []byte(strconv.Itoa(i))
+		require.NoError(t, r.submit(&rowliftv1.Transaction{Gtid: fmt.Sprintf("00000000-0000-0000-0000-000000000001:%d", i),
+			Position: &rowliftv1.Position{GtidSet: "00000000-0000-0000-0000-000000000001:1-" + strconv.Itoa(i)},
+			Events:   []*rowliftv1.RowEvent{{Table: "hot", Changes: []*rowliftv1.RowChange{{After: row(cell, cell, nil)}}}}}))
+	}
+	require.NoError(t, r.drain())
+	var count int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM d.hot WHERE id = v").Scan(&count))
+	require.Equal(t, n, count, "every transaction applied")
+	var position string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) { // a hang guard
+		streams, err := store.Streams(context.Background(), "w")
+		require.NoError(t, err)
+		require.Len(t, streams, 1)
+		position = streams[0].Position
+		if covers, err := gtid.Covers(position, end); err == nil && covers {
+			return
+		}
+	}
+	t.Fatalf("the position stays at %q after every transaction up to %q committed", position, end)
 }

@@ -71,7 +71,13 @@ func (c *controller) run(ctx context.Context) {
 				c.stats.Diverged(pe.diverged)
 			}
 			c.log.Error("workflow stopped", zap.String("state", string(st)), zap.Error(err))
-			if serr := store.SetState(context.WithoutCancel(ctx), c.spec.GetName(), st, err.Error()); serr != nil {
+			set := func(ctx context.Context) error { return store.SetState(ctx, c.spec.GetName(), st, err.Error()) }
+			if pe != nil && pe.ddl != "" {
+				set = func(ctx context.Context) error {
+					return store.StopAtDDL(ctx, c.spec.GetName(), c.source.GetName(), pe.ddl, err.Error())
+				}
+			}
+			if serr := set(context.WithoutCancel(ctx)); serr != nil {
 				c.log.Error("cannot record why the workflow stopped", zap.Error(serr))
 			}
 			return
@@ -545,7 +551,17 @@ func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) 
 		return permanent("DDL %q on %s (source transaction %s): applying DDL on the target (on_ddl EXEC) is not supported yet; "+
 			"apply it on the target yourself and resume with on_ddl IGNORE", ddl.GetStatement(), strings.Join(ddl.GetTables(), ", "), ddl.GetGtid())
 	}
-	return &permanentError{state: state.Stopped, err: fmt.Errorf("stopped at DDL on %s (source transaction %s): %q; "+
+	// Stopped here before, the operator resumed: the stream began by checking
+	// the target against the source's columns as they are now.
+	at, err := c.engine.store.StoppedAtDDL(ctx, c.spec.GetName(), c.source.GetName())
+	if err != nil {
+		return err
+	}
+	if at == ddl.GetGtid() {
+		c.log.Info("resumed past the DDL the workflow stopped at", zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
+		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
+	}
+	return &permanentError{state: state.Stopped, ddl: ddl.GetGtid(), err: fmt.Errorf("stopped at DDL on %s (source transaction %s): %q; "+
 		"make the same change on the target, then resume the workflow", strings.Join(ddl.GetTables(), ", "), ddl.GetGtid(), ddl.GetStatement())}
 }
 

@@ -34,6 +34,9 @@ type permanentError struct {
 	// diverged is the table the target was found diverged in, when that is
 	// the error (see divergence).
 	diverged string
+	// ddl is the source transaction of the schema change the workflow stops
+	// at (state stopped), which its resume goes past.
+	ddl string
 }
 
 func (e *permanentError) Error() string { return e.err.Error() }

@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/verify"
 
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -59,20 +64,44 @@ func TestPurgedBinlogStopsTheWorkflow(t *testing.T) {
 }
 
 // TestDDLStopsTheWorkflow: a schema change on a streamed table stops the workflow
-// with a message naming the statement; rows before it are applied.
+// with a message naming the statement; rows before it are applied, and no
+// statement before it that changes no streamed table stopped it. Then the
+// operator does what the message says: the same change on the target, and a
+// resume, which goes on past the statement and applies the rows after it.
 func TestDDLStopsTheWorkflow(t *testing.T) {
-	e := newEnv(t)
-	e.sourceExec("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)", "INSERT INTO d.t VALUES (1)")
-	e.startStreamer()
-	e.startApplier()
-	e.start(e.workflow("ddl", "d", "t"))
-	e.waitState("ddl", state.Running, 30*time.Second)
-	e.sourceExec("INSERT INTO d.t VALUES (2)", "ALTER TABLE d.t ADD COLUMN note VARCHAR(10)", "INSERT INTO d.t VALUES (3, 'x')")
-	w := e.waitState("ddl", state.Stopped, 30*time.Second)
-	require.Contains(t, w.Message, "stopped at DDL on t")
-	require.Contains(t, w.Message, "ALTER TABLE d.t ADD COLUMN note VARCHAR(10)")
-	require.Contains(t, w.Message, "make the same change on the target, then resume")
-	require.Equal(t, 2, count(t, e.dstDB, "d.t"), "the insert before the DDL is applied, the one after is not")
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+		e.sourceExec("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)", "INSERT INTO d.t VALUES (1)")
+		e.startStreamer()
+		e.startApplier()
+		e.start(e.workflow("ddl", "d", "t"))
+		e.waitState("ddl", state.Running, 30*time.Second)
+		// What changes no moved table passes: another table, a gh-ost shadow
+		// table, a trigger on the moved table, a user and a grant.
+		e.sourceExec("INSERT INTO d.t VALUES (2)",
+			"CREATE TABLE d.other (id INT PRIMARY KEY)", "ALTER TABLE d.other ADD COLUMN c INT",
+			"CREATE TABLE d._t_gho LIKE d.t", "ALTER TABLE d._t_gho ADD COLUMN note VARCHAR(10)",
+			"CREATE TRIGGER d.t_ins AFTER INSERT ON d.t FOR EACH ROW INSERT INTO d.other (id) VALUES (NEW.id)",
+			"CREATE USER 'ddl_probe'@'%' IDENTIFIED BY 'pw'", "GRANT SELECT ON d.t TO 'ddl_probe'@'%'",
+			"DROP TRIGGER d.t_ins", "DROP TABLE d._t_gho",
+			"ALTER TABLE d.t ADD COLUMN note VARCHAR(10)", "INSERT INTO d.t VALUES (3, 'x')")
+		w := e.waitState("ddl", state.Stopped, 30*time.Second)
+		require.Contains(t, w.Message, "stopped at DDL on t")
+		require.Contains(t, w.Message, "ALTER TABLE d.t ADD COLUMN note VARCHAR(10)")
+		require.Contains(t, w.Message, "make the same change on the target, then resume")
+		require.Equal(t, 2, count(t, e.dstDB, "d.t"), "the insert before the DDL is applied, the one after is not")
+
+		sandboxtest.Exec(t, e.dstDB, "ALTER TABLE d.t ADD COLUMN note VARCHAR(10)")
+		e.sourceExec("UPDATE d.t SET note = 'y' WHERE id = 1")
+		moved, err := e.store.Transition(context.Background(), "ddl", []state.State{state.Stopped}, state.Running, "resumed by the test")
+		require.NoError(t, err)
+		require.True(t, moved)
+		e.waitCaughtUp("ddl", 30*time.Second)
+		e.waitState("ddl", state.Running, 30*time.Second)
+		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", "t", verify.Options{})
+		require.NoError(t, err)
+		require.True(t, r.Identical(), r.String())
+	})
 }
 
 // TestDDLIgnored: with on_ddl IGNORE the workflow goes on past the statement.

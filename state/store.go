@@ -94,6 +94,7 @@ var schemaDDL = []string{
 		throttled TEXT NULL COMMENT 'non-empty while the copy waits on a throttle: metric, value and limit',
 		waiting TEXT NULL COMMENT 'non-empty while the stream waits on its source before its binlog starts',
 		owner BIGINT NOT NULL DEFAULT 0 COMMENT 'the stream run allowed to write its state (see TakeOver)',
+		stopped_ddl VARCHAR(128) NOT NULL DEFAULT '' COMMENT 'GTID of the schema change the workflow last stopped at: its resume goes past it',
 		PRIMARY KEY (workflow, source)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.copy_state (
@@ -171,6 +172,7 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"stream", "message_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"stream", "throttled", "TEXT NULL"},
 	{"stream", "waiting", "TEXT NULL"},
+	{"stream", "stopped_ddl", "VARCHAR(128) NOT NULL DEFAULT ''"},
 	{"copy_state", "rows_estimate", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_started_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
@@ -407,6 +409,18 @@ func (s *Store) Transition(ctx context.Context, name string, from []State, to St
 }
 
 func (s *Store) setState(ctx context.Context, name string, st State, message, cond string, condArgs ...any) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) (err error) {
+		n, err = setStateIn(ctx, tx, name, st, message, cond, condArgs...)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("set workflow %q to %s: %w", name, st, err)
+	}
+	return n, nil
+}
+
+func setStateIn(ctx context.Context, tx *sql.Tx, name string, st State, message, cond string, condArgs ...any) (int64, error) {
 	set := "state = ?, message = ?, updated_at = NOW(6)"
 	if st == Error {
 		set += ", last_error = message, last_error_at = NOW(6)"
@@ -414,25 +428,51 @@ func (s *Store) setState(ctx context.Context, name string, st State, message, co
 	// updated_at changes on every move, so a matched row counts as affected
 	// with or without ClientFoundRows, even for a move to the state it is in.
 	args := append([]any{st, message, name}, condArgs...)
-	var n int64
+	res, err := tx.ExecContext(ctx, "UPDATE "+Schema+".workflow SET "+set+" WHERE name = ?"+cond, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 || st == Copying || st == Running {
+		return n, err
+	}
+	// A workflow that must not apply (stopped, parked by a cutover, in
+	// error) fences its streams in the same transaction: a run still going
+	// until its applier notices can commit nothing more (ErrNotOwner).
+	_, err = tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET owner = 0 WHERE workflow = ?", name)
+	return n, err
+}
+
+// StopAtDDL stops a workflow at the schema change of source transaction trx,
+// and records in the same transaction that its stream from source stopped
+// there: once the operator has made the same change on the target and
+// resumed, the stream goes past it (StoppedAtDDL). A run that dies before the
+// stop is recorded stops there again.
+func (s *Store) StopAtDDL(ctx context.Context, name, source, trx, message string) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE "+Schema+".workflow SET "+set+" WHERE name = ?"+cond, args...)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET stopped_ddl = ? WHERE workflow = ? AND source = ?", trx, name, source); err != nil {
 			return err
 		}
-		if n, err = res.RowsAffected(); err != nil || n == 0 || st == Copying || st == Running {
-			return err
+		n, err := setStateIn(ctx, tx, name, Stopped, message, "")
+		if err == nil && n == 0 {
+			err = ErrNotFound
 		}
-		// A workflow that must not apply (stopped, parked by a cutover, in
-		// error) fences its streams in the same transaction: a run still going
-		// until its applier notices can commit nothing more (ErrNotOwner).
-		_, err = tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET owner = 0 WHERE workflow = ?", name)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("set workflow %q to %s: %w", name, st, err)
+		return fmt.Errorf("stop workflow %q at the DDL of %s: %w", name, trx, err)
 	}
-	return n, nil
+	return nil
+}
+
+// StoppedAtDDL is the source transaction of the schema change the stream from
+// source last stopped the workflow at ("" if none).
+func (s *Store) StoppedAtDDL(ctx context.Context, name, source string) (string, error) {
+	var trx string
+	if err := s.db.QueryRowContext(ctx, "SELECT stopped_ddl FROM "+Schema+".stream WHERE workflow = ? AND source = ?", name, source).Scan(&trx); err != nil {
+		return "", fmt.Errorf("read the DDL %s/%s stopped at: %w", name, source, err)
+	}
+	return trx, nil
 }
 
 // DeleteWorkflow removes a workflow and all its progress. Copied rows stay.

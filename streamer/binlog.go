@@ -3,12 +3,13 @@ package streamer
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
+	"go.uber.org/zap"
 
 	"github.com/rowlift/rowlift/internal/binlogrow"
+	"github.com/rowlift/rowlift/internal/ddlscope"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/mysqljson"
@@ -24,8 +25,9 @@ type binlogReader struct {
 	events   *replication.BinlogStreamer
 	database string
 	plans    map[string]*tablePlan
-	// names are the streamed tables' names, for recognising a cutover's renames.
-	names []string
+	// scope tells the DDL that changes streamed tables; its names also serve
+	// to recognise a cutover's renames.
+	scope *ddlscope.Scope
 	// mapped holds, by table ID, what a table map event said: nil for tables
 	// that are not streamed.
 	mapped map[uint64]*mappedTable
@@ -34,6 +36,7 @@ type binlogReader struct {
 	tx  *openTx
 	// watch, when set, sees every event the dump delivers (its liveness).
 	watch *dumpWatch
+	log   *zap.Logger
 }
 
 // mappedTable is a streamed table as its table map event describes it; err is
@@ -50,9 +53,6 @@ type mappedTable struct {
 	// (StreamOptions.json_as_text): the converter's patches are dropped.
 	textJSON []int
 }
-
-// identifier splits statements into words that can name a table.
-var identifier = regexp.MustCompile(`[0-9A-Za-z_$]+`)
 
 // openTx is the transaction being read.
 type openTx struct {
@@ -71,11 +71,13 @@ type readResult struct {
 
 func newBinlogReader(events *replication.BinlogStreamer, database string, plans []*tablePlan, start *gtid.Set) *binlogReader {
 	r := &binlogReader{events: events, database: database, plans: map[string]*tablePlan{},
-		mapped: map[uint64]*mappedTable{}, pos: start}
+		mapped: map[uint64]*mappedTable{}, pos: start, log: zap.NewNop()}
+	var names []string
 	for _, p := range plans {
 		r.plans[strings.ToLower(p.table.Name)] = p
-		r.names = append(r.names, p.table.Name)
+		names = append(names, p.table.Name)
 	}
+	r.scope = ddlscope.New(database, names)
 	return r
 }
 
@@ -305,9 +307,9 @@ func (r *binlogReader) commit() (readResult, bool, error) {
 
 // query handles a QUERY event: BEGIN and COMMIT frame transactions of
 // non-transactional engines; anything else in a GTID of its own is a DDL, sent on
-// when it names a streamed table in the workflow's database, marked as a
-// cutover's freeze when it only renames streamed tables to their frozen names
-// or back.
+// when it changes a streamed table (ddlscope), marked as a cutover's freeze
+// when it only renames streamed tables to their frozen names or back. Other
+// statements only advance the position.
 func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error) {
 	q := strings.TrimSpace(string(e.Query))
 	switch strings.ToUpper(q) {
@@ -325,8 +327,9 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 		return readResult{}, false, fmt.Errorf("advance position past %s: %w", tx.gtid, err)
 	}
 	res := readResult{pos: r.position()}
-	tables := r.ddlTables(string(e.Schema), q)
+	tables := r.scope.Tables(q, string(e.Schema))
 	if len(tables) == 0 {
+		r.log.Debug("schema statement passed: it changes no streamed table", zap.String("statement", ddlscope.Loggable(q)), zap.String("gtid", tx.gtid))
 		return res, true, nil
 	}
 	// The table may have changed: converters are rebuilt from the next table map.
@@ -336,38 +339,9 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 		return readResult{}, false, fmt.Errorf("parse GTID: %w", err)
 	}
 	ddl := &rowliftv1.DDL{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()}, CommitTimeUs: tx.commitUS,
-		Database: string(e.Schema), Statement: q, Tables: tables, Freeze: frozen.IsFreeze(q, string(e.Schema), r.database, r.names)}
+		Database: string(e.Schema), Statement: q, Tables: tables, Freeze: frozen.IsFreeze(q, string(e.Schema), r.database, r.scope.Names)}
 	res.tx = &mergeTx{pos: gtidPos{own}, tables: tables, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Ddl{Ddl: ddl}}}
 	return res, true, nil
-}
-
-// grantsOnly reports a GRANT or REVOKE: it may name a streamed table but
-// changes no table, and an operator giving the source user a privilege back
-// must not stop the workflow as if the table had changed.
-func grantsOnly(q string) bool {
-	first := strings.ToUpper(identifier.FindString(q))
-	return first == "GRANT" || first == "REVOKE"
-}
-
-// ddlTables lists the streamed tables a statement names, when it runs in the
-// workflow's database or names that database. Matching names as words errs on the
-// side of stopping for a statement that only mentions a table.
-func (r *binlogReader) ddlTables(schema, q string) []string {
-	if grantsOnly(q) {
-		return nil
-	}
-	if !strings.EqualFold(schema, r.database) && !strings.Contains(strings.ToLower(q), strings.ToLower(r.database)) {
-		return nil
-	}
-	seen := map[string]bool{}
-	var tables []string
-	for _, word := range identifier.FindAllString(q, -1) {
-		if p := r.plans[strings.ToLower(word)]; p != nil && !seen[p.table.Name] {
-			seen[p.table.Name] = true
-			tables = append(tables, p.table.Name)
-		}
-	}
-	return tables
 }
 
 // rowBytes is about what a row image holds in memory: its values and their

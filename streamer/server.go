@@ -264,7 +264,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	g.Go(func() error { return watch.run(ctx, s.db) })
 	g.Go(func() error {
 		r := newBinlogReader(events, req.GetDatabase(), plans, start.Clone())
-		r.watch = watch
+		r.watch, r.log = watch, log
 		for {
 			res, err := r.next(ctx)
 			if err != nil {

@@ -209,9 +209,6 @@ func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
 	return tf
 }
 
-// CheckShape compares a target table with the streamed fields: every streamed
-// column must exist on the target with the same type, character set, collation
-// and nullability, and the target must be keyed by the same columns. It returns
 // SameType reports whether two COLUMN_TYPEs hold the same values, as MariaDB
 // and MySQL print them: MySQL 8.0.19+ leaves out the display width of integer
 // types (int, not int(11)) and of YEAR, which changes nothing stored unless
@@ -240,6 +237,9 @@ func jsonAsText(target, source string) bool {
 	return (t == "json" && s == "longtext") || (t == "longtext" && s == "json")
 }
 
+// CheckShape compares a target table with the streamed fields: every streamed
+// column must exist on the target with the same type, character set, collation
+// and nullability, and the target must be keyed by the same columns. It returns
 // one error that lists every difference.
 func CheckShape(target *Table, fields *rowliftv1.TableFields) error {
 	var diffs []string

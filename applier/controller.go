@@ -61,6 +61,10 @@ func (c *controller) run(ctx context.Context) {
 		if ctx.Err() != nil || errors.Is(err, errNotRunning) {
 			return // the engine runs it again if it is resumed
 		}
+		if errors.Is(err, errReopen) {
+			attempt, backoff = 0, minBackoff
+			continue
+		}
 		if IsPermanent(err) {
 			st := state.Error
 			var pe *permanentError
@@ -120,6 +124,11 @@ func (c *controller) run(ctx context.Context) {
 // errNotRunning ends a stream whose workflow left copying and running (a
 // stop, a cutover's park) before the engine noticed.
 var errNotRunning = errors.New("workflow is no longer copying or running")
+
+// errReopen ends a stream past a schema change of its tables, which the
+// streamer ends it after: the next stream opens at once, from the position
+// after the change, with the tables' definitions as they are then.
+var errReopen = errors.New("the stream reopens after a schema change")
 
 // IsPermanent reports whether retrying err cannot help without an operator: the
 // applier stops the workflow on such errors, the coordinator refuses a request.
@@ -476,7 +485,9 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			if item.GetDdl().GetFreeze() {
 				return nil // the target's tables did not change
 			}
-			return replay.reloadKeys(ctx, e.db)
+			// The streamer ends the stream after a schema change: the next one
+			// reads on with the tables as they are then.
+			return errReopen
 		}
 		return nil
 	}

@@ -232,21 +232,6 @@ func loadKeys(ctx context.Context, db *sql.DB, play *player, log *zap.Logger) (m
 	return keys, nil
 }
 
-// reloadKeys reads the keys again after a schema change let through (on_ddl
-// IGNORE). Nothing is in flight: the stream drained before the DDL.
-func (r *replayer) reloadKeys(ctx context.Context, db *sql.DB) error {
-	keys, err := loadKeys(ctx, db, r.play, r.log)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, k := range keys {
-		r.keys[name] = k
-	}
-	return nil
-}
-
 // fail records the first error and wakes everyone up to see it.
 func (r *replayer) fail(err error) {
 	r.mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
 
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -143,4 +144,49 @@ func binaryLogs(t *testing.T, db *sql.DB) []string {
 	}
 	require.NoError(t, rows.Err())
 	return names
+}
+
+// TestDDLDuringCopyStopsTheWorkflow: a schema change of a table still being
+// copied, under writes, stops the workflow at the statement, not with an
+// error; the same change on the target and a resume finish the copy past it,
+// and the table ends identical.
+func TestDDLDuringCopyStopsTheWorkflow(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		const rows = 3000
+		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+		e.hooks = []string{testhook.EnvVar + "=chunk_read=20ms-20ms"}
+		e.sourceExec("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, v INT NOT NULL)",
+			fmt.Sprintf("INSERT INTO d.t WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i, i FROM s", rows))
+		e.startStreamer()
+		e.startApplier()
+		spec := e.workflow("ddl", "d", "t")
+		spec.Options.ChunkRows = 50
+		e.start(spec)
+		e.waitFor("the copy to start", 30*time.Second, func() (bool, string) {
+			var n int
+			if err := e.dstDB.QueryRow("SELECT COUNT(*) FROM d.t").Scan(&n); err != nil {
+				return false, err.Error()
+			}
+			return n > 0, fmt.Sprintf("%d rows copied", n)
+		})
+		// The ALTER rebuilds the table: a snapshot begun before it cannot
+		// read it (MySQL's and MariaDB's error 1412).
+		alter := "ALTER TABLE d.t ADD COLUMN note VARCHAR(10) NOT NULL DEFAULT 'd', MODIFY v BIGINT NOT NULL"
+		e.sourceExec("UPDATE d.t SET v = -v WHERE id % 7 = 0", alter,
+			fmt.Sprintf("INSERT INTO d.t VALUES (%d, 0, 'x')", rows+1), "UPDATE d.t SET note = 'y' WHERE id % 5 = 0")
+		w := e.waitState("ddl", state.Stopped, 30*time.Second)
+		require.Contains(t, w.Message, "stopped at DDL on t")
+		copied := count(t, e.dstDB, "d.t")
+		require.Less(t, copied, rows, "the copy was still going at the DDL")
+
+		sandboxtest.Exec(t, e.dstDB, alter)
+		moved, err := e.store.Transition(context.Background(), "ddl", []state.State{state.Stopped}, state.Copying, "resumed by the test")
+		require.NoError(t, err)
+		require.True(t, moved)
+		e.waitState("ddl", state.Running, time.Minute)
+		e.waitCaughtUp("ddl", 30*time.Second)
+		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", "t", verify.Options{})
+		require.NoError(t, err)
+		require.True(t, r.Identical(), r.String())
+	})
 }

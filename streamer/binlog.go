@@ -37,6 +37,9 @@ type binlogReader struct {
 	// watch, when set, sees every event the dump delivers (its liveness).
 	watch *dumpWatch
 	log   *zap.Logger
+	// skipRows, once a schema change of a streamed table is read, leaves
+	// every later row unconverted and unsent (see endsStream).
+	skipRows bool
 }
 
 // mappedTable is a streamed table as its table map event describes it; err is
@@ -163,7 +166,7 @@ func (r *binlogReader) mapTable(e *replication.TableMapEvent) {
 		return
 	}
 	p := r.plans[strings.ToLower(string(e.Table))]
-	if p == nil || !strings.EqualFold(string(e.Schema), r.database) {
+	if p == nil || r.skipRows || !strings.EqualFold(string(e.Schema), r.database) {
 		r.mapped[e.TableID] = nil
 		return
 	}

@@ -28,6 +28,9 @@ const (
 	unknownDatabase      = 1049
 	noSuchTable          = 1146
 	lockWaitTimeout      = 1205
+	// tableDefChanged ends a snapshot's read of a table a DDL changed after
+	// the snapshot began (MySQL's ER_TABLE_DEF_CHANGED).
+	tableDefChanged = 1412
 )
 
 // binlogProbeWait bounds how long the binlog probe waits for the source's

@@ -178,6 +178,15 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 		part = r.newPart(fence, fenceTime)
 		return size, nil
 	})
+	if isMySQLError(err, tableDefChanged) {
+		// A DDL changed the table after the snapshot began. The chunk ends
+		// with the parts sent; the next one, fenced after the DDL, reads on
+		// from its last key, and the DDL reaches the target before it: a
+		// schema change during the copy stops the workflow at the statement
+		// (on_ddl), not the stream with an error.
+		r.log.Info("the table changed during its chunk's read; the next chunk reads on after the change", zap.String("table", r.plan.table.Name), zap.Error(err))
+		part, err, more = r.newPart(fence, fenceTime), nil, true
+	}
 	if err != nil {
 		return false, err
 	}

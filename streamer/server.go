@@ -110,10 +110,30 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 		log = log.With(zap.Stringer("key_range", kr))
 	}
 	err := s.stream(ctx, req, stream, log)
+	if errors.Is(err, errEndsAtDDL) {
+		log.Info("stream ended after a schema change of its tables; the applier reopens it", zap.Error(err))
+		return status.Error(codes.Aborted, err.Error())
+	}
 	if err != nil && ctx.Err() == nil {
 		log.Warn("stream ended", zap.Error(err))
 	}
 	return err
+}
+
+// errEndsAtDDL ends a stream once it has sent a schema change of its tables
+// (not a cutover's freeze): the applier stops at it or goes past it, then
+// opens a new stream after it, whose plans and fields describe the tables as
+// they are then.
+var errEndsAtDDL = errors.New("the stream ends after a schema change of its tables")
+
+// endsStream reports a schema change of streamed tables, after which the
+// reader reads no further.
+func endsStream(tx *mergeTx) bool {
+	if tx == nil {
+		return false
+	}
+	ddl := tx.item.GetDdl()
+	return ddl != nil && !ddl.GetFreeze()
 }
 
 // Validate runs the checks a stream starts with and describes the tables, so a
@@ -279,9 +299,17 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 			if res.tx != nil {
 				lag.read(res.tx.pos.(gtidPos).set, time.Now())
 			}
+			if r.skipRows {
+				continue
+			}
 			if err := (mergeSink{reads}).send(ctx, mergeInput{read: &res}); err != nil {
 				return err
 			}
+			// The stream ends once the change is sent (send): the next one
+			// reads what follows with the tables as they are then, where this
+			// one's conversions and copy no longer fit them. This one reads
+			// on only for the dump's liveness.
+			r.skipRows = endsStream(res.tx)
 		}
 	})
 	g.Go(func() error {
@@ -452,6 +480,11 @@ func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.Strea
 		}
 		if err := stream.Send(msg); err != nil {
 			return fmt.Errorf("send to applier: %w", err)
+		}
+		for _, item := range msg.GetItems() {
+			if ddl := item.GetDdl(); ddl != nil && !ddl.GetFreeze() {
+				return fmt.Errorf("%w (%s)", errEndsAtDDL, ddl.GetGtid())
+			}
 		}
 		// Sending computed the message's size and cached it: reading it back
 		// does not walk the message again.

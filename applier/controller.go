@@ -554,13 +554,9 @@ func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) 
 			zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
 		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
 	}
-	switch c.spec.GetOptions().GetOnDdl() {
-	case rowliftv1.OnDDL_ON_DDL_IGNORE:
+	if c.spec.GetOptions().GetOnDdl() == rowliftv1.OnDDL_ON_DDL_IGNORE {
 		c.log.Warn("ignoring DDL", zap.String("statement", ddl.GetStatement()))
 		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
-	case rowliftv1.OnDDL_ON_DDL_EXEC:
-		return permanent("DDL %q on %s (source transaction %s): applying DDL on the target (on_ddl EXEC) is not supported yet; "+
-			"apply it on the target yourself and resume with on_ddl IGNORE", ddl.GetStatement(), strings.Join(ddl.GetTables(), ", "), ddl.GetGtid())
 	}
 	// Stopped here before, the operator resumed: the stream began by checking
 	// the target against the source's columns as they are now.
@@ -571,6 +567,9 @@ func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) 
 	if at == ddl.GetGtid() {
 		c.log.Info("resumed past the DDL the workflow stopped at", zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
 		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
+	}
+	if c.spec.GetOptions().GetOnDdl() == rowliftv1.OnDDL_ON_DDL_EXEC {
+		return c.execDDL(ctx, play, ddl)
 	}
 	return &permanentError{state: state.Stopped, ddl: ddl.GetGtid(), err: fmt.Errorf("stopped at DDL on %s (source transaction %s): %q; "+
 		"make the same change on the target, then resume the workflow", strings.Join(ddl.GetTables(), ", "), ddl.GetGtid(), ddl.GetStatement())}

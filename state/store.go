@@ -95,6 +95,8 @@ var schemaDDL = []string{
 		waiting TEXT NULL COMMENT 'non-empty while the stream waits on its source before its binlog starts',
 		owner BIGINT NOT NULL DEFAULT 0 COMMENT 'the stream run allowed to write its state (see TakeOver)',
 		stopped_ddl VARCHAR(128) NOT NULL DEFAULT '' COMMENT 'GTID of the schema change the workflow last stopped at: its resume goes past it',
+		ddl_run VARCHAR(128) NOT NULL DEFAULT '' COMMENT 'GTID of the last schema change on_ddl EXEC began to apply on this target',
+		ddl_before LONGTEXT NULL COMMENT 'the target tables it changes, as SHOW CREATE TABLE gave them before it ran',
 		PRIMARY KEY (workflow, source)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.copy_state (
@@ -173,6 +175,8 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"stream", "throttled", "TEXT NULL"},
 	{"stream", "waiting", "TEXT NULL"},
 	{"stream", "stopped_ddl", "VARCHAR(128) NOT NULL DEFAULT ''"},
+	{"stream", "ddl_run", "VARCHAR(128) NOT NULL DEFAULT ''"},
+	{"stream", "ddl_before", "LONGTEXT NULL"},
 	{"copy_state", "rows_estimate", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_started_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
@@ -463,6 +467,45 @@ func (s *Store) StopAtDDL(ctx context.Context, name, source, trx, message string
 		return fmt.Errorf("stop workflow %q at the DDL of %s: %w", name, trx, err)
 	}
 	return nil
+}
+
+// DDLRun is a schema change on_ddl EXEC began to apply on the target: its
+// source transaction, and the definitions of the target tables it changes
+// from before it ran. A DDL commits on its own, never with the position, so a
+// run that finds its change's record after a restart tells whether the
+// change took from whether the definitions still read as before.
+type DDLRun struct {
+	GTID   string
+	Before string
+}
+
+// StartDDLRun records run before its statement goes to the target; only the
+// run that owns the stream writes it (ErrNotOwner).
+func (s *Store) StartDDLRun(ctx context.Context, workflow, source string, owner int64, run DDLRun) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := checkOwner(ctx, tx, workflow, source, owner); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET ddl_run = ?, ddl_before = ? WHERE workflow = ? AND source = ?",
+			run.GTID, run.Before, workflow, source)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record the schema change %s of %s/%s: %w", run.GTID, workflow, source, err)
+	}
+	return nil
+}
+
+// LastDDLRun is the schema change the stream last began to apply (StartDDLRun).
+func (s *Store) LastDDLRun(ctx context.Context, workflow, source string) (DDLRun, error) {
+	var run DDLRun
+	var before sql.NullString
+	if err := s.db.QueryRowContext(ctx, "SELECT ddl_run, ddl_before FROM "+Schema+".stream WHERE workflow = ? AND source = ?",
+		workflow, source).Scan(&run.GTID, &before); err != nil {
+		return DDLRun{}, fmt.Errorf("read the last schema change of %s/%s: %w", workflow, source, err)
+	}
+	run.Before = before.String
+	return run, nil
 }
 
 // StoppedAtDDL is the source transaction of the schema change the stream from

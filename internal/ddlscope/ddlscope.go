@@ -7,12 +7,14 @@
 package ddlscope
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/format"
 
 	// The parser needs a driver for the values in statements.
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver"
@@ -144,3 +146,58 @@ func (s *Scope) words(stmt, defaultDB string) []string {
 	}
 	return out
 }
+
+// Rewrite returns stmt, run on the source with defaultDB as its current
+// database, as it must run on a target whose moved tables are in targetDB,
+// under the names of names where given (by source name), with targetDB as its
+// current database. A statement that needs no renaming is returned as it is;
+// one that does is read by the parser and written back from it, and refused
+// when the parser cannot read it.
+func (s *Scope) Rewrite(stmt, defaultDB, targetDB string, names map[string]string) (string, error) {
+	same := strings.EqualFold(targetDB, s.Database)
+	for from, to := range names {
+		same = same && from == to
+	}
+	if same {
+		return stmt, nil
+	}
+	node, err := parser.New().ParseOneStmt(stmt, "", "")
+	if err != nil {
+		return "", fmt.Errorf("its table names cannot be mapped to the target's: the parser cannot read it: %w", err)
+	}
+	node.Accept(&renamer{s: s, defaultDB: defaultDB, targetDB: targetDB, names: names})
+	var b strings.Builder
+	if err := node.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &b)); err != nil {
+		return "", fmt.Errorf("write it back with the target's table names: %w", err)
+	}
+	return b.String(), nil
+}
+
+// renamer maps the moved tables a statement names to the target's names.
+type renamer struct {
+	s                   *Scope
+	defaultDB, targetDB string
+	names               map[string]string
+}
+
+func (r *renamer) Enter(n ast.Node) (ast.Node, bool) {
+	t, ok := n.(*ast.TableName)
+	if !ok {
+		return n, false
+	}
+	db := t.Schema.O
+	if db == "" {
+		db = r.defaultDB
+	}
+	name, moved := r.s.byLow[strings.ToLower(t.Name.O)]
+	if !moved || !strings.EqualFold(db, r.s.Database) {
+		return n, false
+	}
+	if to, ok := r.names[name]; ok {
+		t.Name = ast.NewCIStr(to)
+	}
+	t.Schema = ast.NewCIStr(r.targetDB)
+	return n, false
+}
+
+func (r *renamer) Leave(n ast.Node) (ast.Node, bool) { return n, true }

@@ -80,3 +80,30 @@ func TestLoggable(t *testing.T) {
 		require.Equal(t, want, Loggable(stmt), stmt)
 	}
 }
+
+// A statement runs on the target under the target's database and table names.
+func TestRewrite(t *testing.T) {
+	s := New("src", []string{"t", "u"})
+	cases := []struct {
+		stmt, db, targetDB string
+		names              map[string]string
+		want               string
+	}{
+		{"ALTER TABLE t ADD COLUMN c INT", "src", "src", nil, "ALTER TABLE t ADD COLUMN c INT"},
+		{"ALTER TABLE t ADD COLUMN c INT", "src", "src", map[string]string{"t": "t"}, "ALTER TABLE t ADD COLUMN c INT"},
+		{"ALTER TABLE t ADD COLUMN c INT", "src", "dst", nil, "ALTER TABLE `dst`.`t` ADD COLUMN `c` INT"},
+		{"alter table `src`.`t` drop column v", "other", "src", map[string]string{"t": "t2"}, "ALTER TABLE `src`.`t2` DROP COLUMN `v`"},
+		{"ALTER TABLE t RENAME COLUMN a TO b", "src", "dst", map[string]string{"t": "t2"}, "ALTER TABLE `dst`.`t2` RENAME COLUMN `a` TO `b`"},
+		{"CREATE INDEX k ON u (v)", "src", "dst", nil, "CREATE INDEX `k` ON `dst`.`u` (`v`)"},
+		{"TRUNCATE TABLE src.u", "", "dst", nil, "TRUNCATE TABLE `dst`.`u`"},
+		// Tables that are not moved keep their names.
+		{"RENAME TABLE t TO _t_del, _t_gho TO t", "src", "dst", nil, "RENAME TABLE `dst`.`t` TO `_t_del`, `_t_gho` TO `dst`.`t`"},
+	}
+	for _, c := range cases {
+		got, err := s.Rewrite(c.stmt, c.db, c.targetDB, c.names)
+		require.NoError(t, err, c.stmt)
+		require.Equal(t, c.want, got, c.stmt)
+	}
+	_, err := s.Rewrite("ALTER ONLINE TABLE t ADD COLUMN c INT", "src", "dst", nil)
+	require.ErrorContains(t, err, "cannot be mapped")
+}

@@ -50,6 +50,10 @@ const (
 	// AddKeys is before the applier adds a copied table's deferred secondary
 	// keys: a window in which a test kills processes before the ALTER.
 	AddKeys Point = "add_keys"
+	// DDLApplied is after on_ddl EXEC ran a schema change on the target and
+	// before the position after it is saved: a window in which a test kills
+	// the applier between the two.
+	DDLApplied Point = "ddl_applied"
 )
 
 // EnvVar is the variable that turns hooks on.
@@ -93,7 +97,7 @@ func parse(s string) (*config, error) {
 			}
 			c.rng = rand.New(rand.NewPCG(seed, 1))
 		case string(ChunkRead), string(ChunkEmit), string(ChunkApply), string(ReplayExec), string(SlowTarget), string(CutoverStep), string(VerifyCheck),
-			string(VerifyDigest), string(AddKeys):
+			string(VerifyDigest), string(AddKeys), string(DDLApplied):
 			lo, hi, ok := strings.Cut(v, "-")
 			if !ok {
 				return nil, fmt.Errorf("%s=%q: want a range like 0-30ms", k, v)

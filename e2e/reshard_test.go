@@ -484,12 +484,15 @@ func (e *shardEnv) explainDiffs(spec *rowliftv1.WorkflowSpec, target, table stri
 // runReshard runs one N→M reshard of the race tables under the race writers,
 // with kills of a streamer, an applier and a source server when kill is set,
 // and checks every target shard.
-func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges []string, keys int, kill bool) {
+func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges []string, keys int, kill bool, alter string) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	hooks := []string{testhook.EnvVar + fmt.Sprintf("=chunk_read=0-20ms,replay_exec=0-5ms,seed=%d", seed)}
 	e := newShardEnv(t, flavor, keys, hooks, sourceRanges, targetRanges, false)
 	spec := e.spec("split", raceShardTables(len(sourceRanges) > 1))
+	if alter != "" {
+		spec.Options.OnDdl = rowliftv1.OnDDL_ON_DDL_EXEC
+	}
 	var route atomic.Pointer[[]*shard]
 	route.Store(&e.sources)
 	stop := e.writers(seed, keys, &route, new(atomic.Int64))
@@ -511,6 +514,14 @@ func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges 
 	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
 		return e.ctl.StartWorkflow(ctx, &rowliftv1.WorkflowRef{Name: "split"})
 	})
+	if alter != "" {
+		// In the middle of the copy, on every source: each target applies it
+		// once, from each stream that reaches it.
+		for _, src := range e.sources {
+			sandboxtest.Exec(t, src.db, alter)
+		}
+		t.Logf("on every source: %s", alter)
+	}
 	if kill {
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
 		e.sources[0].proc.kill()
@@ -542,11 +553,21 @@ func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges 
 	}
 	require.Equal(t, st.GetRowsCopied(), copied, "the streams' rows add up to the workflow's")
 	require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING, st.GetPhase())
+	if alter != "" {
+		var want string
+		require.NoError(t, e.sources[0].db.QueryRow("SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'race' AND TABLE_NAME = 'ints' AND COLUMN_NAME = 'v'").Scan(&want))
+		for _, tg := range e.targets {
+			var got string
+			require.NoError(t, tg.db.QueryRow("SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'race' AND TABLE_NAME = 'ints' AND COLUMN_NAME = 'v'").Scan(&got))
+			require.Equal(t, want, got, "target %s has the source's new definition", tg.name)
+		}
+	}
 }
 
 // TestReshard splits, re-splits and merges the race tables under random
-// traffic with primary key and keyspace ID changes: 1→2 (with kills of a
-// streamer, an applier and the source server), 1→4, 2→3 (uneven), 4→2 and 2→1.
+// traffic with primary key and keyspace ID changes: 1→2 (with an ALTER on the
+// source during the copy, on_ddl EXEC, and kills of a streamer, an applier and
+// the source server), 1→4, 2→3 (uneven), 4→2 and 2→1.
 // Each target holds exactly its range's rows of the sources it overlaps.
 // ROWLIFT_RESHARD_MYSQL=1 runs every case on MySQL too (make soak-reshard,
 // make stress).
@@ -560,12 +581,14 @@ func TestReshard(t *testing.T) {
 		// mysql runs the case on MySQL servers too (two cases keep the
 		// flavor's share of make test small).
 		mysql bool
+		// alter runs on the sources during the copy, with on_ddl EXEC.
+		alter string
 	}{
-		{"1to2", []string{""}, []string{"-80", "80-"}, true, true},
-		{"1to4", []string{""}, []string{"-40", "40-80", "80-c0", "c0-"}, false, false},
-		{"2to3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"}, false, true},
-		{"4to2", []string{"-40", "40-80", "80-c0", "c0-"}, []string{"-80", "80-"}, false, false},
-		{"2to1", []string{"-80", "80-"}, []string{"-"}, false, false},
+		{"1to2", []string{""}, []string{"-80", "80-"}, true, true, "ALTER TABLE race.ints MODIFY v VARCHAR(64)"},
+		{"1to4", []string{""}, []string{"-40", "40-80", "80-c0", "c0-"}, false, false, ""},
+		{"2to3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"}, false, true, ""},
+		{"4to2", []string{"-40", "40-80", "80-c0", "c0-"}, []string{"-80", "80-"}, false, false, ""},
+		{"2to1", []string{"-80", "80-"}, []string{"-"}, false, false, ""},
 	} {
 		flavors := []sandbox.Flavor{sandbox.MariaDB}
 		if c.mysql || allMySQL {
@@ -574,7 +597,7 @@ func TestReshard(t *testing.T) {
 		for _, flavor := range flavors {
 			t.Run(c.name+"/"+string(flavor), func(t *testing.T) {
 				t.Parallel() // two cases at a time (go test's -parallel is GOMAXPROCS)
-				runReshard(t, flavor, c.sources, c.targets, keys, c.kill)
+				runReshard(t, flavor, c.sources, c.targets, keys, c.kill, c.alter)
 			})
 		}
 	}

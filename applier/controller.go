@@ -482,7 +482,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			if err := c.ddl(ctx, play, item.GetDdl()); err != nil {
 				return err
 			}
-			if item.GetDdl().GetFreeze() {
+			if item.GetDdl().GetFreeze() || len(item.GetDdl().GetTables()) == 0 {
 				return nil // the target's tables did not change
 			}
 			// The streamer ends the stream after a schema change: the next one
@@ -554,6 +554,9 @@ func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) 
 			zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
 		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
 	}
+	if ddl.GetShadow() != "" && len(ddl.GetTables()) == 0 {
+		return c.keepShadow(ctx, play, ddl)
+	}
 	if c.spec.GetOptions().GetOnDdl() == rowliftv1.OnDDL_ON_DDL_IGNORE {
 		c.log.Warn("ignoring DDL", zap.String("statement", ddl.GetStatement()))
 		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
@@ -567,6 +570,9 @@ func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) 
 	if at == ddl.GetGtid() {
 		c.log.Info("resumed past the DDL the workflow stopped at", zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
 		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
+	}
+	if ddl.GetShadow() != "" {
+		return c.swapShadow(ctx, play, ddl)
 	}
 	if c.spec.GetOptions().GetOnDdl() == rowliftv1.OnDDL_ON_DDL_EXEC {
 		return c.execDDL(ctx, play, ddl)

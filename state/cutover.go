@@ -153,7 +153,8 @@ func (s *Store) Follow(ctx context.Context, spec *rowliftv1.WorkflowSpec, target
 			}
 		}
 		changed = true
-		for _, q := range []string{"DELETE FROM " + Schema + ".replay_slot WHERE workflow = ?", "DELETE FROM " + Schema + ".stream WHERE workflow = ?"} {
+		for _, q := range []string{"DELETE FROM " + Schema + ".replay_slot WHERE workflow = ?", "DELETE FROM " + Schema + ".shadow_ddl WHERE workflow = ?",
+			"DELETE FROM " + Schema + ".stream WHERE workflow = ?"} {
 			if _, err := tx.ExecContext(ctx, q, name); err != nil {
 				return err
 			}

@@ -10,7 +10,7 @@ import (
 // probing the privileges to write them.
 var keyColumns = []struct{ table, column string }{
 	{"workflow", "name"}, {"stream", "workflow"}, {"copy_state", "workflow"},
-	{"replay_slot", "workflow"}, {"verify", "workflow"}, {"cutover", "workflow"},
+	{"replay_slot", "workflow"}, {"verify", "workflow"}, {"cutover", "workflow"}, {"shadow_ddl", "workflow"},
 }
 
 // stateOn is what every privilege on the sidecar schema is granted on.

@@ -162,6 +162,15 @@ var schemaDDL = []string{
 		updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
 		PRIMARY KEY (workflow)
 	) ENGINE=InnoDB`,
+	`CREATE TABLE IF NOT EXISTS ` + Schema + `.shadow_ddl (
+		workflow VARCHAR(64) NOT NULL,
+		source VARCHAR(64) NOT NULL,
+		shadow VARCHAR(64) NOT NULL COMMENT 'an online schema change tool''s shadow table of a moved table',
+		seq INT NOT NULL,
+		statement LONGTEXT NOT NULL COMMENT 'an ALTER of the shadow, as the source logged it',
+		db VARCHAR(64) NOT NULL COMMENT 'the schema it ran in',
+		PRIMARY KEY (workflow, source, shadow, seq)
+	) ENGINE=InnoDB`,
 }
 
 // addedColumns are columns added to the sidecar tables after their first
@@ -521,7 +530,7 @@ func (s *Store) StoppedAtDDL(ctx context.Context, name, source string) (string, 
 // DeleteWorkflow removes a workflow and all its progress. Copied rows stay.
 func (s *Store) DeleteWorkflow(ctx context.Context, name string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, table := range []string{"replay_slot", "copy_state", "verify", "verify_key", "stream", "cutover", "workflow"} {
+		for _, table := range []string{"replay_slot", "shadow_ddl", "copy_state", "verify", "verify_key", "stream", "cutover", "workflow"} {
 			col := "workflow"
 			if table == "workflow" {
 				col = "name"

@@ -311,8 +311,9 @@ func (r *binlogReader) commit() (readResult, bool, error) {
 // query handles a QUERY event: BEGIN and COMMIT frame transactions of
 // non-transactional engines; anything else in a GTID of its own is a DDL, sent on
 // when it changes a streamed table (ddlscope), marked as a cutover's freeze
-// when it only renames streamed tables to their frozen names or back. Other
-// statements only advance the position.
+// when it only renames streamed tables to their frozen names or back, or when
+// it is on an online schema change tool's shadow of one. Other statements
+// only advance the position.
 func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error) {
 	q := strings.TrimSpace(string(e.Query))
 	switch strings.ToUpper(q) {
@@ -331,7 +332,8 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 	}
 	res := readResult{pos: r.position()}
 	tables := r.scope.Tables(q, string(e.Schema))
-	if len(tables) == 0 {
+	shadow, isShadow := r.scope.Shadow(q, string(e.Schema))
+	if len(tables) == 0 && !isShadow {
 		r.log.Debug("schema statement passed: it changes no streamed table", zap.String("statement", ddlscope.Loggable(q)), zap.String("gtid", tx.gtid))
 		return res, true, nil
 	}
@@ -342,7 +344,8 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 		return readResult{}, false, fmt.Errorf("parse GTID: %w", err)
 	}
 	ddl := &rowliftv1.DDL{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()}, CommitTimeUs: tx.commitUS,
-		Database: string(e.Schema), Statement: q, Tables: tables, Freeze: frozen.IsFreeze(q, string(e.Schema), r.database, r.scope.Names)}
+		Database: string(e.Schema), Statement: q, Tables: tables, Freeze: frozen.IsFreeze(q, string(e.Schema), r.database, r.scope.Names),
+		Shadow: shadow.Shadow}
 	res.tx = &mergeTx{pos: gtidPos{own}, tables: tables, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Ddl{Ddl: ddl}}}
 	return res, true, nil
 }

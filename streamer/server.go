@@ -126,14 +126,14 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 // they are then.
 var errEndsAtDDL = errors.New("the stream ends after a schema change of its tables")
 
-// endsStream reports a schema change of streamed tables, after which the
-// reader reads no further.
+// endsStream reports a schema change of streamed tables (not one of a shadow
+// table only), after which the reader reads no further.
 func endsStream(tx *mergeTx) bool {
 	if tx == nil {
 		return false
 	}
 	ddl := tx.item.GetDdl()
-	return ddl != nil && !ddl.GetFreeze()
+	return ddl != nil && !ddl.GetFreeze() && len(ddl.GetTables()) > 0
 }
 
 // Validate runs the checks a stream starts with and describes the tables, so a
@@ -482,7 +482,7 @@ func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.Strea
 			return fmt.Errorf("send to applier: %w", err)
 		}
 		for _, item := range msg.GetItems() {
-			if ddl := item.GetDdl(); ddl != nil && !ddl.GetFreeze() {
+			if ddl := item.GetDdl(); ddl != nil && !ddl.GetFreeze() && len(ddl.GetTables()) > 0 {
 				return fmt.Errorf("%w (%s)", errEndsAtDDL, ddl.GetGtid())
 			}
 		}

@@ -165,7 +165,20 @@ func (s *Scope) Rewrite(stmt, defaultDB, targetDB string, names map[string]strin
 	if err != nil {
 		return "", fmt.Errorf("its table names cannot be mapped to the target's: the parser cannot read it: %w", err)
 	}
-	node.Accept(&renamer{s: s, defaultDB: defaultDB, targetDB: targetDB, names: names})
+	node.Accept(visitTables(func(t *ast.TableName) {
+		db := t.Schema.O
+		if db == "" {
+			db = defaultDB
+		}
+		name, moved := s.byLow[strings.ToLower(t.Name.O)]
+		if !moved || !strings.EqualFold(db, s.Database) {
+			return
+		}
+		if to, ok := names[name]; ok {
+			t.Name = ast.NewCIStr(to)
+		}
+		t.Schema = ast.NewCIStr(targetDB)
+	}))
 	var b strings.Builder
 	if err := node.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &b)); err != nil {
 		return "", fmt.Errorf("write it back with the target's table names: %w", err)
@@ -173,31 +186,127 @@ func (s *Scope) Rewrite(stmt, defaultDB, targetDB string, names map[string]strin
 	return b.String(), nil
 }
 
-// renamer maps the moved tables a statement names to the target's names.
-type renamer struct {
-	s                   *Scope
-	defaultDB, targetDB string
-	names               map[string]string
+// ShadowKind is what a statement does to a shadow table.
+type ShadowKind int
+
+// The statements of an online schema change tool on its shadow table.
+const (
+	// ShadowCreate creates the shadow, empty or LIKE its table.
+	ShadowCreate ShadowKind = iota + 1
+	// ShadowAlter changes the shadow's definition: the change the tool makes.
+	ShadowAlter
+	// ShadowDrop drops the shadow or renames it away without a swap.
+	ShadowDrop
+	// ShadowSwap is the tool's cut-over, a RENAME TABLE that moves the table
+	// aside and the shadow to its name.
+	ShadowSwap
+)
+
+// ShadowChange is a statement on an online schema change tool's shadow table
+// of a moved table.
+type ShadowChange struct {
+	Kind ShadowKind
+	// Shadow is the shadow table's name, Table the moved table's.
+	Shadow, Table string
 }
 
-func (r *renamer) Enter(n ast.Node) (ast.Node, bool) {
-	t, ok := n.(*ast.TableName)
-	if !ok {
-		return n, false
+// ShadowOf is the moved table name is a shadow of: gh-ost's _t_gho,
+// pt-online-schema-change's and Spirit's _t_new.
+func (s *Scope) ShadowOf(name string) (string, bool) {
+	low := strings.ToLower(name)
+	for _, suffix := range []string{"_gho", "_new"} {
+		if base, ok := strings.CutSuffix(low, suffix); ok && strings.HasPrefix(base, "_") {
+			if t, ok := s.byLow[base[1:]]; ok {
+				return t, true
+			}
+		}
 	}
-	db := t.Schema.O
-	if db == "" {
-		db = r.defaultDB
+	return "", false
+}
+
+// Shadow tells a statement on a shadow table of a moved table, run with
+// defaultDB current, from every other.
+func (s *Scope) Shadow(stmt, defaultDB string) (ShadowChange, bool) {
+	node, err := parser.New().ParseOneStmt(stmt, "", "")
+	if err != nil {
+		return ShadowChange{}, false
 	}
-	name, moved := r.s.byLow[strings.ToLower(t.Name.O)]
-	if !moved || !strings.EqualFold(db, r.s.Database) {
-		return n, false
+	shadow := func(t *ast.TableName, kind ShadowKind) (ShadowChange, bool) {
+		db := t.Schema.O
+		if db == "" {
+			db = defaultDB
+		}
+		if !strings.EqualFold(db, s.Database) {
+			return ShadowChange{}, false
+		}
+		table, ok := s.ShadowOf(t.Name.O)
+		if !ok {
+			return ShadowChange{}, false
+		}
+		return ShadowChange{Kind: kind, Shadow: t.Name.O, Table: table}, true
 	}
-	if to, ok := r.names[name]; ok {
-		t.Name = ast.NewCIStr(to)
+	switch n := node.(type) {
+	case *ast.CreateTableStmt:
+		return shadow(n.Table, ShadowCreate)
+	case *ast.AlterTableStmt:
+		return shadow(n.Table, ShadowAlter)
+	case *ast.DropTableStmt:
+		for _, t := range n.Tables {
+			if c, ok := shadow(t, ShadowDrop); ok {
+				return c, ok
+			}
+		}
+	case *ast.RenameTableStmt:
+		for _, tt := range n.TableToTables {
+			c, ok := shadow(tt.OldTable, ShadowDrop)
+			if !ok {
+				continue
+			}
+			to := tt.NewTable.Schema.O
+			if to == "" {
+				to = defaultDB
+			}
+			if strings.EqualFold(to, s.Database) && strings.EqualFold(tt.NewTable.Name.O, c.Table) {
+				c.Kind = ShadowSwap
+			}
+			return c, ok
+		}
 	}
-	t.Schema = ast.NewCIStr(r.targetDB)
+	return ShadowChange{}, false
+}
+
+// RenameTable returns stmt, run with defaultDB current, with every reference
+// to table from in database fromDB made to table to in database toDB: a
+// shadow's ALTER made to the target's table.
+func RenameTable(stmt, defaultDB, fromDB, from, toDB, to string) (string, error) {
+	node, err := parser.New().ParseOneStmt(stmt, "", "")
+	if err != nil {
+		return "", fmt.Errorf("the parser cannot read it: %w", err)
+	}
+	node.Accept(visitTables(func(t *ast.TableName) {
+		db := t.Schema.O
+		if db == "" {
+			db = defaultDB
+		}
+		if strings.EqualFold(db, fromDB) && strings.EqualFold(t.Name.O, from) {
+			t.Schema, t.Name = ast.NewCIStr(toDB), ast.NewCIStr(to)
+		}
+	}))
+	var b strings.Builder
+	if err := node.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &b)); err != nil {
+		return "", fmt.Errorf("write it back with the target's table name: %w", err)
+	}
+	return b.String(), nil
+}
+
+// visitTables calls f on every table name of a statement.
+type visitTables func(*ast.TableName)
+
+func (v visitTables) Enter(n ast.Node) (ast.Node, bool) {
+	if t, ok := n.(*ast.TableName); ok {
+		v(t)
+	}
 	return n, false
 }
 
-func (r *renamer) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+func (v visitTables) Leave(n ast.Node) (ast.Node, bool) { return n, true }

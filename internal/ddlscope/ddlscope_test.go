@@ -107,3 +107,45 @@ func TestRewrite(t *testing.T) {
 	_, err := s.Rewrite("ALTER ONLINE TABLE t ADD COLUMN c INT", "src", "dst", nil)
 	require.ErrorContains(t, err, "cannot be mapped")
 }
+
+// An online schema change tool's statements on its shadow table, exactly as
+// gh-ost and pt-online-schema-change log them.
+func TestShadow(t *testing.T) {
+	s := New("torture", []string{"t_int", "t_uniq"})
+	cases := []struct {
+		stmt string
+		want ShadowChange
+		ok   bool
+	}{
+		{"create /* gh-ost */ table `torture`.`_t_uniq_gho` like `torture`.`t_uniq`", ShadowChange{ShadowCreate, "_t_uniq_gho", "t_uniq"}, true},
+		{"alter /* gh-ost */ table `torture`.`_t_uniq_gho` add column extra int not null default 7", ShadowChange{ShadowAlter, "_t_uniq_gho", "t_uniq"}, true},
+		{"rename /* gh-ost */ table `torture`.`t_uniq` to `torture`.`_t_uniq_del`, `torture`.`_t_uniq_gho` to `torture`.`t_uniq`", ShadowChange{ShadowSwap, "_t_uniq_gho", "t_uniq"}, true},
+		{"drop /* gh-ost */ table if exists `torture`.`_t_uniq_gho`", ShadowChange{ShadowDrop, "_t_uniq_gho", "t_uniq"}, true},
+		{"CREATE TABLE `torture`.`_t_int_new` (\n  `id` int NOT NULL,\n  PRIMARY KEY (`id`)\n) ENGINE=InnoDB", ShadowChange{ShadowCreate, "_t_int_new", "t_int"}, true},
+		{"ALTER TABLE `torture`.`_t_int_new` ADD COLUMN extra INT", ShadowChange{ShadowAlter, "_t_int_new", "t_int"}, true},
+		{"RENAME TABLE `torture`.`t_int` TO `torture`.`_t_int_old`, `torture`.`_t_int_new` TO `torture`.`t_int`", ShadowChange{ShadowSwap, "_t_int_new", "t_int"}, true},
+		{"RENAME TABLE _t_int_new TO elsewhere", ShadowChange{ShadowDrop, "_t_int_new", "t_int"}, true},
+		// Not shadows: another database, a table of no moved table's name,
+		// the moved table itself, a gh-ost changelog table.
+		{"ALTER TABLE other._t_int_new ADD COLUMN c INT", ShadowChange{}, false},
+		{"CREATE TABLE _x_new (id INT PRIMARY KEY)", ShadowChange{}, false},
+		{"ALTER TABLE t_int ADD COLUMN c INT", ShadowChange{}, false},
+		{"create /* gh-ost */ table `torture`.`_t_uniq_ghc` (id bigint auto_increment, primary key(id))", ShadowChange{}, false},
+		{"DROP TABLE IF EXISTS `torture`.`_t_int_old`", ShadowChange{}, false},
+	}
+	for _, c := range cases {
+		got, ok := s.Shadow(c.stmt, "torture")
+		require.Equal(t, c.ok, ok, c.stmt)
+		require.Equal(t, c.want, got, c.stmt)
+	}
+}
+
+// A shadow's ALTER runs on the target's table.
+func TestRenameTable(t *testing.T) {
+	got, err := RenameTable("alter /* gh-ost */ table `torture`.`_t_gho` add column extra int not null default 7", "torture", "torture", "_t_gho", "dst", "t2")
+	require.NoError(t, err)
+	require.Equal(t, "ALTER TABLE `dst`.`t2` ADD COLUMN `extra` INT NOT NULL DEFAULT 7", got)
+	got, err = RenameTable("ALTER TABLE _t_new MODIFY v BIGINT, ADD KEY k (v)", "torture", "torture", "_t_new", "torture", "t")
+	require.NoError(t, err)
+	require.Equal(t, "ALTER TABLE `torture`.`t` MODIFY COLUMN `v` BIGINT, ADD INDEX `k`(`v`)", got)
+}

@@ -2069,7 +2069,14 @@ type DDL struct {
 	// A RENAME TABLE by rowlift's cutover (Streamer.Freeze or Unfreeze) between
 	// the streamed tables' names and their frozen names: not a schema change. The
 	// applier moves its position past it and goes on.
-	Freeze        bool `protobuf:"varint,7,opt,name=freeze,proto3" json:"freeze,omitempty"`
+	Freeze bool `protobuf:"varint,7,opt,name=freeze,proto3" json:"freeze,omitempty"`
+	// An online schema change tool's shadow table of a streamed table (gh-ost's
+	// _t_gho, pt-online-schema-change's and Spirit's _t_new). With tables
+	// empty, the statement creates, alters or drops the shadow: the applier
+	// keeps its ALTERs. With tables naming the streamed table, the statement is
+	// the tool's cut-over, a RENAME TABLE that swaps the shadow in for it: the
+	// shadow's ALTERs bring the target's table to its new definition.
+	Shadow        string `protobuf:"bytes,8,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2151,6 +2158,13 @@ func (x *DDL) GetFreeze() bool {
 		return x.Freeze
 	}
 	return false
+}
+
+func (x *DDL) GetShadow() string {
+	if x != nil {
+		return x.Shadow
+	}
+	return ""
 }
 
 var File_rowlift_v1_stream_proto protoreflect.FileDescriptor
@@ -2298,7 +2312,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\bposition\x18\x01 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0esource_time_us\x18\x02 \x01(\x03R\fsourceTimeUs\x12\x1c\n" +
 	"\tthrottled\x18\x03 \x01(\tR\tthrottled\x12\x18\n" +
-	"\awaiting\x18\x04 \x01(\tR\awaiting\"\xdb\x01\n" +
+	"\awaiting\x18\x04 \x01(\tR\awaiting\"\xf3\x01\n" +
 	"\x03DDL\x12\x12\n" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
@@ -2306,7 +2320,8 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\bdatabase\x18\x04 \x01(\tR\bdatabase\x12\x1c\n" +
 	"\tstatement\x18\x05 \x01(\tR\tstatement\x12\x16\n" +
 	"\x06tables\x18\x06 \x03(\tR\x06tables\x12\x16\n" +
-	"\x06freeze\x18\a \x01(\bR\x06freeze*m\n" +
+	"\x06freeze\x18\a \x01(\bR\x06freeze\x12\x16\n" +
+	"\x06shadow\x18\b \x01(\tR\x06shadow*m\n" +
 	"\n" +
 	"FreezeMode\x12\x1b\n" +
 	"\x17FREEZE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/internal/grpcopt"
@@ -26,7 +27,7 @@ import (
 // spec, the sources through their streamers, the target tables, the name on
 // every target), then creates the workflow on every target or on none.
 func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkflowRequest) (*rowliftv1.Workflow, error) {
-	spec := req.GetSpec()
+	spec := withDefaults(req.GetSpec())
 	if err := checkSpec(spec); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -89,6 +90,22 @@ func (s *Server) CreateWorkflow(ctx context.Context, req *rowliftv1.CreateWorkfl
 	}
 	w.Warnings = warnings
 	return w, nil
+}
+
+// withDefaults is spec as it is stored: an unset on_ddl becomes EXEC, what a
+// move that runs for weeks needs to outlive its tables' schema changes. It is
+// written in, not left unset, because a stored unset on_ddl means STOP: the
+// default of the workflows created before.
+func withDefaults(spec *rowliftv1.WorkflowSpec) *rowliftv1.WorkflowSpec {
+	if spec.GetOptions().GetOnDdl() != rowliftv1.OnDDL_ON_DDL_UNSPECIFIED {
+		return spec
+	}
+	spec = proto.Clone(spec).(*rowliftv1.WorkflowSpec)
+	if spec.Options == nil {
+		spec.Options = &rowliftv1.WorkflowOptions{}
+	}
+	spec.Options.OnDdl = rowliftv1.OnDDL_ON_DDL_EXEC
+	return spec
 }
 
 // createOnAll writes the workflow to each target in turn; when one fails, it

@@ -289,3 +289,17 @@ func TestNewRefusesBadTargetName(t *testing.T) {
 	_, err := New(Config{Targets: map[string]string{"main": "root@tcp(127.0.0.1:1)/", "shard 2": "root@tcp(127.0.0.1:1)/"}})
 	require.EqualError(t, err, `target name "shard 2": use 1 to 64 letters, digits, '_' or '-', e.g. main or shard-80`)
 }
+
+// A new workflow that leaves on_ddl unset applies schema changes (EXEC),
+// stored as such, since a stored unset on_ddl means STOP; a set one is kept,
+// and the request is not changed.
+func TestNewWorkflowsExecSchemaChanges(t *testing.T) {
+	unset := &rowliftv1.WorkflowSpec{Name: "w"}
+	require.Equal(t, rowliftv1.OnDDL_ON_DDL_EXEC, withDefaults(unset).GetOptions().GetOnDdl())
+	require.Nil(t, unset.GetOptions(), "the request is not changed")
+	for _, d := range []rowliftv1.OnDDL{rowliftv1.OnDDL_ON_DDL_STOP, rowliftv1.OnDDL_ON_DDL_IGNORE, rowliftv1.OnDDL_ON_DDL_EXEC} {
+		spec := &rowliftv1.WorkflowSpec{Name: "w", Options: &rowliftv1.WorkflowOptions{OnDdl: d, ChunkRows: 5}}
+		require.Equal(t, d, withDefaults(spec).GetOptions().GetOnDdl())
+		require.Equal(t, int64(5), withDefaults(spec).GetOptions().GetChunkRows())
+	}
+}

@@ -99,7 +99,7 @@ func (c *createFlags) register(fs *flag.FlagSet) {
 		"milliseconds, and under writes sizes its chunks to be applied within half of it, so the move is ready for\n"+
 		"cutover soon after its last chunk; 0: default 1000, -1: never, e.g. --max-replay-lag-ms 500")
 	fs.BoolVar(&c.outOfOrder, "out-of-order-commit", false, "commit replayed transactions out of source order, checkpointing a low watermark, e.g. --out-of-order-commit")
-	fs.StringVar(&c.onDDL, "on-ddl", "stop", "what a schema change on a moved table does: stop (the workflow, naming the statement), exec (apply it on the target, names mapped, and go on) or ignore (skip it), e.g. --on-ddl exec")
+	fs.StringVar(&c.onDDL, "on-ddl", "exec", "what a schema change on a moved table does: exec (apply it on the target, names mapped, and go on), stop (the workflow, naming the statement) or ignore (skip it), e.g. --on-ddl stop")
 	fs.StringVar(&c.copyMethod, "copy-method", "auto", "how copied rows are written: auto (LOAD DATA when the target allows local_infile, else INSERT), load-data or insert,\n"+
 		"e.g. --copy-method insert")
 	fs.BoolVar(&c.skipCreate, "skip-create-tables", false, "do not create missing target tables from the source's definition (fail instead), e.g. --skip-create-tables")
@@ -331,7 +331,7 @@ func (c *createFlags) options() (*rowliftv1.WorkflowOptions, error) {
 	case "exec":
 		o.OnDdl = rowliftv1.OnDDL_ON_DDL_EXEC
 	default:
-		return nil, usagef("--on-ddl %q: want stop, exec or ignore", c.onDDL)
+		return nil, usagef("--on-ddl %q: want exec, stop or ignore", c.onDDL)
 	}
 	switch c.copyMethod {
 	case "auto":

@@ -384,7 +384,11 @@ func optionFlags(o *rowliftv1.WorkflowOptions) []string {
 	num("max-replay-lag-ms", o.GetMaxReplayLagMs())
 	flag("out-of-order-commit", o.GetOutOfOrderCommit())
 	flag("json-as-text", o.GetJsonAsText())
-	if d := o.GetOnDdl(); d != rowliftv1.OnDDL_ON_DDL_UNSPECIFIED && d != rowliftv1.OnDDL_ON_DDL_STOP {
+	switch d := o.GetOnDdl(); d {
+	case rowliftv1.OnDDL_ON_DDL_EXEC: // the default
+	case rowliftv1.OnDDL_ON_DDL_UNSPECIFIED: // a workflow from before EXEC was the default
+		f = append(f, "--on-ddl stop")
+	default:
 		f = append(f, "--on-ddl "+enumWords(d.String(), "ON_DDL_"))
 	}
 	if m := o.GetCopyMethod(); m != rowliftv1.CopyMethod_COPY_METHOD_UNSPECIFIED {

@@ -197,7 +197,9 @@ func TestShownOptionsRecreateTheWorkflow(t *testing.T) {
 	spec, err := c.spec()
 	require.NoError(t, err)
 	require.True(t, proto.Equal(opts, spec.GetOptions()), "shown %q, got %v", shown, spec.GetOptions())
-	require.Empty(t, optionFlags(&rowliftv1.WorkflowOptions{OnDdl: rowliftv1.OnDDL_ON_DDL_STOP}), "defaults are not shown")
+	require.Empty(t, optionFlags(&rowliftv1.WorkflowOptions{OnDdl: rowliftv1.OnDDL_ON_DDL_EXEC}), "defaults are not shown")
+	require.Equal(t, []string{"--on-ddl stop"}, optionFlags(&rowliftv1.WorkflowOptions{}),
+		"a workflow from before EXEC was the default stops at a schema change, and says so")
 }
 
 func TestWatchEnd(t *testing.T) {

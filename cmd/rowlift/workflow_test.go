@@ -164,7 +164,7 @@ func TestCreateFlagErrorsAreUsageErrors(t *testing.T) {
 		{[]string{"--table", "t", "--tables", "u,t"}, `--tables "u,t": table t is named twice`},
 		{[]string{"--table", "t:a,,b"}, "empty column name"},
 		{[]string{"--tables", "a,,b"}, "empty table name"},
-		{[]string{"--on-ddl", "apply", "--table", "t"}, `--on-ddl "apply": want stop, exec or ignore`},
+		{[]string{"--on-ddl", "apply", "--table", "t"}, `--on-ddl "apply": want exec, stop or ignore`},
 		{[]string{"--copy-method", "copy", "--table", "t"}, "want auto, load-data or insert"},
 		{[]string{"--apply-workers", "-1", "--table", "t"}, "--apply-workers -1: must be between 0"},
 		{[]string{"--chunk-rows", "-5", "--table", "t"}, "--chunk-rows -5: must be 0 (the default) or more"},

@@ -25,12 +25,16 @@ const (
 type OnDDL int32
 
 const (
+	// Left unset in a CreateWorkflowRequest: EXEC, which the coordinator stores.
+	// Stored unset (a workflow created before EXEC was the default): STOP.
 	OnDDL_ON_DDL_UNSPECIFIED OnDDL = 0
-	// Stop the workflow with a message naming the statement (the default).
+	// Stop the workflow with a message naming the statement; making the same
+	// change on the target and resuming goes on past it.
 	OnDDL_ON_DDL_STOP OnDDL = 1
 	// Skip the statement and continue.
 	OnDDL_ON_DDL_IGNORE OnDDL = 2
-	// Apply the statement on the target and continue.
+	// Apply the statement on the target, names mapped, exactly once, and
+	// continue; follow online schema change tools' cut-overs (the default).
 	OnDDL_ON_DDL_EXEC OnDDL = 3
 )
 

@@ -162,13 +162,7 @@ func TestDDLDuringCopyStopsTheWorkflow(t *testing.T) {
 		spec := e.workflow("ddl", "d", "t")
 		spec.Options.ChunkRows = 50
 		e.start(spec)
-		e.waitFor("the copy to start", 30*time.Second, func() (bool, string) {
-			var n int
-			if err := e.dstDB.QueryRow("SELECT COUNT(*) FROM d.t").Scan(&n); err != nil {
-				return false, err.Error()
-			}
-			return n > 0, fmt.Sprintf("%d rows copied", n)
-		})
+		e.waitCopyStarted("d.t")
 		// The ALTER rebuilds the table: a snapshot begun before it cannot
 		// read it (MySQL's and MariaDB's error 1412).
 		alter := "ALTER TABLE d.t ADD COLUMN note VARCHAR(10) NOT NULL DEFAULT 'd', MODIFY v BIGINT NOT NULL"

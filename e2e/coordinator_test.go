@@ -321,3 +321,24 @@ func testCoordinatorLifecycle(t *testing.T, flavor sandbox.Flavor) {
 	require.Empty(t, cs)
 	require.EqualValues(t, 6001, count(t, e.dstDB, "life.t"), "copied rows stay")
 }
+
+// verifyClean runs rowlift's verify of a workflow through the Control API and
+// waits for it to end with every row compared equal.
+func verifyClean(t *testing.T, ctl rowliftv1.ControlClient, ref *rowliftv1.WorkflowRef) {
+	t.Helper()
+	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
+		return ctl.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref})
+	})
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		v := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) { return ctl.GetWorkflow(ctx, ref) }).GetStatus().GetVerify()
+		if v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_DONE {
+			require.Zero(t, v.GetMissing()+v.GetExtra()+v.GetDifferent(), "verify of %s: %v", ref.GetName(), v)
+			require.Positive(t, v.GetRowsCompared())
+			t.Logf("verify compared %d rows", v.GetRowsCompared())
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "verify not done: %v", v)
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -43,42 +44,10 @@ func TestDDLExec(t *testing.T) {
 		spec.Options.OnDdl = rowliftv1.OnDDL_ON_DDL_EXEC
 		e.start(spec)
 
-		// Writers touch id and v only, which no ALTER changes.
-		ctx, stopWriters := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		writes := make([]int, 2)
-		for i := range writes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(seed, uint64(i)))
-				for ctx.Err() == nil {
-					id := 1 + rng.IntN(rows+500)
-					var q string
-					switch rng.IntN(3) {
-					case 0:
-						q = fmt.Sprintf("UPDATE d.t SET v = v + 1 WHERE id = %d", id)
-					case 1:
-						q = fmt.Sprintf("INSERT INTO d.t (id, v) VALUES (%d, %d) ON DUPLICATE KEY UPDATE v = v - 1", id, rng.IntN(1000))
-					default:
-						q = fmt.Sprintf("DELETE FROM d.t WHERE id = %d", id)
-					}
-					if _, err := e.srcDB.ExecContext(ctx, q); err == nil {
-						writes[i]++
-					}
-					time.Sleep(2 * time.Millisecond)
-				}
-			}()
-		}
-		t.Cleanup(func() { stopWriters(); wg.Wait() })
+		// Two writers of d.t, touching id and v only, which no ALTER changes.
+		stopWriters := e.idWriters(seed, []string{"d.t", "d.t"}, rows+500, nil)
 
-		e.waitFor("the copy to start", 30*time.Second, func() (bool, string) {
-			var n int
-			if err := e.dstDB.QueryRow("SELECT COUNT(*) FROM d2.t").Scan(&n); err != nil {
-				return false, err.Error()
-			}
-			return n > 0, fmt.Sprintf("%d rows copied", n)
-		})
+		e.waitCopyStarted("d2.t")
 		e.sourceExec("ALTER TABLE d.t ADD COLUMN x INT NOT NULL DEFAULT 5, MODIFY w VARCHAR(40) NOT NULL DEFAULT ''")
 		e.waitState("exec", state.Running, 2*time.Minute)
 
@@ -105,9 +74,7 @@ func TestDDLExec(t *testing.T) {
 			}
 			e.waitCaughtUp("exec", time.Minute)
 		}
-		stopWriters()
-		wg.Wait()
-		t.Logf("writers: %v", writes)
+		t.Logf("writes: %v", stopWriters())
 		e.waitCaughtUp("exec", time.Minute)
 		w := e.waitState("exec", state.Running, 10*time.Second)
 		require.Empty(t, w.LastError, "the workflow never stopped")
@@ -116,10 +83,7 @@ func TestDDLExec(t *testing.T) {
 		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d2", "t", verify.Options{})
 		require.NoError(t, err)
 		require.True(t, r.Identical(), r.String())
-		var src, dst string
-		require.NoError(t, e.srcDB.QueryRow("SELECT GROUP_CONCAT(COLUMN_NAME, ' ', COLUMN_TYPE ORDER BY ORDINAL_POSITION) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'd' AND TABLE_NAME = 't'").Scan(&src))
-		require.NoError(t, e.dstDB.QueryRow("SELECT GROUP_CONCAT(COLUMN_NAME, ' ', COLUMN_TYPE ORDER BY ORDINAL_POSITION) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'd2' AND TABLE_NAME = 't'").Scan(&dst))
-		require.Equal(t, src, dst, "the target table has the source's columns")
+		require.Equal(t, columnsOf(t, e.srcDB, "d", "t"), columnsOf(t, e.dstDB, "d2", "t"), "the target table has the source's columns")
 		var keys int
 		require.NoError(t, e.dstDB.QueryRow("SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'd2' AND TABLE_NAME = 't' AND INDEX_NAME = 'kv'").Scan(&keys))
 		require.Positive(t, keys, "the index was created on the target")
@@ -131,4 +95,53 @@ func TestDDLExec(t *testing.T) {
 		}
 		require.Equal(t, 1, ran, "the ALTER the applier was killed after ran on the target once")
 	})
+}
+
+// idWriters starts one writer per entry of tables (db.table, an entry given
+// twice gets two) of random UPDATEs, upserts and DELETEs of id and v, ids up
+// to keys, until stopped; while paused(table) holds, the table's writers
+// wait. stop returns how many statements each writer ran.
+func (e *env) idWriters(seed uint64, tables []string, keys int, paused func(table string) bool) (stop func() []int64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	writes := make([]int64, len(tables))
+	for i, table := range tables {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			for ctx.Err() == nil {
+				if paused != nil && paused(table) {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				id := 1 + rng.IntN(keys)
+				q := []string{
+					fmt.Sprintf("UPDATE %s SET v = v + 1 WHERE id = %d", table, id),
+					fmt.Sprintf("INSERT INTO %s (id, v) VALUES (%d, %d) ON DUPLICATE KEY UPDATE v = v - 1", table, id, rng.IntN(1000)),
+					fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, id),
+				}[rng.IntN(3)]
+				if _, err := e.srcDB.ExecContext(ctx, q); err == nil {
+					writes[i]++
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	stop = func() []int64 {
+		cancel()
+		wg.Wait()
+		return writes
+	}
+	e.t.Cleanup(func() { stop() })
+	return stop
+}
+
+// columnsOf lists a table's columns with their types, in order.
+func columnsOf(t *testing.T, db *sql.DB, database, table string) string {
+	t.Helper()
+	var cols string
+	require.NoError(t, db.QueryRow("SELECT GROUP_CONCAT(COLUMN_NAME, ' ', COLUMN_TYPE ORDER BY ORDINAL_POSITION) FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", database, table).Scan(&cols))
+	return cols
 }

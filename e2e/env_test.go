@@ -277,3 +277,15 @@ func (p *proc) logText() string {
 	b, _ := os.ReadFile(p.log)
 	return string(b)
 }
+
+// waitCopyStarted waits until the target's table (db.table) has a row.
+func (e *env) waitCopyStarted(table string) {
+	e.t.Helper()
+	e.waitFor("the copy of "+table+" to start", 30*time.Second, func() (bool, string) {
+		var n int
+		if err := e.dstDB.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n > 0, fmt.Sprintf("%d rows copied", n)
+	})
+}

@@ -682,21 +682,7 @@ func TestReshardCutover(t *testing.T) {
 	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) { return e.ctl.StartWorkflow(ctx, ref) })
 	e.waitState(spec, state.Running, 3*time.Minute)
 
-	call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) {
-		return e.ctl.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref})
-	})
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		v := call(t, func(ctx context.Context) (*rowliftv1.Workflow, error) { return e.ctl.GetWorkflow(ctx, ref) }).GetStatus().GetVerify()
-		if v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_DONE {
-			require.Zero(t, v.GetMissing()+v.GetExtra()+v.GetDifferent(), "verify of the split: %v", v)
-			require.Positive(t, v.GetRowsCompared())
-			t.Logf("verify compared %d rows", v.GetRowsCompared())
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "verify not done: %v", v)
-		time.Sleep(100 * time.Millisecond)
-	}
+	verifyClean(t, e.ctl, ref)
 
 	reverse := proto.Clone(spec).(*rowliftv1.WorkflowSpec)
 	reverse.Name = "split_reverse"

@@ -78,10 +78,7 @@ func (s *Scope) Tables(stmt, defaultDB string) []string {
 		if t == nil {
 			return
 		}
-		db := t.Schema.O
-		if db == "" {
-			db = defaultDB
-		}
+		db := databaseOf(t, defaultDB)
 		if !strings.EqualFold(db, s.Database) {
 			return
 		}
@@ -166,10 +163,7 @@ func (s *Scope) Rewrite(stmt, defaultDB, targetDB string, names map[string]strin
 		return "", fmt.Errorf("its table names cannot be mapped to the target's: the parser cannot read it: %w", err)
 	}
 	node.Accept(visitTables(func(t *ast.TableName) {
-		db := t.Schema.O
-		if db == "" {
-			db = defaultDB
-		}
+		db := databaseOf(t, defaultDB)
 		name, moved := s.byLow[strings.ToLower(t.Name.O)]
 		if !moved || !strings.EqualFold(db, s.Database) {
 			return
@@ -179,11 +173,7 @@ func (s *Scope) Rewrite(stmt, defaultDB, targetDB string, names map[string]strin
 		}
 		t.Schema = ast.NewCIStr(targetDB)
 	}))
-	var b strings.Builder
-	if err := node.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &b)); err != nil {
-		return "", fmt.Errorf("write it back with the target's table names: %w", err)
-	}
-	return b.String(), nil
+	return restore(node)
 }
 
 // ShadowKind is what a statement does to a shadow table.
@@ -232,10 +222,7 @@ func (s *Scope) Shadow(stmt, defaultDB string) (ShadowChange, bool) {
 		return ShadowChange{}, false
 	}
 	shadow := func(t *ast.TableName, kind ShadowKind) (ShadowChange, bool) {
-		db := t.Schema.O
-		if db == "" {
-			db = defaultDB
-		}
+		db := databaseOf(t, defaultDB)
 		if !strings.EqualFold(db, s.Database) {
 			return ShadowChange{}, false
 		}
@@ -262,11 +249,7 @@ func (s *Scope) Shadow(stmt, defaultDB string) (ShadowChange, bool) {
 			if !ok {
 				continue
 			}
-			to := tt.NewTable.Schema.O
-			if to == "" {
-				to = defaultDB
-			}
-			if strings.EqualFold(to, s.Database) && strings.EqualFold(tt.NewTable.Name.O, c.Table) {
+			if strings.EqualFold(databaseOf(tt.NewTable, defaultDB), s.Database) && strings.EqualFold(tt.NewTable.Name.O, c.Table) {
 				c.Kind = ShadowSwap
 			}
 			return c, ok
@@ -284,17 +267,28 @@ func RenameTable(stmt, defaultDB, fromDB, from, toDB, to string) (string, error)
 		return "", fmt.Errorf("the parser cannot read it: %w", err)
 	}
 	node.Accept(visitTables(func(t *ast.TableName) {
-		db := t.Schema.O
-		if db == "" {
-			db = defaultDB
-		}
+		db := databaseOf(t, defaultDB)
 		if strings.EqualFold(db, fromDB) && strings.EqualFold(t.Name.O, from) {
 			t.Schema, t.Name = ast.NewCIStr(toDB), ast.NewCIStr(to)
 		}
 	}))
+	return restore(node)
+}
+
+// databaseOf is the database a table name refers to, run with defaultDB
+// current.
+func databaseOf(t *ast.TableName, defaultDB string) string {
+	if t.Schema.O != "" {
+		return t.Schema.O
+	}
+	return defaultDB
+}
+
+// restore writes a statement back from the parser's tree.
+func restore(node ast.Node) (string, error) {
 	var b strings.Builder
 	if err := node.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &b)); err != nil {
-		return "", fmt.Errorf("write it back with the target's table name: %w", err)
+		return "", fmt.Errorf("write it back with the target's table names: %w", err)
 	}
 	return b.String(), nil
 }

@@ -184,3 +184,34 @@ func TestDDLDuringCopyStopsTheWorkflow(t *testing.T) {
 		require.True(t, r.Identical(), r.String())
 	})
 }
+
+// TestSavepoints: an application's transaction with savepoints (ORMs nest
+// transactions with them) is logged with its SAVEPOINT statements inside it;
+// the stream applies the transaction whole, without the rows rolled back to a
+// savepoint, and goes on.
+func TestSavepoints(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+		e.sourceExec("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY, v INT NOT NULL)", "INSERT INTO d.t VALUES (1, 1)")
+		e.startStreamer()
+		e.startApplier()
+		e.start(e.workflow("sp", "d", "t"))
+		e.waitState("sp", state.Running, 30*time.Second)
+		conn, err := e.srcDB.Conn(context.Background())
+		require.NoError(t, err)
+		defer conn.Close()
+		for _, q := range []string{"BEGIN", "INSERT INTO d.t VALUES (10, 10)", "SAVEPOINT s1", "INSERT INTO d.t VALUES (11, 11)",
+			"ROLLBACK TO SAVEPOINT s1", "INSERT INTO d.t VALUES (12, 12)", "SAVEPOINT s2", "UPDATE d.t SET v = 100 WHERE id = 10",
+			"RELEASE SAVEPOINT s2", "UPDATE d.t SET v = 2 WHERE id = 1", "COMMIT"} {
+			_, err := conn.ExecContext(context.Background(), q)
+			require.NoError(t, err, q)
+		}
+		e.sourceExec("INSERT INTO d.t VALUES (20, 20)")
+		e.waitCaughtUp("sp", 30*time.Second)
+		e.waitState("sp", state.Running, 10*time.Second)
+		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", "t", verify.Options{})
+		require.NoError(t, err)
+		require.True(t, r.Identical(), r.String())
+		require.Equal(t, 4, count(t, e.dstDB, "d.t"))
+	})
+}

@@ -3,6 +3,7 @@ package streamer
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -56,6 +57,10 @@ type mappedTable struct {
 	// (StreamOptions.json_as_text): the converter's patches are dropped.
 	textJSON []int
 }
+
+// savepoint is a statement on a savepoint, which the servers log inside the
+// transaction that set it.
+var savepoint = regexp.MustCompile(`(?i)^(?:SAVEPOINT|ROLLBACK\s+(?:WORK\s+)?TO|RELEASE\s+SAVEPOINT)\b`)
 
 // openTx is the transaction being read.
 type openTx struct {
@@ -321,6 +326,11 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 		return readResult{}, false, nil
 	case "COMMIT":
 		return r.commit()
+	}
+	if savepoint.MatchString(q) {
+		// Inside a transaction, which goes on: its rows rolled back to a
+		// savepoint were taken out of it before it was logged.
+		return readResult{}, false, nil
 	}
 	tx := r.tx
 	if tx == nil {

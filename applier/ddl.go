@@ -38,9 +38,9 @@ func (c *controller) targetNames() map[string]string {
 // stopAt stops the workflow at ddl, as on_ddl STOP does, saying why and that
 // a resume goes past it once the target has the change.
 func stopAt(ddl *rowliftv1.DDL, format string, args ...any) error {
-	return &permanentError{state: state.Stopped, ddl: ddl.GetGtid(), err: fmt.Errorf("%q on %s (source transaction %s): "+format+
+	return &permanentError{state: state.Stopped, ddl: ddl.GetGtid(), err: fmt.Errorf("stopped at DDL on %s (source transaction %s): %q: "+format+
 		"; then resume the workflow: it goes on past the statement",
-		append([]any{ddl.GetStatement(), strings.Join(ddl.GetTables(), ", "), ddl.GetGtid()}, args...)...)}
+		append([]any{strings.Join(ddl.GetTables(), ", "), ddl.GetGtid(), ddl.GetStatement()}, args...)...)}
 }
 
 // execDDL applies a schema change of moved tables on the target (on_ddl

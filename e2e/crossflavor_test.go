@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -116,4 +117,37 @@ func TestCrossFlavorRefusals(t *testing.T) {
 		require.Contains(t, msg, "column vec.name has collation utf8mb4_0900_ai_ci, which the MariaDB target does not know")
 		e.nothingWritten("vec", "x")
 	})
+}
+
+// TestCrossFlavorDDL: with on_ddl EXEC, a MySQL source's ALTER that a MariaDB
+// target cannot take (MySQL's INVISIBLE index, MariaDB's IGNORED) stops the
+// workflow at the statement with the target's error and what to do; the
+// equivalent change on the target and a resume go on past it, and the rows
+// written after it arrive.
+func TestCrossFlavorDDL(t *testing.T) {
+	e := newEnvOf(t, sandbox.Options{Flavor: sandbox.MySQL}, sandbox.Options{Flavor: sandbox.MariaDB})
+	e.sourceExec("CREATE DATABASE x", "CREATE TABLE x.t (id INT PRIMARY KEY, v INT NOT NULL, KEY kv (v)) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
+		"INSERT INTO x.t VALUES (1, 1)")
+	e.startStreamer()
+	e.startApplier()
+	spec := e.workflow("xddl", "x", "t")
+	spec.Options.OnDdl = rowliftv1.OnDDL_ON_DDL_EXEC
+	e.start(spec)
+	e.waitState("xddl", state.Running, 30*time.Second)
+	e.sourceExec("ALTER TABLE x.t ALTER INDEX kv INVISIBLE", "INSERT INTO x.t VALUES (2, 2)")
+	w := e.waitState("xddl", state.Stopped, 30*time.Second)
+	t.Logf("stopped: %s", w.Message)
+	require.Contains(t, w.Message, "ALTER TABLE x.t ALTER INDEX kv INVISIBLE")
+	require.Contains(t, w.Message, "the target refused")
+	require.Contains(t, w.Message, "Error 1064")
+	require.Contains(t, w.Message, "make the equivalent change on the target")
+	require.Contains(t, w.Message, "then resume the workflow: it goes on past the statement")
+
+	sandboxtest.Exec(t, e.dstDB, "ALTER TABLE x.t ALTER INDEX kv IGNORED")
+	moved, err := e.store.Transition(context.Background(), "xddl", []state.State{state.Stopped}, state.Running, "resumed by the test")
+	require.NoError(t, err)
+	require.True(t, moved)
+	e.waitCaughtUp("xddl", 30*time.Second)
+	e.waitState("xddl", state.Running, 10*time.Second)
+	require.Equal(t, 2, count(t, e.dstDB, "x.t"))
 }

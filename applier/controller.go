@@ -545,40 +545,82 @@ func (c *controller) logProgress(ctx context.Context, every time.Duration) {
 	}
 }
 
-// ddl handles a schema change on streamed tables by the workflow's on_ddl. A
-// cutover's freeze or unfreeze rename is no schema change: the stream goes on
-// past it whatever on_ddl says, as the cutover waits for the position after it.
+// ddl handles a schema change on streamed tables as decideDDL says.
 func (c *controller) ddl(ctx context.Context, play *player, ddl *rowliftv1.DDL) error {
-	if ddl.GetFreeze() {
-		c.log.Info("tables frozen/unfrozen by a cutover", zap.Strings("tables", ddl.GetTables()),
-			zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
-		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
-	}
-	if ddl.GetShadow() != "" && len(ddl.GetTables()) == 0 {
-		return c.keepShadow(ctx, play, ddl)
-	}
-	if c.spec.GetOptions().GetOnDdl() == rowliftv1.OnDDL_ON_DDL_IGNORE {
-		c.log.Warn("ignoring DDL", zap.String("statement", ddl.GetStatement()))
-		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
-	}
-	// Stopped here before, the operator resumed: the stream began by checking
-	// the target against the source's columns as they are now.
-	at, err := c.engine.store.StoppedAtDDL(ctx, c.spec.GetName(), c.source.GetName())
+	stoppedAt, err := c.engine.store.StoppedAtDDL(ctx, c.spec.GetName(), c.source.GetName())
 	if err != nil {
 		return err
 	}
-	if at == ddl.GetGtid() {
+	advance := func() error { return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs()) }
+	switch decideDDL(ddl, c.spec.GetOptions().GetOnDdl(), stoppedAt) {
+	case ddlFreeze:
+		c.log.Info("tables frozen/unfrozen by a cutover", zap.Strings("tables", ddl.GetTables()),
+			zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
+		return advance()
+	case ddlKeepShadow:
+		return c.keepShadow(ctx, play, ddl)
+	case ddlIgnore:
+		c.log.Warn("ignoring DDL", zap.String("statement", ddl.GetStatement()))
+		return advance()
+	case ddlResumed:
 		c.log.Info("resumed past the DDL the workflow stopped at", zap.String("statement", ddl.GetStatement()), zap.String("gtid", ddl.GetGtid()))
-		return play.advance(ctx, ddl.GetPosition().GetGtidSet(), ddl.GetCommitTimeUs())
-	}
-	if ddl.GetShadow() != "" {
+		return advance()
+	case ddlSwap:
 		return c.swapShadow(ctx, play, ddl)
-	}
-	if c.spec.GetOptions().GetOnDdl() == rowliftv1.OnDDL_ON_DDL_EXEC {
+	case ddlExec:
 		return c.execDDL(ctx, play, ddl)
 	}
 	return &permanentError{state: state.Stopped, ddl: ddl.GetGtid(), err: fmt.Errorf("stopped at DDL on %s (source transaction %s): %q; "+
 		"make the same change on the target, then resume the workflow", strings.Join(ddl.GetTables(), ", "), ddl.GetGtid(), ddl.GetStatement())}
+}
+
+// ddlStep is what the applier does at a DDL item.
+type ddlStep int
+
+// The steps at a DDL item (decideDDL).
+const (
+	// ddlFreeze goes past a cutover's freeze or unfreeze rename: no schema
+	// change, whatever on_ddl says, as the cutover waits for the position
+	// after it.
+	ddlFreeze ddlStep = iota + 1
+	// ddlKeepShadow keeps a statement on an online schema change tool's
+	// shadow table for its swap.
+	ddlKeepShadow
+	// ddlIgnore goes past it (on_ddl IGNORE).
+	ddlIgnore
+	// ddlResumed goes past the statement the workflow stopped at, now
+	// resumed: the operator made the change, and the stream began by
+	// checking the target against the source's columns as they are now.
+	ddlResumed
+	// ddlSwap follows a tool's cut-over (swapShadow: EXEC applies the
+	// shadow's ALTERs, STOP stops naming them).
+	ddlSwap
+	// ddlExec applies it on the target (on_ddl EXEC).
+	ddlExec
+	// ddlStop stops the workflow at it (on_ddl STOP, or unset in a workflow
+	// stored before EXEC was the default).
+	ddlStop
+)
+
+// decideDDL is the step at a DDL item, under on_ddl onDDL, for a stream that
+// last stopped the workflow at the schema change of source transaction
+// stoppedAt.
+func decideDDL(ddl *rowliftv1.DDL, onDDL rowliftv1.OnDDL, stoppedAt string) ddlStep {
+	switch {
+	case ddl.GetFreeze():
+		return ddlFreeze
+	case ddl.GetShadow() != "" && len(ddl.GetTables()) == 0:
+		return ddlKeepShadow
+	case onDDL == rowliftv1.OnDDL_ON_DDL_IGNORE:
+		return ddlIgnore
+	case stoppedAt == ddl.GetGtid():
+		return ddlResumed
+	case ddl.GetShadow() != "":
+		return ddlSwap
+	case onDDL == rowliftv1.OnDDL_ON_DDL_EXEC:
+		return ddlExec
+	}
+	return ddlStop
 }
 
 // markCopied moves the workflow to running once every source's copy is done.

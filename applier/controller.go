@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rowlift/rowlift/internal/ddlscope"
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/grpctls"
 	"github.com/rowlift/rowlift/internal/metrics"
@@ -75,13 +76,13 @@ func (c *controller) run(ctx context.Context) {
 				c.stats.Diverged(pe.diverged)
 			}
 			c.log.Error("workflow stopped", zap.String("state", string(st)), zap.Error(err))
-			set := func(ctx context.Context) error { return store.SetState(ctx, c.spec.GetName(), st, err.Error()) }
+			var serr error
 			if pe != nil && pe.ddl != "" {
-				set = func(ctx context.Context) error {
-					return store.StopAtDDL(ctx, c.spec.GetName(), c.source.GetName(), pe.ddl, err.Error())
-				}
+				serr = store.StopAtDDL(context.WithoutCancel(ctx), c.spec.GetName(), c.source.GetName(), pe.ddl, err.Error())
+			} else {
+				serr = store.SetState(context.WithoutCancel(ctx), c.spec.GetName(), st, err.Error())
 			}
-			if serr := set(context.WithoutCancel(ctx)); serr != nil {
+			if serr != nil {
 				c.log.Error("cannot record why the workflow stopped", zap.Error(serr))
 			}
 			return
@@ -482,7 +483,7 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			if err := c.ddl(ctx, play, item.GetDdl()); err != nil {
 				return err
 			}
-			if item.GetDdl().GetFreeze() || len(item.GetDdl().GetTables()) == 0 {
+			if !ddlscope.ReopensStream(item.GetDdl()) {
 				return nil // the target's tables did not change
 			}
 			// The streamer ends the stream after a schema change: the next one

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 
 	"github.com/rowlift/rowlift/internal/ddlscope"
@@ -67,8 +68,8 @@ func (c *controller) execDDL(ctx context.Context, play *player, ddl *rowliftv1.D
 // table with the position after it: a CREATE or a DROP starts the shadow's
 // record over, an ALTER is kept for the swap (swapShadow).
 func (c *controller) keepShadow(ctx context.Context, play *player, ddl *rowliftv1.DDL) error {
-	change, ok := c.scope().Shadow(ddl.GetStatement(), ddl.GetDatabase())
-	if !ok {
+	change := c.scope().Classify(ddl.GetStatement(), ddl.GetDatabase()).Shadow
+	if change.Kind == 0 {
 		return fmt.Errorf("streamer sent %q as a statement on shadow table %s, which it is not", ddl.GetStatement(), ddl.GetShadow())
 	}
 	tx, err := play.db.BeginTx(ctx, nil)
@@ -191,8 +192,12 @@ func (c *controller) runOnce(ctx context.Context, play *player, ddl *rowliftv1.D
 		}
 		c.log.Info("applying a schema change on the target", zap.String("statement", stmt), zap.String("gtid", key(i)))
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			if ctx.Err() != nil || errors.Is(err, sql.ErrConnDone) {
-				return fmt.Errorf("schema change: %w", err)
+			// Only the server's answer is a refusal; a lost connection or a
+			// lock wait is tried again, and the record above tells then
+			// whether the statement took.
+			var me *mysql.MySQLError
+			if !errors.As(err, &me) || retryable(err) {
+				return fmt.Errorf("schema change %q: %w", stmt, err)
 			}
 			return stopAt(ddl, "on_ddl exec: the target refused %q: %v; make the equivalent change on the target", stmt, err)
 		}

@@ -115,3 +115,59 @@ func TestOnlineSchemaChange(t *testing.T) {
 		verifyClean(t, ctl, &rowliftv1.WorkflowRef{Name: "osc"})
 	})
 }
+
+// TestOnlineSchemaChangeStops: where rowlift cannot apply a tool's cut-over
+// itself, it stops at it saying what to do, and the resume after the operator
+// did it goes on. With on_ddl STOP, gh-ost's swap of t stops the workflow
+// naming the shadow's ALTER as it must run on the target's t; a swap of u
+// whose shadow was made and altered before the workflow started stops it
+// saying the workflow saw none of its ALTERs.
+func TestOnlineSchemaChangeStops(t *testing.T) {
+	e := newEnv(t)
+	e.sourceExec("CREATE DATABASE d",
+		"CREATE TABLE d.t (id INT PRIMARY KEY, v INT NOT NULL)", "INSERT INTO d.t VALUES (1, 1), (2, 2)",
+		"CREATE TABLE d.u (id INT PRIMARY KEY, v INT NOT NULL)", "INSERT INTO d.u VALUES (1, 1), (2, 2)",
+		// Before the workflow: gh-ost's shadow of u, altered and filled.
+		"CREATE TABLE d._u_gho LIKE d.u", "ALTER TABLE d._u_gho ADD COLUMN note VARCHAR(10) NOT NULL DEFAULT 'n'",
+		"INSERT INTO d._u_gho (id, v) SELECT id, v FROM d.u")
+	e.startStreamer()
+	e.startApplier()
+	spec := e.workflow("oscstop", "d", "t", "u")
+	spec.Options.OnDdl = rowliftv1.OnDDL_ON_DDL_STOP
+	e.start(spec)
+	e.waitState("oscstop", state.Running, 30*time.Second)
+	resume := func(targetChange string) {
+		t.Helper()
+		sandboxtest.Exec(t, e.dstDB, targetChange)
+		moved, err := e.store.Transition(context.Background(), "oscstop", []state.State{state.Stopped}, state.Running, "resumed by the test")
+		require.NoError(t, err)
+		require.True(t, moved)
+	}
+
+	e.sourceExec("RENAME TABLE d.u TO d._u_del, d._u_gho TO d.u", "INSERT INTO d.u VALUES (3, 3, 'x')")
+	w := e.waitState("oscstop", state.Stopped, 30*time.Second)
+	t.Logf("stopped: %s", w.Message)
+	require.Contains(t, w.Message, "an online schema change swapped _u_gho in for u, and this workflow saw none of its ALTERs")
+	require.Contains(t, w.Message, "make the target's u like the source's; then resume the workflow")
+	resume("ALTER TABLE d.u ADD COLUMN note VARCHAR(10) NOT NULL DEFAULT 'n'")
+	// Past the swap before t changes: a stream that opens before a schema
+	// change still to come meets the source's tables as they are after it.
+	e.waitCaughtUp("oscstop", 30*time.Second)
+
+	e.sourceExec("CREATE TABLE d._t_gho LIKE d.t", "ALTER TABLE d._t_gho ADD COLUMN extra INT NOT NULL DEFAULT 7",
+		"INSERT INTO d._t_gho (id, v) SELECT id, v FROM d.t", "RENAME TABLE d.t TO d._t_del, d._t_gho TO d.t",
+		"INSERT INTO d.t VALUES (3, 3, 8)")
+	w = e.waitState("oscstop", state.Stopped, 30*time.Second)
+	t.Logf("stopped: %s", w.Message)
+	require.Contains(t, w.Message, "an online schema change swapped _t_gho in for t: make the same change on the target "+
+		"(ALTER TABLE `d`.`t` ADD COLUMN `extra` INT NOT NULL DEFAULT 7)")
+	resume("ALTER TABLE d.t ADD COLUMN extra INT NOT NULL DEFAULT 7")
+
+	e.waitCaughtUp("oscstop", 30*time.Second)
+	e.waitState("oscstop", state.Running, 10*time.Second)
+	for _, table := range []string{"t", "u"} {
+		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", table, verify.Options{})
+		require.NoError(t, err)
+		require.True(t, r.Identical(), "%s: %s", table, r.String())
+	}
+}

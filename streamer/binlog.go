@@ -39,7 +39,7 @@ type binlogReader struct {
 	watch *dumpWatch
 	log   *zap.Logger
 	// skipRows, once a schema change of a streamed table is read, leaves
-	// every later row unconverted and unsent (see endsStream).
+	// every later row unconverted and unsent (ddlscope.ReopensStream).
 	skipRows bool
 }
 
@@ -341,9 +341,9 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 		return readResult{}, false, fmt.Errorf("advance position past %s: %w", tx.gtid, err)
 	}
 	res := readResult{pos: r.position()}
-	tables := r.scope.Tables(q, string(e.Schema))
-	shadow, isShadow := r.scope.Shadow(q, string(e.Schema))
-	if len(tables) == 0 && !isShadow {
+	change := r.scope.Classify(q, string(e.Schema))
+	tables := change.Tables
+	if len(tables) == 0 && change.Shadow.Kind == 0 {
 		r.log.Debug("schema statement passed: it changes no streamed table", zap.String("statement", ddlscope.Loggable(q)), zap.String("gtid", tx.gtid))
 		return res, true, nil
 	}
@@ -355,7 +355,7 @@ func (r *binlogReader) query(e *replication.QueryEvent) (readResult, bool, error
 	}
 	ddl := &rowliftv1.DDL{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()}, CommitTimeUs: tx.commitUS,
 		Database: string(e.Schema), Statement: q, Tables: tables, Freeze: frozen.IsFreeze(q, string(e.Schema), r.database, r.scope.Names),
-		Shadow: shadow.Shadow}
+		Shadow: change.Shadow.Shadow}
 	res.tx = &mergeTx{pos: gtidPos{own}, tables: tables, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Ddl{Ddl: ddl}}}
 	return res, true, nil
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/ddlscope"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grants"
 	"github.com/rowlift/rowlift/internal/metrics"
@@ -125,16 +126,6 @@ func (s *Server) Stream(req *rowliftv1.StreamRequest, stream grpc.ServerStreamin
 // opens a new stream after it, whose plans and fields describe the tables as
 // they are then.
 var errEndsAtDDL = errors.New("the stream ends after a schema change of its tables")
-
-// endsStream reports a schema change of streamed tables (not one of a shadow
-// table only), after which the reader reads no further.
-func endsStream(tx *mergeTx) bool {
-	if tx == nil {
-		return false
-	}
-	ddl := tx.item.GetDdl()
-	return ddl != nil && !ddl.GetFreeze() && len(ddl.GetTables()) > 0
-}
 
 // Validate runs the checks a stream starts with and describes the tables, so a
 // workflow is refused at creation rather than when its stream first opens; it
@@ -309,7 +300,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 			// reads what follows with the tables as they are then, where this
 			// one's conversions and copy no longer fit them. This one reads
 			// on only for the dump's liveness.
-			r.skipRows = endsStream(res.tx)
+			r.skipRows = res.tx != nil && ddlscope.ReopensStream(res.tx.item.GetDdl())
 		}
 	})
 	g.Go(func() error {
@@ -482,8 +473,8 @@ func send(ctx context.Context, stream grpc.ServerStreamingServer[rowliftv1.Strea
 			return fmt.Errorf("send to applier: %w", err)
 		}
 		for _, item := range msg.GetItems() {
-			if ddl := item.GetDdl(); ddl != nil && !ddl.GetFreeze() && len(ddl.GetTables()) > 0 {
-				return fmt.Errorf("%w (%s)", errEndsAtDDL, ddl.GetGtid())
+			if ddlscope.ReopensStream(item.GetDdl()) {
+				return fmt.Errorf("%w (%s)", errEndsAtDDL, item.GetDdl().GetGtid())
 			}
 		}
 		// Sending computed the message's size and cached it: reading it back

@@ -18,11 +18,13 @@ import (
 
 	// The parser needs a driver for the values in statements.
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 // Scope is the tables a workflow moves: their database and names.
 type Scope struct {
-	Database string
+	database string
 	// Names are the moved tables' names as the workflow spells them.
 	Names []string
 	byLow map[string]string
@@ -30,7 +32,7 @@ type Scope struct {
 
 // New returns the scope of tables names in database.
 func New(database string, names []string) *Scope {
-	s := &Scope{Database: database, Names: names, byLow: map[string]string{}}
+	s := &Scope{database: database, Names: names, byLow: map[string]string{}}
 	for _, n := range names {
 		s.byLow[strings.ToLower(n)] = n
 	}
@@ -63,26 +65,45 @@ func Loggable(stmt string) string {
 	return stmt
 }
 
-// Tables returns the moved tables stmt changes the columns, keys or rows of,
-// run with defaultDB as its current database.
-func (s *Scope) Tables(stmt, defaultDB string) []string {
+// Change is what a statement does to the moved tables.
+type Change struct {
+	// Tables are the moved tables whose columns, keys or rows it changes.
+	Tables []string
+	// Shadow is what it does to an online schema change tool's shadow table
+	// of a moved table (Kind 0: nothing).
+	Shadow ShadowChange
+}
+
+// Classify reads stmt, run with defaultDB as its current database, once.
+func (s *Scope) Classify(stmt, defaultDB string) Change {
 	if noTableChange.MatchString(stmt) {
-		return nil
+		return Change{}
 	}
 	node, err := parser.New().ParseOneStmt(stmt, "", "")
 	if err != nil {
-		return s.words(stmt, defaultDB)
+		return Change{Tables: s.words(stmt, defaultDB)}
 	}
-	var out []string
+	tables, ok := s.tables(node, defaultDB)
+	if !ok {
+		tables = s.words(stmt, defaultDB)
+	}
+	return Change{Tables: tables, Shadow: s.shadow(node, defaultDB)}
+}
+
+// moved is the moved table t names, run with defaultDB current.
+func (s *Scope) moved(t *ast.TableName, defaultDB string) (string, bool) {
+	if t == nil || !strings.EqualFold(databaseOf(t, defaultDB), s.database) {
+		return "", false
+	}
+	name, ok := s.byLow[strings.ToLower(t.Name.O)]
+	return name, ok
+}
+
+// tables are the moved tables a statement the parser read changes; ok is
+// false for a kind of statement it does not know.
+func (s *Scope) tables(node ast.StmtNode, defaultDB string) (out []string, ok bool) {
 	add := func(t *ast.TableName) {
-		if t == nil {
-			return
-		}
-		db := databaseOf(t, defaultDB)
-		if !strings.EqualFold(db, s.Database) {
-			return
-		}
-		if name, ok := s.byLow[strings.ToLower(t.Name.O)]; ok && !slices.Contains(out, name) {
+		if name, ok := s.moved(t, defaultDB); ok && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}
@@ -114,16 +135,16 @@ func (s *Scope) Tables(stmt, defaultDB string) []string {
 	case *ast.DropIndexStmt:
 		add(n.Table)
 	case *ast.DropDatabaseStmt:
-		if strings.EqualFold(n.Name.O, s.Database) {
-			return append(out, s.Names...)
+		if strings.EqualFold(n.Name.O, s.database) {
+			out = append(out, s.Names...)
 		}
 	case *ast.AlterDatabaseStmt, *ast.CreateViewStmt, *ast.DropSequenceStmt, *ast.CreateSequenceStmt,
 		*ast.GrantStmt, *ast.RevokeStmt, *ast.CreateUserStmt, *ast.AlterUserStmt, *ast.DropUserStmt,
 		*ast.AnalyzeTableStmt, *ast.FlushStmt, *ast.CreateDatabaseStmt:
 	default:
-		return s.words(stmt, defaultDB)
+		return nil, false
 	}
-	return out
+	return out, true
 }
 
 // identifier splits statements into words that can name a table.
@@ -132,7 +153,7 @@ var identifier = regexp.MustCompile(`[0-9A-Za-z_$]+`)
 // words matches a statement the parser cannot read by its words: any moved
 // table it names, when it runs in the moved tables' database or names it.
 func (s *Scope) words(stmt, defaultDB string) []string {
-	if !strings.EqualFold(defaultDB, s.Database) && !strings.Contains(strings.ToLower(stmt), strings.ToLower(s.Database)) {
+	if !strings.EqualFold(defaultDB, s.database) && !strings.Contains(strings.ToLower(stmt), strings.ToLower(s.database)) {
 		return nil
 	}
 	var out []string
@@ -144,6 +165,14 @@ func (s *Scope) words(stmt, defaultDB string) []string {
 	return out
 }
 
+// ReopensStream reports a DDL item after which a stream ends and the applier
+// opens the next one: a schema change of streamed tables, not a cutover's
+// freeze nor a statement on a shadow table only. The stream's plans, fields
+// and conversions describe the tables as they were when it opened.
+func ReopensStream(ddl *rowliftv1.DDL) bool {
+	return ddl != nil && !ddl.GetFreeze() && len(ddl.GetTables()) > 0
+}
+
 // Rewrite returns stmt, run on the source with defaultDB as its current
 // database, as it must run on a target whose moved tables are in targetDB,
 // under the names of names where given (by source name), with targetDB as its
@@ -151,29 +180,20 @@ func (s *Scope) words(stmt, defaultDB string) []string {
 // one that does is read by the parser and written back from it, and refused
 // when the parser cannot read it.
 func (s *Scope) Rewrite(stmt, defaultDB, targetDB string, names map[string]string) (string, error) {
-	same := strings.EqualFold(targetDB, s.Database)
+	same := strings.EqualFold(targetDB, s.database)
 	for from, to := range names {
 		same = same && from == to
 	}
 	if same {
 		return stmt, nil
 	}
-	node, err := parser.New().ParseOneStmt(stmt, "", "")
-	if err != nil {
-		return "", fmt.Errorf("its table names cannot be mapped to the target's: the parser cannot read it: %w", err)
-	}
-	node.Accept(visitTables(func(t *ast.TableName) {
-		db := databaseOf(t, defaultDB)
-		name, moved := s.byLow[strings.ToLower(t.Name.O)]
-		if !moved || !strings.EqualFold(db, s.Database) {
-			return
+	return renameTables(stmt, func(t *ast.TableName) (string, string, bool) {
+		name, ok := s.moved(t, defaultDB)
+		if to, mapped := names[name]; ok && mapped {
+			name = to
 		}
-		if to, ok := names[name]; ok {
-			t.Name = ast.NewCIStr(to)
-		}
-		t.Schema = ast.NewCIStr(targetDB)
-	}))
-	return restore(node)
+		return targetDB, name, ok
+	})
 }
 
 // ShadowKind is what a statement does to a shadow table.
@@ -200,79 +220,83 @@ type ShadowChange struct {
 	Shadow, Table string
 }
 
-// ShadowOf is the moved table name is a shadow of: gh-ost's _t_gho,
-// pt-online-schema-change's and Spirit's _t_new.
-func (s *Scope) ShadowOf(name string) (string, bool) {
-	low := strings.ToLower(name)
+// shadowOf is the moved table t names a shadow of, run with defaultDB
+// current: gh-ost's _t_gho, pt-online-schema-change's and Spirit's _t_new.
+func (s *Scope) shadowOf(t *ast.TableName, defaultDB string) (string, bool) {
+	if !strings.EqualFold(databaseOf(t, defaultDB), s.database) {
+		return "", false
+	}
+	low := strings.ToLower(t.Name.O)
 	for _, suffix := range []string{"_gho", "_new"} {
 		if base, ok := strings.CutSuffix(low, suffix); ok && strings.HasPrefix(base, "_") {
-			if t, ok := s.byLow[base[1:]]; ok {
-				return t, true
+			if table, ok := s.byLow[base[1:]]; ok {
+				return table, true
 			}
 		}
 	}
 	return "", false
 }
 
-// Shadow tells a statement on a shadow table of a moved table, run with
-// defaultDB current, from every other.
-func (s *Scope) Shadow(stmt, defaultDB string) (ShadowChange, bool) {
-	node, err := parser.New().ParseOneStmt(stmt, "", "")
-	if err != nil {
-		return ShadowChange{}, false
-	}
-	shadow := func(t *ast.TableName, kind ShadowKind) (ShadowChange, bool) {
-		db := databaseOf(t, defaultDB)
-		if !strings.EqualFold(db, s.Database) {
-			return ShadowChange{}, false
+// shadow is what a statement the parser read does to a shadow table.
+func (s *Scope) shadow(node ast.StmtNode, defaultDB string) ShadowChange {
+	on := func(t *ast.TableName, kind ShadowKind) ShadowChange {
+		if table, ok := s.shadowOf(t, defaultDB); ok {
+			return ShadowChange{Kind: kind, Shadow: t.Name.O, Table: table}
 		}
-		table, ok := s.ShadowOf(t.Name.O)
-		if !ok {
-			return ShadowChange{}, false
-		}
-		return ShadowChange{Kind: kind, Shadow: t.Name.O, Table: table}, true
+		return ShadowChange{}
 	}
 	switch n := node.(type) {
 	case *ast.CreateTableStmt:
-		return shadow(n.Table, ShadowCreate)
+		return on(n.Table, ShadowCreate)
 	case *ast.AlterTableStmt:
-		return shadow(n.Table, ShadowAlter)
+		return on(n.Table, ShadowAlter)
 	case *ast.DropTableStmt:
 		for _, t := range n.Tables {
-			if c, ok := shadow(t, ShadowDrop); ok {
-				return c, ok
+			if c := on(t, ShadowDrop); c.Kind != 0 {
+				return c
 			}
 		}
 	case *ast.RenameTableStmt:
 		for _, tt := range n.TableToTables {
-			c, ok := shadow(tt.OldTable, ShadowDrop)
-			if !ok {
+			c := on(tt.OldTable, ShadowDrop)
+			if c.Kind == 0 {
 				continue
 			}
-			if strings.EqualFold(databaseOf(tt.NewTable, defaultDB), s.Database) && strings.EqualFold(tt.NewTable.Name.O, c.Table) {
+			if to, ok := s.moved(tt.NewTable, defaultDB); ok && to == c.Table {
 				c.Kind = ShadowSwap
 			}
-			return c, ok
+			return c
 		}
 	}
-	return ShadowChange{}, false
+	return ShadowChange{}
 }
 
 // RenameTable returns stmt, run with defaultDB current, with every reference
 // to table from in database fromDB made to table to in database toDB: a
 // shadow's ALTER made to the target's table.
 func RenameTable(stmt, defaultDB, fromDB, from, toDB, to string) (string, error) {
+	return renameTables(stmt, func(t *ast.TableName) (string, string, bool) {
+		return toDB, to, strings.EqualFold(databaseOf(t, defaultDB), fromDB) && strings.EqualFold(t.Name.O, from)
+	})
+}
+
+// renameTables reads stmt and writes it back with each table name that
+// rename says to change (ok) as the database and table it gives.
+func renameTables(stmt string, rename func(*ast.TableName) (db, table string, ok bool)) (string, error) {
 	node, err := parser.New().ParseOneStmt(stmt, "", "")
 	if err != nil {
-		return "", fmt.Errorf("the parser cannot read it: %w", err)
+		return "", fmt.Errorf("its table names cannot be mapped to the target's: the parser cannot read it: %w", err)
 	}
 	node.Accept(visitTables(func(t *ast.TableName) {
-		db := databaseOf(t, defaultDB)
-		if strings.EqualFold(db, fromDB) && strings.EqualFold(t.Name.O, from) {
-			t.Schema, t.Name = ast.NewCIStr(toDB), ast.NewCIStr(to)
+		if db, table, ok := rename(t); ok {
+			t.Schema, t.Name = ast.NewCIStr(db), ast.NewCIStr(table)
 		}
 	}))
-	return restore(node)
+	var b strings.Builder
+	if err := node.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &b)); err != nil {
+		return "", fmt.Errorf("write it back with the target's table names: %w", err)
+	}
+	return b.String(), nil
 }
 
 // databaseOf is the database a table name refers to, run with defaultDB
@@ -282,15 +306,6 @@ func databaseOf(t *ast.TableName, defaultDB string) string {
 		return t.Schema.O
 	}
 	return defaultDB
-}
-
-// restore writes a statement back from the parser's tree.
-func restore(node ast.Node) (string, error) {
-	var b strings.Builder
-	if err := node.Restore(format.NewRestoreCtx(format.DefaultRestoreFlags, &b)); err != nil {
-		return "", fmt.Errorf("write it back with the target's table names: %w", err)
-	}
-	return b.String(), nil
 }
 
 // visitTables calls f on every table name of a statement.

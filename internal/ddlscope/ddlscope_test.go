@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 // Every statement an operator, an online schema change tool or a cutover
@@ -62,7 +64,7 @@ func TestTables(t *testing.T) {
 		{"ALTER ONLINE TABLE t_int ADD COLUMN c INT", "elsewhere", nil},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, s.Tables(c.stmt, c.db), "%s (in %s)", c.stmt, c.db)
+		require.Equal(t, c.want, s.Classify(c.stmt, c.db).Tables, "%s (in %s)", c.stmt, c.db)
 	}
 }
 
@@ -134,8 +136,8 @@ func TestShadow(t *testing.T) {
 		{"DROP TABLE IF EXISTS `torture`.`_t_int_old`", ShadowChange{}, false},
 	}
 	for _, c := range cases {
-		got, ok := s.Shadow(c.stmt, "torture")
-		require.Equal(t, c.ok, ok, c.stmt)
+		got := s.Classify(c.stmt, "torture").Shadow
+		require.Equal(t, c.ok, got.Kind != 0, c.stmt)
 		require.Equal(t, c.want, got, c.stmt)
 	}
 }
@@ -148,4 +150,15 @@ func TestRenameTable(t *testing.T) {
 	got, err = RenameTable("ALTER TABLE _t_new MODIFY v BIGINT, ADD KEY k (v)", "torture", "torture", "_t_new", "torture", "t")
 	require.NoError(t, err)
 	require.Equal(t, "ALTER TABLE `torture`.`t` MODIFY COLUMN `v` BIGINT, ADD INDEX `k`(`v`)", got)
+}
+
+// A stream ends after a schema change of its tables only: not after a
+// cutover's freeze, nor after a statement on a shadow table alone (a swap
+// names the table, and ends it).
+func TestReopensStream(t *testing.T) {
+	require.True(t, ReopensStream(&rowliftv1.DDL{Tables: []string{"t"}}))
+	require.True(t, ReopensStream(&rowliftv1.DDL{Tables: []string{"t"}, Shadow: "_t_gho"}))
+	require.False(t, ReopensStream(&rowliftv1.DDL{Tables: []string{"t"}, Freeze: true}))
+	require.False(t, ReopensStream(&rowliftv1.DDL{Shadow: "_t_gho"}))
+	require.False(t, ReopensStream(nil))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/testhook"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/state"
 )
@@ -46,6 +47,9 @@ func testCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 
 	e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+	// A few milliseconds per chunk, so the copy is still running when a kill
+	// lands: the progress it waits for is seen up to 50 ms late.
+	e.hooks = []string{testhook.EnvVar + "=chunk_apply=5ms-10ms"}
 	e.sourceExec("CREATE DATABASE crash", "CREATE TABLE crash.seq (i INT PRIMARY KEY)",
 		"INSERT INTO crash.seq WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 30000) SELECT i FROM s")
 	var names []string
@@ -76,9 +80,11 @@ func testCopySurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 	for i, p := range victims {
 		from := copied()
 		// Kill once the copy has moved on by a random share of what is left
-		// for this kill and those after it, so every kill interrupts a copy
-		// in progress, however fast the restarted copy runs.
-		room := (int64(total) - from) / int64(len(victims)-i+1)
+		// for this kill and those after it, less a reserve of chunks for
+		// each, so every kill interrupts a copy in progress, however fast the
+		// restarted copy runs.
+		left := int64(len(victims) - i)
+		room := (int64(total) - from - 2000*left) / (left + 1)
 		target := from + 1 + rng.Int64N(max(room, 1))
 		e.waitFor(fmt.Sprintf("copy progress past %d rows before kill %d", target, i+1), time.Minute, func() (bool, string) {
 			n := copied()

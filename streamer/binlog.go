@@ -39,7 +39,7 @@ type binlogReader struct {
 	watch *dumpWatch
 	log   *zap.Logger
 	// skipRows, once a schema change of a streamed table is read, leaves
-	// every later row unconverted and unsent (ddlscope.ReopensStream).
+	// every later row unconverted: only positions are sent (ddlscope.ReopensStream).
 	skipRows bool
 }
 

@@ -55,9 +55,11 @@ type sharedChunk struct {
 	done  chan struct{}
 	err   error // why the read failed; the chunk then holds nothing
 	// fence is the snapshot's position, as sent and as the merger compares it;
+	// held is the position once the snapshot held the table (fencer.hold);
 	// fenceTime is when the snapshot was requested.
 	fence     *rowliftv1.Position
 	fencePos  position
+	held      position
 	fenceTime int64
 	// rows are every row scanned, packed (rowcodec.AppendRow).
 	rows []byte

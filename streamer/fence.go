@@ -23,6 +23,13 @@ type fencer interface {
 	// returns its fence: the snapshot holds every transaction of the table at
 	// or before it, and none after.
 	begin(ctx context.Context, conn *sql.Conn, table string) (*rowliftv1.Position, error)
+	// hold opens table in the snapshot begun on conn, which then keeps its
+	// metadata lock, and returns the source's position once it has: a schema
+	// change of the table is either in that position or waits for the
+	// snapshot's end. One in it but not in the fence (the lock is released
+	// before the snapshot holds the table) may have swapped another table in,
+	// whose rows the snapshot would read (merger.voids).
+	hold(ctx context.Context, conn *sql.Conn, table string) (string, error)
 	// visible returns the source's position, for the stream's start and the
 	// merger's probes. On MySQL every transaction in it is visible to later
 	// snapshots; on MariaDB some may still be committing, which no chunk
@@ -187,6 +194,18 @@ func (f *lockFencer) fence(ctx context.Context, conn *sql.Conn) (*rowliftv1.Posi
 		return nil, fmt.Errorf("start snapshot: %w", err)
 	}
 	return &rowliftv1.Position{GtidSet: set}, nil
+}
+
+func (f *lockFencer) hold(ctx context.Context, conn *sql.Conn, table string) (string, error) {
+	// The statement opens its tables, taking their metadata locks, before it
+	// reads the variable.
+	q := fmt.Sprintf("SELECT %s, (SELECT 1 FROM %s LIMIT 0)", f.flavor.PositionVar(), rowcodec.QualifiedIdent(f.database, table))
+	var pos string
+	var none sql.NullInt64
+	if err := conn.QueryRowContext(ctx, q).Scan(&pos, &none); err != nil {
+		return "", fmt.Errorf("hold %s for the chunk: %w", table, err)
+	}
+	return dbconn.CleanPosition(pos), nil
 }
 
 // unlock ends the lock even when ctx is done: a connection must not go back

@@ -85,6 +85,64 @@ func testLockFenceIsExact(t *testing.T, flavor sandbox.Flavor) {
 	require.Positive(t, stats.held)
 }
 
+// TestLockFenceHoldsTheTable: an online schema change's rename that lands
+// between a chunk's fence and the moment its snapshot opens the table swaps
+// another table in under the snapshot. hold's position then holds the rename
+// and the fence does not, which is how the merger knows to drop the chunk;
+// once held, a rename of the table waits for the snapshot's end while
+// writers of the table go on.
+func TestLockFenceHoldsTheTable(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		_, db, admin := fenceSource(t, flavor)
+		ctx := context.Background()
+		f := newFencer(dbconn.Flavor(flavor), db, "d", nil)
+		defer f.close()
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+
+		fence, err := f.begin(ctx, conn, "t")
+		require.NoError(t, err)
+		sandboxtest.Exec(t, admin, "CREATE TABLE d._t_new LIKE d.t", "INSERT INTO d._t_new VALUES (7, 7)",
+			"RENAME TABLE d.t TO d._t_old, d._t_new TO d.t")
+		swapped := gtidSet(t, serverPosition(t, admin))
+		held, err := f.hold(ctx, conn, "t")
+		require.NoError(t, err)
+		require.False(t, gtidSet(t, fence.GetGtidSet()).Contains(swapped), "the fence is before the swap")
+		require.True(t, gtidSet(t, held).Contains(swapped), "the position once held (%s) holds the swap (%s)", held, swapped)
+		if rows, err := conn.QueryContext(ctx, "SELECT id FROM d.t"); err == nil {
+			var ids []int
+			for rows.Next() {
+				var id int
+				require.NoError(t, rows.Scan(&id))
+				ids = append(ids, id)
+			}
+			rows.Close()
+			require.NotEqual(t, []int{1, 2, 3}, ids, "the snapshot reads the table swapped in, not the one at its fence")
+		}
+		_, err = conn.ExecContext(ctx, "COMMIT")
+		require.NoError(t, err)
+
+		_, err = f.begin(ctx, conn, "t")
+		require.NoError(t, err)
+		_, err = f.hold(ctx, conn, "t")
+		require.NoError(t, err)
+		w, err := admin.Conn(ctx)
+		require.NoError(t, err)
+		defer w.Close()
+		_, err = w.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1")
+		require.NoError(t, err)
+		_, err = w.ExecContext(ctx, "UPDATE d.t SET v = v + 1")
+		require.NoError(t, err, "a writer of the held table waited")
+		_, err = w.ExecContext(ctx, "RENAME TABLE d.t TO d._t_del, d._t_old TO d.t")
+		require.True(t, isLockWaitTimeout(err), "a rename of the held table must wait for the snapshot: %v", err)
+		_, err = conn.ExecContext(ctx, "COMMIT")
+		require.NoError(t, err)
+		_, err = w.ExecContext(ctx, "RENAME TABLE d.t TO d._t_del, d._t_old TO d.t")
+		require.NoError(t, err)
+	})
+}
+
 // TestLockFenceReleasesTheTable: once a chunk's snapshot is open, writers of
 // the table do not wait for the chunk (a writer that had to would time out).
 func TestLockFenceReleasesTheTable(t *testing.T) {

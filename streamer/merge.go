@@ -2,7 +2,9 @@ package streamer
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/rowlift/rowlift/internal/ddlscope"
 	"github.com/rowlift/rowlift/internal/gtid"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -90,10 +92,16 @@ func (t *mergeTable) newest() *mergeChunk {
 // mergeChunk is a chunk from the moment its snapshot is requested: its fence is
 // unknown until the snapshot returns, and its parts arrive as they are read.
 type mergeChunk struct {
-	fenced   bool
-	fence    position
+	fenced bool
+	fence  position
+	// held is the source's position once the snapshot held the table
+	// (fencer.hold). The chunk is due only once the reader has passed it, and
+	// void when a schema change of the table lies after the fence and in it.
+	held     position
 	parts    []*rowliftv1.Chunk
 	complete bool
+	// due is set once the chunk's parts may go out (or, void, be dropped).
+	due, void bool
 }
 
 // mergeTx is one source transaction as read from the binlog.
@@ -130,6 +138,9 @@ type merger struct {
 	// transaction at or before visible is certain to be in every later snapshot.
 	visible position
 	out     []*rowliftv1.StreamItem
+	// voided lists the tables whose chunks voids dropped, for the log; the
+	// merge loop empties it.
+	voided []string
 }
 
 func newMerger(start position) *merger {
@@ -158,7 +169,9 @@ func (m *merger) requestChunk(table string) error {
 // always does (what the stream placed was visible before, and a previous
 // chunk's snapshot began earlier), so a fence that does not is a bug that
 // would lose changes, and stops the stream.
-func (m *merger) fenceChunk(table string, fence position) error {
+//
+// held is the position once the snapshot held the table (nil: the fence).
+func (m *merger) fenceChunk(table string, fence, held position) error {
 	t := m.tables[table]
 	c := t.newest()
 	if c == nil || c.fenced {
@@ -167,7 +180,10 @@ func (m *merger) fenceChunk(table string, fence position) error {
 	if !t.coveredBy(fence) {
 		return fmt.Errorf("merge: fence %v of %s is before a position the stream has already placed for it (%v)", fence, table, t.placed)
 	}
-	c.fenced, c.fence = true, fence
+	if held == nil {
+		held = fence
+	}
+	c.fenced, c.fence, c.held = true, fence, held
 	t.place(fence)
 	m.observeVisible(fence)
 	return nil
@@ -289,21 +305,32 @@ func (m *merger) drain() ([]*rowliftv1.StreamItem, error) {
 }
 
 // emitDueChunks emits the parts of every chunk that is due: the reader is past
-// its fence and no queued transaction at or before the fence remains.
+// its fence and the position at which its snapshot held the table, and no
+// queued transaction at or before the fence remains. A void chunk's parts are
+// dropped instead (voids).
 func (m *merger) emitDueChunks() (bool, error) {
 	progressed := false
-	for _, t := range m.tables {
+	for name, t := range m.tables {
 		if len(t.chunks) == 0 {
 			continue
 		}
 		c := t.chunks[0]
-		if !c.fenced || !m.readerAt.covers(c.fence) {
-			continue
-		}
-		if len(m.queue) > 0 && c.fence.covers(m.queue[0].pos) {
-			continue // a transaction at or before the fence still waits
+		if !c.due {
+			if !c.fenced || !m.readerAt.covers(c.fence) || !m.readerAt.covers(c.held) {
+				continue
+			}
+			if len(m.queue) > 0 && c.fence.covers(m.queue[0].pos) {
+				continue // a transaction at or before the fence still waits
+			}
+			c.due, c.void = true, m.voids(name, c)
+			if c.void {
+				m.voided = append(m.voided, name)
+			}
 		}
 		for _, part := range c.parts {
+			if c.void {
+				break
+			}
 			if part.GetRowCount() == 0 && part.GetLastPk() == nil && !part.GetTableDone() {
 				continue // a chunk that ended exactly at a part boundary
 			}
@@ -329,6 +356,7 @@ func (m *merger) emitDueChunks() (bool, error) {
 				t.copying = false
 			}
 		}
+		clear(c.parts)
 		c.parts = c.parts[:0]
 		if c.complete {
 			t.chunks = t.chunks[1:]
@@ -336,6 +364,24 @@ func (m *merger) emitDueChunks() (bool, error) {
 		}
 	}
 	return progressed, nil
+}
+
+// voids reports whether a schema change of the table lies after the chunk's
+// fence and at or before the position at which its snapshot held the table.
+// The snapshot then read the table as the change left it, as of the fence:
+// after a rename swapped another table in (an online schema change's
+// cut-over), that table's rows at the fence, not the rows the fence stands
+// for. Every transaction after the fence is queued behind the chunk, the
+// change among them. A void chunk's rows never go out: the change ends the
+// stream (ddlscope.ReopensStream), and the next stream reads them again from
+// the copy's last committed key.
+func (m *merger) voids(table string, c *mergeChunk) bool {
+	for _, tx := range m.queue {
+		if ddlscope.ReopensStream(tx.item.GetDdl()) && c.held.covers(tx.pos) && !c.fence.covers(tx.pos) && slices.Contains(tx.tables, table) {
+			return true
+		}
+	}
+	return false
 }
 
 // emitTxs emits queued transactions in order until one must wait: for a

@@ -308,7 +308,7 @@ func (s *sim) stepChunk(name string) {
 			s.sharedRefused++
 			s.snap(c, name, s.visibleUpTo, s.visibleUpTo) // the stream reads the chunk itself
 		}
-		if err := s.m.fenceChunk(name, s.pos(c.snapFence)); err != nil {
+		if err := s.m.fenceChunk(name, s.pos(c.snapFence), nil); err != nil {
 			s.fail("%v", err)
 		}
 		c.fenced = true
@@ -650,7 +650,7 @@ func TestMergerHoldsReaderOnlyWhenNoChunkWaitsForIt(t *testing.T) {
 	m.addTx(&mergeTx{pos: seqPos(1), tables: []string{"t"}, bytes: 5, item: &rowliftv1.StreamItem{}}, seqPos(1))
 	require.False(t, m.holdsReader(6), "under the limit")
 	require.True(t, m.holdsReader(5), "at the limit, waiting for the chunk's fence, which comes without the reader")
-	require.NoError(t, m.fenceChunk("t", seqPos(3)))
+	require.NoError(t, m.fenceChunk("t", seqPos(3), nil))
 	require.False(t, m.holdsReader(5), "the chunk waits for the reader to pass its fence")
 	m.readTo(seqPos(3))
 	require.True(t, m.holdsReader(5), "the reader is past the fence: the chunk's rows come without it")
@@ -803,8 +803,8 @@ func TestMergerCanFence(t *testing.T) {
 		require.NoError(t, m.requestChunk("t"))
 		require.False(t, m.canFence("t", seqPos(4)), "a chunk before the stream's start lacks what the target already has")
 		require.True(t, m.canFence("t", seqPos(5)))
-		require.ErrorContains(t, m.fenceChunk("t", seqPos(4)), "fence 4 of t is before a position the stream has already placed for it ([5])")
-		require.NoError(t, m.fenceChunk("t", seqPos(5)))
+		require.ErrorContains(t, m.fenceChunk("t", seqPos(4), nil), "fence 4 of t is before a position the stream has already placed for it ([5])")
+		require.NoError(t, m.fenceChunk("t", seqPos(5), nil))
 		require.False(t, m.canFence("t", seqPos(9)), "the chunk is fenced already")
 	})
 	t.Run("emitted transactions of the table", func(t *testing.T) {
@@ -820,7 +820,7 @@ func TestMergerCanFence(t *testing.T) {
 		emit(m, tx(7, "u", 1))
 		require.NoError(t, m.requestChunk("t"))
 		require.True(t, m.canFence("t", seqPos(5)), "a transaction of another table does not count")
-		require.NoError(t, m.fenceChunk("t", seqPos(5)))
+		require.NoError(t, m.fenceChunk("t", seqPos(5), nil))
 		require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", TableDone: true}, true))
 		emit(m, tx(9, "t", 1))
 		require.False(t, tbl.copying)
@@ -829,7 +829,7 @@ func TestMergerCanFence(t *testing.T) {
 	t.Run("fences of earlier chunks", func(t *testing.T) {
 		m, _ := setup()
 		require.NoError(t, m.requestChunk("t"))
-		require.NoError(t, m.fenceChunk("t", seqPos(8)))
+		require.NoError(t, m.fenceChunk("t", seqPos(8), nil))
 		require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", LastPk: simRow(3, "")}, true))
 		require.NoError(t, m.requestChunk("t"))
 		require.False(t, m.canFence("t", seqPos(7)),
@@ -879,7 +879,7 @@ func TestVerifyChunkSitsAtItsFence(t *testing.T) {
 	out, err := m.drain()
 	require.NoError(t, err)
 	require.Empty(t, out, "nothing of the table passes a chunk whose fence is unknown")
-	require.NoError(t, m.fenceChunk("t", seqPos(2)))
+	require.NoError(t, m.fenceChunk("t", seqPos(2), nil))
 	hashes := rowcodec.AppendRow(nil, [][]byte{[]byte("9"), []byte("hash"), []byte("9")})
 	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", Verify: true, PackedRows: hashes, RowCount: 1, TableDone: true}, true))
 	out, err = m.drain()
@@ -905,7 +905,7 @@ func TestMergerEmptyPartMovesTheBoundary(t *testing.T) {
 	tbl := &mergeTable{keyOf: simKey, compare: simCompare, copying: true}
 	m.addTable("t", tbl)
 	require.NoError(t, m.requestChunk("t"))
-	require.NoError(t, m.fenceChunk("t", seqPos(0)))
+	require.NoError(t, m.fenceChunk("t", seqPos(0), nil))
 	scanned := &rowliftv1.Row{}
 	rowcodec.Pack(scanned, [][]byte{[]byte("5")})
 	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", PackedRows: rowcodec.AppendRow(nil, simValues(simRow(2, "a"))), RowCount: 1, LastPk: scanned}, false))
@@ -916,7 +916,7 @@ func TestMergerEmptyPartMovesTheBoundary(t *testing.T) {
 	require.Equal(t, [][]byte{[]byte("5")}, tbl.lastPK, "the boundary is the row scanned, not the row sent")
 
 	require.NoError(t, m.requestChunk("t"))
-	require.NoError(t, m.fenceChunk("t", seqPos(0)))
+	require.NoError(t, m.fenceChunk("t", seqPos(0), nil))
 	scanned = &rowliftv1.Row{}
 	rowcodec.Pack(scanned, [][]byte{[]byte("9")})
 	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", LastPk: scanned}, true))
@@ -945,7 +945,7 @@ func TestMergerRefusesAPartWithRowsAndNoLastPk(t *testing.T) {
 	m := newMerger(seqPos(0))
 	m.addTable("t", &mergeTable{keyOf: simKey, compare: simCompare, copying: true})
 	require.NoError(t, m.requestChunk("t"))
-	require.NoError(t, m.fenceChunk("t", seqPos(0)))
+	require.NoError(t, m.fenceChunk("t", seqPos(0), nil))
 	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", PackedRows: rowcodec.AppendRow(nil, simValues(simRow(2, "a"))), RowCount: 1}, true))
 	_, err := m.drain()
 	require.ErrorContains(t, err, "a part of 1 rows carries no last key")
@@ -973,7 +973,7 @@ func TestVerifyChunkAfterAnInvisibleTransaction(t *testing.T) {
 	require.True(t, m.waitsForVisibility(), "the streamer takes a probe snapshot for it")
 
 	require.NoError(t, m.requestChunk("t"))
-	require.NoError(t, m.fenceChunk("t", seqPos(0)), "the snapshot does not see 1 yet")
+	require.NoError(t, m.fenceChunk("t", seqPos(0), nil), "the snapshot does not see 1 yet")
 	hashes := rowcodec.AppendRow(nil, [][]byte{[]byte("2"), []byte("hash"), []byte("2")})
 	require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", Verify: true, PackedRows: hashes, RowCount: 1, LastPk: simKeyRow(2)}, true))
 	out, err = m.drain()
@@ -988,7 +988,7 @@ func TestVerifyChunkAfterAnInvisibleTransaction(t *testing.T) {
 	require.Equal(t, "1", out[0].GetTransaction().GetGtid())
 
 	require.NoError(t, m.requestChunk("t"))
-	require.ErrorContains(t, m.fenceChunk("t", seqPos(0)), "before a position the stream has already placed",
+	require.ErrorContains(t, m.fenceChunk("t", seqPos(0), nil), "before a position the stream has already placed",
 		"a later verify chunk must contain what the stream emitted of its table")
 	require.True(t, tbl.verifying)
 }
@@ -1038,4 +1038,95 @@ func TestMergeSimulationVerifyTrustingTheBinlogFails(t *testing.T) {
 	})
 	t.Logf("%d of 200 seeds found a false difference when trusting the binlog", failures)
 	require.Greater(t, failures, 10, "the simulation does not model commits becoming visible after the binlog write")
+}
+
+// TestMergerVoidsAChunkReadAfterASchemaChange: a chunk whose snapshot held its
+// table only after a schema change of it (an online schema change's rename
+// that swapped its shadow in) read the shadow's rows as of the fence. It is
+// due only once the reader has passed where the snapshot held the table; it
+// is then dropped, the transactions before the change go out filtered by the
+// copied boundary it did not move, and so does the change. A schema change
+// after that position, or of another table, leaves the chunk as it is.
+func TestMergerVoidsAChunkReadAfterASchemaChange(t *testing.T) {
+	row := func(n int) *mergeTx {
+		return &mergeTx{pos: seqPos(n), tables: []string{"t"}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{
+			Transaction: &rowliftv1.Transaction{Gtid: strconv.Itoa(n), Events: []*rowliftv1.RowEvent{{Table: "t",
+				Changes: []*rowliftv1.RowChange{{After: simRow(int64(n), "v")}}}}}}}}
+	}
+	ddl := func(n int, table string) *mergeTx {
+		return &mergeTx{pos: seqPos(n), tables: []string{table}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Ddl{
+			Ddl: &rowliftv1.DDL{Gtid: strconv.Itoa(n), Tables: []string{table}}}}}
+	}
+	order := func(out []*rowliftv1.StreamItem) []string {
+		var got []string
+		for _, item := range out {
+			switch {
+			case item.GetChunk() != nil:
+				got = append(got, "chunk")
+			case item.GetDdl() != nil:
+				got = append(got, "ddl "+item.GetDdl().GetGtid())
+			default:
+				got = append(got, item.GetTransaction().GetGtid())
+			}
+		}
+		return got
+	}
+	// The chunk is fenced at 2 and held its table at 4; the reader reads
+	// transactions 1 to 5, with a schema change at ddlAt.
+	run := func(t *testing.T, ddlAt int, ddlTable string) ([]string, *mergeTable, *merger) {
+		m := newMerger(seqPos(0))
+		tbl := &mergeTable{keyOf: simKey, compare: simCompare, copying: true, lastPK: [][]byte{[]byte("10")}}
+		m.addTable("t", tbl)
+		m.addTable("u", &mergeTable{keyOf: simKey, compare: simCompare})
+		require.NoError(t, m.requestChunk("t"))
+		require.NoError(t, m.fenceChunk("t", seqPos(2), seqPos(4)))
+		require.NoError(t, m.addPart(&rowliftv1.Chunk{Table: "t", PackedRows: rowcodec.AppendRow(nil, simValues(simRow(19, "shadow"))),
+			RowCount: 1, LastPk: simKeyRow(19), TableDone: true}, true))
+		m.observeVisible(seqPos(5))
+		for n := 1; n <= 3; n++ {
+			if n == ddlAt {
+				m.addTx(ddl(n, ddlTable), seqPos(n))
+				continue
+			}
+			m.addTx(row(n), seqPos(n))
+		}
+		out, err := m.drain()
+		require.NoError(t, err)
+		first := order(out)
+		require.Equal(t, []string{"1", "2"}, first[:2])
+		require.NotContains(t, first, "chunk", "the chunk waits for the reader to pass where its snapshot held the table")
+		for n := 4; n <= 5; n++ {
+			if n == ddlAt {
+				m.addTx(ddl(n, ddlTable), seqPos(n))
+				continue
+			}
+			m.addTx(row(n), seqPos(n))
+		}
+		out, err = m.drain()
+		require.NoError(t, err)
+		return append(first, order(out)...), tbl, m
+	}
+
+	t.Run("a change of the table between the fence and the hold", func(t *testing.T) {
+		for _, at := range []int{3, 4} {
+			got, tbl, m := run(t, at, "t")
+			require.NotContains(t, got, "chunk", "the chunk's rows are another table's")
+			require.Contains(t, got, fmt.Sprintf("ddl %d", at))
+			require.True(t, tbl.copying, "the void chunk does not end the copy")
+			require.Equal(t, [][]byte{[]byte("10")}, tbl.lastPK, "nor move its boundary")
+			require.Equal(t, []string{"t"}, m.voided)
+			require.True(t, m.idle())
+		}
+	})
+	t.Run("a change after the hold", func(t *testing.T) {
+		got, tbl, m := run(t, 5, "t")
+		require.Equal(t, []string{"1", "2", "chunk", "3", "4", "ddl 5"}, got)
+		require.False(t, tbl.copying)
+		require.Empty(t, m.voided)
+	})
+	t.Run("a change of another table", func(t *testing.T) {
+		got, _, m := run(t, 3, "u")
+		require.Equal(t, []string{"1", "2", "ddl 3", "chunk", "4", "5"}, got)
+		require.Empty(t, m.voided)
+	})
 }

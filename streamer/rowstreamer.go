@@ -68,8 +68,8 @@ type rowStreamer struct {
 // whether the merger took it), then the parts, the last one marked.
 type chunkSink interface {
 	request(ctx context.Context, table string) error
-	fence(ctx context.Context, table string, fence position) error
-	share(ctx context.Context, table string, fence position) (bool, error)
+	fence(ctx context.Context, table string, fence, held position) error
+	share(ctx context.Context, table string, fence, held position) (bool, error)
 	part(ctx context.Context, part *rowliftv1.Chunk, last bool) error
 }
 
@@ -178,13 +178,7 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 		part = r.newPart(fence, fenceTime)
 		return size, nil
 	})
-	if isMySQLError(err, tableDefChanged) {
-		// A DDL changed the table after the snapshot began. The chunk ends
-		// with the parts sent; the next one, fenced after the DDL, reads on
-		// from its last key, and the DDL reaches the target before it: a
-		// schema change during the copy stops the workflow at the statement
-		// (on_ddl), not the stream with an error.
-		r.log.Info("the table changed during its chunk's read; the next chunk reads on after the change", zap.String("table", r.plan.table.Name), zap.Error(err))
+	if r.defChanged(err) {
 		part, err, more = r.newPart(fence, fenceTime), nil, true
 	}
 	if err != nil {
@@ -217,7 +211,6 @@ func (r *rowStreamer) stream(ctx context.Context) (done bool, err error) {
 // scanned and more says rows may follow them (the LIMIT was reached or the
 // scan ended early). The sizer learns the rows' width from it.
 func (r *rowStreamer) scan(ctx context.Context, row func(values [][]byte) (int, error)) (n int64, more bool, err error) {
-	testhook.Delay(ctx, testhook.ChunkRead)
 	limit := r.sizer.limit()
 	var upTo [][]byte
 	if r.rechecking {
@@ -299,7 +292,7 @@ func (r *rowStreamer) sharedChunk(ctx context.Context) (*sharedChunk, error) {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case err == nil:
-		ok, err := r.sink.share(ctx, r.plan.table.Name, c.fencePos)
+		ok, err := r.sink.share(ctx, r.plan.table.Name, c.fencePos, c.held)
 		if err != nil {
 			return nil, err
 		}
@@ -324,7 +317,7 @@ func (r *rowStreamer) readOwn(ctx context.Context) (*sharedChunk, error) {
 
 // placeRead gives the merger the fence of a chunk this stream read.
 func (r *rowStreamer) placeRead(ctx context.Context, c *sharedChunk, how string) error {
-	if err := r.sink.fence(ctx, r.plan.table.Name, c.fencePos); err != nil {
+	if err := r.sink.fence(ctx, r.plan.table.Name, c.fencePos, c.held); err != nil {
 		return err
 	}
 	r.logChunk(how, c.fence, c)
@@ -368,25 +361,40 @@ func keyText(key [][]byte) string {
 // for the chunk.
 func (r *rowStreamer) read(ctx context.Context, c *sharedChunk) (err error) {
 	c.fenceTime = time.Now().UnixMicro() // the snapshot sees at least every commit before now
-	c.fence, c.fencePos, err = r.snapshot(ctx)
+	c.fence, c.fencePos, c.held, err = r.snapshot(ctx)
 	if err != nil {
 		return err
 	}
 	defer r.endSnapshot(ctx, &err)
 	last := 0
-	n, more, err := r.scan(ctx, func(values [][]byte) (int, error) {
+	_, more, err := r.scan(ctx, func(values [][]byte) (int, error) {
 		last = len(c.rows)
 		c.rows = rowcodec.AppendRow(c.rows, values)
 		return len(c.rows) - last, nil
 	})
+	if r.defChanged(err) {
+		more, err = true, nil
+	}
 	if err != nil {
 		return err
 	}
 	c.more = more
-	if n > 0 {
+	if len(c.rows) > 0 {
 		c.lastPK = r.plan.keyOf(lastRow(c.rows[last:]))
 	}
 	return nil
+}
+
+// defChanged reports a chunk read that failed because a DDL rebuilt its table
+// after the snapshot began (error 1412). The DDL committed before the snapshot
+// held the table, so the merger drops the chunk (merger.voids); it ends
+// without an error, and the stream goes on to the DDL and ends after it.
+func (r *rowStreamer) defChanged(err error) bool {
+	if !isMySQLError(err, tableDefChanged) {
+		return false
+	}
+	r.log.Info("the table changed before its chunk's snapshot held it; the chunk is dropped and read again after the change", zap.Error(err))
+	return true
 }
 
 // emit sends the rows of a read chunk that are in the stream's key range, in
@@ -432,11 +440,11 @@ func (r *rowStreamer) emit(ctx context.Context, c *sharedChunk) (done bool, err 
 // caller defers endSnapshot. fenceTime is the source's clock just before.
 func (r *rowStreamer) begin(ctx context.Context) (fence *rowliftv1.Position, fenceTime int64, err error) {
 	fenceTime = time.Now().UnixMicro() // the snapshot sees at least every commit before now
-	fence, fencePos, err := r.snapshot(ctx)
+	fence, fencePos, held, err := r.snapshot(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos); err != nil {
+	if err := r.sink.fence(ctx, r.plan.table.Name, fencePos, held); err != nil {
 		r.endSnapshot(ctx, &err)
 		return nil, 0, err
 	}
@@ -451,32 +459,42 @@ func (r *rowStreamer) endSnapshot(ctx context.Context, err *error) {
 	}
 }
 
-// snapshot begins the chunk's snapshot and returns its fence. A snapshot older
+// snapshot begins the chunk's snapshot and returns its fence, and held, the
+// position once the snapshot holds its table (fencer.hold). A snapshot older
 // than the stream's start (possible just after a resume, while the last applied
 // transactions become visible) is retried: its rows would miss transactions the
 // reader will not send again.
-func (r *rowStreamer) snapshot(ctx context.Context) (*rowliftv1.Position, position, error) {
+func (r *rowStreamer) snapshot(ctx context.Context) (fence *rowliftv1.Position, fencePos, held position, err error) {
 	for {
 		fence, err := r.fence.begin(ctx, r.conn, r.plan.table.Name)
 		if testhook.UnsafeFence() {
 			fence, err = unsafeFence(ctx, r.conn)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		set, err := gtid.Parse(fence.GetGtidSet())
 		if err != nil {
-			return nil, nil, fmt.Errorf("parse fence: %w", err)
+			return nil, nil, nil, fmt.Errorf("parse fence: %w", err)
 		}
 		if pos := (gtidPos{set}); r.start == nil || pos.covers(r.start) {
-			return fence, pos, nil
+			testhook.Delay(ctx, testhook.ChunkRead)
+			text, err := r.fence.hold(ctx, r.conn, r.plan.table.Name)
+			if err == nil {
+				set, err = gtid.Parse(text)
+			}
+			if err != nil {
+				r.endSnapshot(ctx, &err)
+				return nil, nil, nil, err
+			}
+			return fence, pos, gtidPos{set}, nil
 		}
 		if _, err := r.conn.ExecContext(ctx, "COMMIT"); err != nil {
-			return nil, nil, fmt.Errorf("end snapshot: %w", err)
+			return nil, nil, nil, fmt.Errorf("end snapshot: %w", err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -94,7 +94,7 @@ func (s *recordingSink) request(context.Context, string) error {
 	return nil
 }
 
-func (s *recordingSink) fence(_ context.Context, _ string, fence position) error {
+func (s *recordingSink) fence(_ context.Context, _ string, fence, _ position) error {
 	require.NotNil(s.t, fence)
 	s.fences++
 	return nil
@@ -102,7 +102,7 @@ func (s *recordingSink) fence(_ context.Context, _ string, fence position) error
 
 // share takes another stream's chunk when accept says so, as the merger
 // would if the fence covers what the stream placed.
-func (s *recordingSink) share(_ context.Context, _ string, fence position) (bool, error) {
+func (s *recordingSink) share(_ context.Context, _ string, fence, _ position) (bool, error) {
 	require.NotNil(s.t, fence)
 	s.shares++
 	if s.accept {

@@ -270,7 +270,7 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	sent := metrics.NewSendStream(req.GetWorkflow(), tables)
 	g.Go(func() error { return send(ctx, stream, items, opts.PacketBytes, sent) })
 	g.Go(func() error {
-		return s.mergeLoop(ctx, m, inputs, reads, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled, watch.waiting)
+		return s.mergeLoop(ctx, m, inputs, reads, items, start, flavor, time.Duration(opts.HeartbeatMs)*time.Millisecond, gate.throttled, watch.waiting, log)
 	})
 	g.Go(func() error { return watch.run(ctx, s.db) })
 	g.Go(func() error {
@@ -291,7 +291,10 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 				lag.read(res.tx.pos.(gtidPos).set, time.Now())
 			}
 			if r.skipRows {
-				continue
+				// Past the change only the reader's position moves on: a chunk
+				// whose snapshot held its table after the change is due (and
+				// void, merger.voids) once the reader has passed that point.
+				res = readResult{pos: res.pos}
 			}
 			if err := (mergeSink{reads}).send(ctx, mergeInput{read: &res}); err != nil {
 				return err
@@ -299,8 +302,8 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 			// The stream ends once the change is sent (send): the next one
 			// reads what follows with the tables as they are then, where this
 			// one's conversions and copy no longer fit them. This one reads
-			// on only for the dump's liveness.
-			r.skipRows = res.tx != nil && ddlscope.ReopensStream(res.tx.item.GetDdl())
+			// on for the dump's liveness and the chunks' positions.
+			r.skipRows = r.skipRows || (res.tx != nil && ddlscope.ReopensStream(res.tx.item.GetDdl()))
 		}
 	})
 	g.Go(func() error {

@@ -379,10 +379,10 @@ func (ss *sharedSim) fence(s *simStream, r *simReader, name string) {
 		// A blind follower forces the fence in as if the merger had agreed.
 		t := s.m.tables[name]
 		c := t.newest()
-		c.fenced, c.fence = true, r.ch.fencePos
+		c.fenced, c.fence, c.held = true, r.ch.fencePos, r.ch.fencePos
 		t.place(r.ch.fencePos)
 		s.m.observeVisible(r.ch.fencePos)
-	} else if err := s.m.fenceChunk(name, r.ch.fencePos); err != nil {
+	} else if err := s.m.fenceChunk(name, r.ch.fencePos, nil); err != nil {
 		ss.fail("stream %s: %v", s.name, err)
 		return
 	}

@@ -32,8 +32,9 @@ type mergeInput struct {
 	read    *readResult // from the binlog reader
 	request string      // a chunk of this table is about to take its snapshot
 	ack     chan struct{}
-	table   string // with fence
+	table   string // with fence and held
 	fence   position
+	held    position
 	// shared marks a fence offered by share: the merger takes it only if it
 	// can place the chunk there, and answers on shared.
 	shared  chan bool
@@ -68,13 +69,13 @@ func (s mergeSink) request(ctx context.Context, table string) error {
 	}
 }
 
-func (s mergeSink) fence(ctx context.Context, table string, fence position) error {
-	return s.send(ctx, mergeInput{table: table, fence: fence})
+func (s mergeSink) fence(ctx context.Context, table string, fence, held position) error {
+	return s.send(ctx, mergeInput{table: table, fence: fence, held: held})
 }
 
-func (s mergeSink) share(ctx context.Context, table string, fence position) (bool, error) {
+func (s mergeSink) share(ctx context.Context, table string, fence, held position) (bool, error) {
 	taken := make(chan bool, 1)
-	if err := s.send(ctx, mergeInput{table: table, fence: fence, shared: taken}); err != nil {
+	if err := s.send(ctx, mergeInput{table: table, fence: fence, held: held, shared: taken}); err != nil {
 		return false, err
 	}
 	select {
@@ -234,7 +235,7 @@ func binlogError(err error, start fmt.Stringer) error {
 // reader (maxQueuedTxBytes). throttled says why the copy waits and waiting why
 // the binlog has not started; they go out with every heartbeat.
 func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInput, reads <-chan mergeInput, items chan<- *rowliftv1.StreamItem,
-	readerAt *gtid.Set, flavor dbconn.Flavor, heartbeat time.Duration, throttled, waiting func() string) error {
+	readerAt *gtid.Set, flavor dbconn.Flavor, heartbeat time.Duration, throttled, waiting func() string, log *zap.Logger) error {
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	probe := time.NewTicker(20 * time.Millisecond)
@@ -294,6 +295,11 @@ func (s *Server) mergeLoop(ctx context.Context, m *merger, inputs chan mergeInpu
 		if err != nil {
 			return err
 		}
+		for _, table := range m.voided {
+			log.Info("a chunk's snapshot held its table only after a schema change of it: its rows are dropped, and read again "+
+				"once the stream reopens after the change", zap.String("table", table))
+		}
+		m.voided = m.voided[:0]
 		for _, item := range out {
 			if err := put(ctx, items, item); err != nil {
 				return err
@@ -316,10 +322,10 @@ func apply(m *merger, in mergeInput) error {
 		ok := m.canFence(in.table, in.fence)
 		in.shared <- ok
 		if ok {
-			return m.fenceChunk(in.table, in.fence)
+			return m.fenceChunk(in.table, in.fence, in.held)
 		}
 	case in.fence != nil:
-		return m.fenceChunk(in.table, in.fence)
+		return m.fenceChunk(in.table, in.fence, in.held)
 	case in.part != nil:
 		return m.addPart(in.part, in.last)
 	case in.visible != nil:

@@ -145,7 +145,7 @@ func TestHeartbeatsCarryTheThrottleReason(t *testing.T) {
 	inputs := make(chan mergeInput)
 	items := make(chan *rowliftv1.StreamItem)
 	go func() {
-		_ = s.mergeLoop(ctx, m, inputs, nil, items, start, dbconn.MariaDB, time.Millisecond, throttled, func() string { return "" })
+		_ = s.mergeLoop(ctx, m, inputs, nil, items, start, dbconn.MariaDB, time.Millisecond, throttled, func() string { return "" }, zap.NewNop())
 	}()
 	next := func() *rowliftv1.Heartbeat {
 		select {

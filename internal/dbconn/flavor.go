@@ -43,16 +43,24 @@ func flavorOfVersion(version string) Flavor {
 // transaction written to its binlog (MariaDB: per domain, the last one), with
 // MySQL's line breaks between UUIDs removed.
 func (f Flavor) Position(ctx context.Context, q Queryer) (string, error) {
-	query := "SELECT @@GLOBAL.gtid_binlog_pos"
-	if f == MySQL {
-		query = "SELECT @@GLOBAL.gtid_executed"
-	}
 	var pos string
-	if err := q.QueryRowContext(ctx, query).Scan(&pos); err != nil {
+	if err := q.QueryRowContext(ctx, "SELECT "+f.PositionVar()).Scan(&pos); err != nil {
 		return "", fmt.Errorf("read binlog position: %w", err)
 	}
-	return strings.ReplaceAll(pos, "\n", ""), nil
+	return CleanPosition(pos), nil
 }
+
+// PositionVar is the system variable Position reads, for queries that read it
+// beside something else in one statement.
+func (f Flavor) PositionVar() string {
+	if f == MySQL {
+		return "@@GLOBAL.gtid_executed"
+	}
+	return "@@GLOBAL.gtid_binlog_pos"
+}
+
+// CleanPosition removes the line breaks MySQL puts between a GTID set's UUIDs.
+func CleanPosition(pos string) string { return strings.ReplaceAll(pos, "\n", "") }
 
 // Position reads the binlog position of a server whose flavor is not known yet.
 func Position(ctx context.Context, q Queryer) (string, error) {

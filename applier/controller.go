@@ -2,6 +2,7 @@ package applier
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -215,7 +216,11 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	cancel := func() { cancelCause(nil) }
 	defer cancel()
 	client := rowliftv1.NewStreamerClient(conn)
-	stream, err := client.Stream(ctx, StreamRequest(c.pair, position, progress, verifying))
+	req := StreamRequest(c.pair, position, progress, verifying)
+	if err := withTargets(ctx, e.db, c.spec, req); err != nil {
+		return false, err
+	}
+	stream, err := client.Stream(ctx, req)
 	if err != nil {
 		return false, c.streamError(err)
 	}
@@ -641,6 +646,33 @@ func (c *controller) markCopied(ctx context.Context) error {
 		c.log.Info("copy done")
 	}
 	return err
+}
+
+// withTargets adds each target table as it is now to the request
+// (TableRequest.target): a stream that starts before a schema change of the
+// source's table still to come reads the rows before it with the target's
+// fields. A table that does not exist, or lacks a streamed column, is left
+// for CheckTargets to judge against the source's fields.
+func withTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, req *rowliftv1.StreamRequest) error {
+	targetDB := TargetDatabase(spec)
+	req.TargetDatabase = targetDB
+	for _, tr := range req.GetTables() {
+		name, _ := TargetTable(spec, tr.GetName())
+		tbl, err := schema.Load(ctx, db, targetDB, name)
+		switch {
+		case errors.Is(err, schema.ErrNoTable), errors.Is(err, schema.ErrNoKey):
+			continue
+		case err != nil:
+			return fmt.Errorf("read target table %s.%s: %w", targetDB, name, err)
+		}
+		cols, err := tbl.Streamed(tr.GetColumns())
+		if err != nil {
+			continue
+		}
+		tr.Target = tbl.Fields(cols)
+		tr.Target.CreateTable = nil
+	}
+	return nil
 }
 
 // StreamRequest is the request a workflow's stream opens with, from its

@@ -145,3 +145,74 @@ func columnsOf(t *testing.T, db *sql.DB, database, table string) string {
 		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", database, table).Scan(&cols))
 	return cols
 }
+
+// TestDDLAheadOfTheStream: with on_ddl EXEC, the applier is killed and the
+// source's tables change shape while it is down (a column added, dropped,
+// retyped and renamed, one table each), with rows written to each column
+// before and after its change. The restarted stream starts before those
+// changes, where the source's tables no longer have the target's shape: it
+// reads the binlog rows before each change as the target has them, runs the
+// change on the target at its place, and reopens past it. The workflow never
+// stops and every table ends identical, the renamed column's values before
+// the rename included.
+func TestDDLAheadOfTheStream(t *testing.T) {
+	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
+		const rows = 300
+		seed := testSeed(t)
+		e := newEnvWith(t, sandbox.Options{Flavor: flavor})
+		tables := []string{"a", "b", "c", "r"}
+		e.sourceExec("CREATE DATABASE d")
+		for _, table := range tables {
+			e.sourceExec(fmt.Sprintf("CREATE TABLE d.%s (id INT PRIMARY KEY, v INT NOT NULL, w VARCHAR(20) NOT NULL DEFAULT '')", table),
+				fmt.Sprintf("INSERT INTO d.%s WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i, i, 'w' FROM s", table, rows))
+		}
+		e.startStreamer()
+		e.startApplier()
+		spec := e.workflow("ahead", "d", tables...)
+		spec.Options.OnDdl = rowliftv1.OnDDL_ON_DDL_EXEC
+		e.start(spec)
+		e.waitState("ahead", state.Running, time.Minute)
+		stopWriters := e.idWriters(seed, []string{"d.a", "d.b", "d.c", "d.r"}, rows+100, nil)
+		e.waitCaughtUp("ahead", time.Minute)
+
+		e.applier.kill()
+		changes := map[string][2]string{ // the change, then a write that needs it
+			"a": {"ALTER TABLE d.a ADD COLUMN x INT NOT NULL DEFAULT 5", "UPDATE d.a SET x = id WHERE id % 3 = 0"},
+			"b": {"ALTER TABLE d.b DROP COLUMN w", "INSERT INTO d.b (id, v) VALUES (1000, 1) ON DUPLICATE KEY UPDATE v = 2"},
+			"c": {"ALTER TABLE d.c MODIFY v BIGINT NOT NULL", "UPDATE d.c SET v = v + 10000000000 WHERE id % 4 = 0"},
+			"r": {"ALTER TABLE d.r RENAME COLUMN w TO w2", "UPDATE d.r SET w2 = CONCAT(w2, '+post') WHERE id % 5 = 0"},
+		}
+		for _, table := range tables {
+			e.sourceExec(fmt.Sprintf("UPDATE d.%s SET w = CONCAT('pre', id) WHERE id %% 2 = 0", table),
+				fmt.Sprintf("INSERT INTO d.%s (id, v, w) VALUES (900, 9, 'pre-insert') ON DUPLICATE KEY UPDATE w = 'pre-upsert'", table))
+		}
+		for _, table := range tables {
+			e.sourceExec(changes[table][0], changes[table][1])
+		}
+		e.applier.restart()
+
+		e.waitFor("every change on the target", 2*time.Minute, func() (bool, string) {
+			w, err := e.store.Workflow(context.Background(), "ahead")
+			if err != nil {
+				return false, err.Error()
+			}
+			if w.State != state.Running {
+				return false, fmt.Sprintf("state %s: %s", w.State, w.Message)
+			}
+			n := strings.Count(e.applier.logText(), "\"schema change applied on the target\"")
+			return n >= len(tables), fmt.Sprintf("%d changes applied", n)
+		})
+		t.Logf("writes: %v", stopWriters())
+		e.waitCaughtUp("ahead", time.Minute)
+		w := e.waitState("ahead", state.Running, 10*time.Second)
+		require.Empty(t, w.LastError, "the workflow never stopped")
+		require.Contains(t, e.streamer.logText(), "their rows are read as the target has them",
+			"no stream started before a change ahead of it: the test did not reach its case")
+		for _, table := range tables {
+			r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", table, verify.Options{})
+			require.NoError(t, err)
+			require.True(t, r.Identical(), "%s: %s", table, r.String())
+			require.Equal(t, columnsOf(t, e.srcDB, "d", table), columnsOf(t, e.dstDB, "d", table), "the target's %s has the source's columns", table)
+		}
+	})
+}

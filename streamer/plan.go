@@ -52,6 +52,44 @@ type tablePlan struct {
 	// only the range's rows (and reads only those when the column leads the
 	// key), so the stream reads alone, unfiltered ("": none).
 	rangeCond string
+	// ahead, when set, is how the source's table differs from the target's,
+	// whose fields the plan then has (see behind): a schema change of the
+	// table must come before the position the source's table was read at.
+	ahead error
+}
+
+// behind returns the plan the stream reads the table with, given the target
+// table as the applier found it in targetDB (nil: none). The target mirrors
+// the source at the stream's position, so where the source's table has
+// changed shape since (an ALTER still ahead in the binlog, which the target
+// gets when the stream reaches it), the binlog rows before that change have
+// the target's columns: the plan is then the target's, carrying the
+// difference in ahead, and no chunk of it is read. A target of the same
+// shape leaves p as it is.
+func (p *tablePlan) behind(target *rowliftv1.TableFields, targetDB string, jsonText bool) (*tablePlan, error) {
+	if target == nil {
+		return p, nil
+	}
+	var cols []schema.Column
+	for _, f := range target.GetFields() {
+		cols = append(cols, schema.Column{Name: f.GetName(), DataType: f.GetDataType(), ColumnType: f.GetColumnType(),
+			Charset: f.GetCharset(), Collation: f.GetCollation(), Nullable: f.GetNullable()})
+	}
+	var key []string
+	for _, i := range target.GetPkColumns() {
+		key = append(key, target.GetFields()[i].GetName())
+	}
+	ahead := schema.CheckShape(&schema.Table{Database: targetDB, Name: target.GetTable(), Columns: cols, Key: key}, p.fields)
+	if ahead == nil {
+		return p, nil
+	}
+	hp, err := newTablePlan(&schema.Table{Database: p.table.Database, Name: p.table.Name, Columns: cols, Key: key,
+		RowsEstimate: p.table.RowsEstimate}, nil, jsonText)
+	if err != nil {
+		return nil, fmt.Errorf("target table %s.%s as the stream's plan: %w", targetDB, target.GetTable(), err)
+	}
+	hp.ahead = ahead
+	return hp, nil
 }
 
 func newTablePlan(t *schema.Table, columns []string, jsonText bool) (*tablePlan, error) {

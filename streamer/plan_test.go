@@ -9,6 +9,7 @@ import (
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
 	"github.com/rowlift/rowlift/internal/verify"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 func testTable() *schema.Table {
@@ -114,4 +115,63 @@ func TestVerifyChunkQuery(t *testing.T) {
 	row = v.keyOf([][]byte{[]byte("8"), []byte("h"), []byte("x"), []byte("8"), []byte("1.5")})
 	vals, _ = rowcodec.Values(nil, row)
 	require.Equal(t, [][]byte{[]byte("8")}, vals)
+}
+
+// TestPlanBehindTheSource: a target of the source's shape, or with columns of
+// its own, leaves the plan as it is; a target the source's table has moved
+// away from (a column added, retyped or renamed on the source) makes the plan
+// the target's, named as the source's table, with the difference as the
+// applier would word it.
+func TestPlanBehindTheSource(t *testing.T) {
+	tbl := func(cols ...schema.Column) *schema.Table {
+		return &schema.Table{Database: "d", Name: "t", Columns: cols, Key: []string{"id"}, RowsEstimate: 7}
+	}
+	id := schema.Column{Name: "id", DataType: "int", ColumnType: "int"}
+	v := schema.Column{Name: "v", DataType: "int", ColumnType: "int"}
+	w := schema.Column{Name: "w", DataType: "varchar", ColumnType: "varchar(20)", Charset: "utf8mb4", Collation: "utf8mb4_general_ci"}
+	fieldsOf := func(tb *schema.Table) *rowliftv1.TableFields {
+		cols, err := tb.Streamed(nil)
+		require.NoError(t, err)
+		f := tb.Fields(cols)
+		f.Table = "t2"
+		return f
+	}
+	source, err := newTablePlan(tbl(id, v, w), nil, false)
+	require.NoError(t, err)
+
+	for name, target := range map[string]*schema.Table{"same": tbl(id, v, w), "a column of its own": tbl(id, v, w, schema.Column{Name: "x", DataType: "int", ColumnType: "int"})} {
+		p, err := source.behind(fieldsOf(target), "d2", false)
+		require.NoError(t, err)
+		require.Same(t, source, p, name)
+	}
+	p, err := source.behind(nil, "d2", false)
+	require.NoError(t, err)
+	require.Same(t, source, p, "no target table")
+
+	bigV := v
+	bigV.DataType, bigV.ColumnType = "bigint", "bigint"
+	renamed := w
+	renamed.Name = "w0"
+	for name, target := range map[string]*schema.Table{
+		"added on the source":   tbl(id, v),
+		"retyped on the source": tbl(id, bigV, w),
+		"renamed on the source": tbl(id, v, renamed),
+	} {
+		p, err := source.behind(fieldsOf(target), "d2", false)
+		require.NoError(t, err)
+		require.NotSame(t, source, p, name)
+		require.ErrorContains(t, p.ahead, "target table d2.t2 differs from the source", name)
+		require.Equal(t, "t", p.fields.GetTable(), "%s: the fields are sent as the source's table", name)
+		require.Equal(t, int64(7), p.fields.GetRowsEstimate(), name)
+		var got []string
+		for _, c := range p.cols {
+			got = append(got, c.Name+" "+c.ColumnType)
+		}
+		var want []string
+		for _, c := range target.Columns {
+			want = append(want, c.Name+" "+c.ColumnType)
+		}
+		require.Equal(t, want, got, "%s: the binlog rows are read with the target's columns", name)
+		require.Equal(t, []int{0}, p.keyIdx, name)
+	}
 }

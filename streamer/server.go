@@ -24,6 +24,7 @@ import (
 	"github.com/rowlift/rowlift/internal/ddlscope"
 	"github.com/rowlift/rowlift/internal/frozen"
 	"github.com/rowlift/rowlift/internal/grants"
+	"github.com/rowlift/rowlift/internal/gtid"
 	"github.com/rowlift/rowlift/internal/metrics"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/schema"
@@ -233,6 +234,10 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	if err != nil {
 		return err
 	}
+	ahead, err := s.ahead(ctx, plans, start, flavor, log)
+	if err != nil {
+		return err
+	}
 	m := newMerger(gtidPos{start.Clone()})
 	if err := s.mergeTables(ctx, m, req, plans, log); err != nil {
 		return err
@@ -304,6 +309,9 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 			// one's conversions and copy no longer fit them. This one reads
 			// on for the dump's liveness and the chunks' positions.
 			r.skipRows = r.skipRows || (res.tx != nil && ddlscope.ReopensStream(res.tx.item.GetDdl()))
+			if ahead != nil && !r.skipRows && res.pos.covers(ahead.at) {
+				return ahead.err
+			}
 		}
 	})
 	g.Go(func() error {
@@ -315,6 +323,44 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 		return nil
 	})
 	return g.Wait()
+}
+
+// aheadOf is where a stream whose plans read tables with the target's fields
+// (tablePlan.ahead) must have met a schema change of one of them: at, the
+// source's position once the tables were read; err is the difference.
+type aheadOf struct {
+	at  gtidPos
+	err error
+}
+
+// ahead returns the point by which the stream must meet a schema change of
+// the tables ahead of the target (nil: none is). A stream that starts there
+// or past it fails at once: the difference is not one the binlog explains.
+func (s *Server) ahead(ctx context.Context, plans []*tablePlan, start *gtid.Set, flavor dbconn.Flavor, log *zap.Logger) (*aheadOf, error) {
+	var errs []error
+	for _, p := range plans {
+		if p.ahead != nil {
+			errs = append(errs, p.ahead)
+		}
+	}
+	if len(errs) == 0 {
+		return nil, nil
+	}
+	err := status.Error(codes.FailedPrecondition, errors.Join(errs...).Error())
+	text, perr := s.visible(ctx, flavor)
+	if perr != nil {
+		return nil, status.Errorf(codes.Unavailable, "read the source's position: %v", perr)
+	}
+	at, perr := gtid.Parse(text)
+	if perr != nil {
+		return nil, status.Errorf(codes.Internal, "source position %q: %v", text, perr)
+	}
+	if start.Contains(at) {
+		return nil, err
+	}
+	log.Info("the source's tables have changed shape since the stream's position: their rows are read as the target has them "+
+		"until the schema change, which must come before the source's position", zap.Stringer("position", at), zap.Error(errors.Join(errs...)))
+	return &aheadOf{at: gtidPos{at}, err: err}, nil
 }
 
 // copyTables runs a rowStreamer for every table still copying, and one of
@@ -329,7 +375,9 @@ func (s *Server) copyTables(ctx context.Context, req *rowliftv1.StreamRequest, p
 		progress := t.GetCopy().GetLastPk()
 		verifying := verifies(t)
 		switch {
-		case t.GetCopy().GetDone() && !verifying:
+		case t.GetCopy().GetDone() && !verifying, plans[i].ahead != nil:
+			// A table ahead of the target is read by the next stream, after
+			// the schema change that ends this one.
 			continue
 		case verifying:
 			progress = t.GetVerify().GetLastPk()
@@ -654,6 +702,9 @@ func (s *Server) plan(ctx context.Context, req *rowliftv1.StreamRequest) ([]*tab
 		}
 		p, err := newTablePlan(tbl, t.GetColumns(), req.GetOptions().GetJsonAsText())
 		if err != nil {
+			return nil, schemaStatus(err)
+		}
+		if p, err = p.behind(t.GetTarget(), req.GetTargetDatabase(), req.GetOptions().GetJsonAsText()); err != nil {
 			return nil, schemaStatus(err)
 		}
 		if kr, sharded, err := keyRange(req.GetKeyRange()); err != nil {

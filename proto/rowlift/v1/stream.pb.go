@@ -399,9 +399,12 @@ type StreamRequest struct {
 	Protocol int32 `protobuf:"varint,7,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// The target shard the stream feeds, whose ThrottleRequest reports pace
 	// this stream's copy.
-	Target        string `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Target string `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
+	// The database the target tables are in (TableRequest.target), which the
+	// streamer's messages about them name.
+	TargetDatabase string `protobuf:"bytes,9,opt,name=target_database,json=targetDatabase,proto3" json:"target_database,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StreamRequest) Reset() {
@@ -490,6 +493,13 @@ func (x *StreamRequest) GetTarget() string {
 	return ""
 }
 
+func (x *StreamRequest) GetTargetDatabase() string {
+	if x != nil {
+		return x.TargetDatabase
+	}
+	return ""
+}
+
 // TableRequest names one source table and how far its copy has got.
 type TableRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -508,7 +518,15 @@ type TableRequest struct {
 	// Empty: hash.
 	ShardingFunction string `protobuf:"bytes,6,opt,name=sharding_function,json=shardingFunction,proto3" json:"sharding_function,omitempty"`
 	// A reference table of a reshard: sent whole, whatever the key_range.
-	Reference     bool `protobuf:"varint,7,opt,name=reference,proto3" json:"reference,omitempty"`
+	Reference bool `protobuf:"varint,7,opt,name=reference,proto3" json:"reference,omitempty"`
+	// The target table as the applier found it when it opened the stream, under
+	// its name on the target (unset: there is none yet). When the source's table no longer has the target's
+	// shape, a schema change of it may still lie ahead of the stream's position:
+	// the stream then reads the table's binlog rows with the target's fields
+	// (sent as its TableFields) and copies none of it, up to that change, after
+	// which it ends. Reaching the position at which the streamer read the
+	// source's table without meeting one fails as a target that differs.
+	Target        *TableFields `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -590,6 +608,13 @@ func (x *TableRequest) GetReference() bool {
 		return x.Reference
 	}
 	return false
+}
+
+func (x *TableRequest) GetTarget() *TableFields {
+	if x != nil {
+		return x.Target
+	}
+	return nil
 }
 
 // VerifyProgress is a table's verify state as the target last committed it.
@@ -2189,7 +2214,7 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x16\n" +
 	"\x06target\x18\x04 \x01(\tR\x06target\x12)\n" +
 	"\x10applied_position\x18\x05 \x01(\tR\x0fappliedPosition\"\x12\n" +
-	"\x10ThrottleResponse\"\xc7\x02\n" +
+	"\x10ThrottleResponse\"\xf0\x02\n" +
 	"\rStreamRequest\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x120\n" +
@@ -2198,7 +2223,8 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\aoptions\x18\x05 \x01(\v2\x19.rowlift.v1.StreamOptionsR\aoptions\x12\x1a\n" +
 	"\bdatabase\x18\x06 \x01(\tR\bdatabase\x12\x1a\n" +
 	"\bprotocol\x18\a \x01(\x05R\bprotocol\x12\x16\n" +
-	"\x06target\x18\b \x01(\tR\x06target\"\x92\x02\n" +
+	"\x06target\x18\b \x01(\tR\x06target\x12'\n" +
+	"\x0ftarget_database\x18\t \x01(\tR\x0etargetDatabase\"\xc3\x02\n" +
 	"\fTableRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acolumns\x18\x02 \x03(\tR\acolumns\x12'\n" +
@@ -2206,7 +2232,8 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x04copy\x18\x04 \x01(\v2\x18.rowlift.v1.CopyProgressR\x04copy\x122\n" +
 	"\x06verify\x18\x05 \x01(\v2\x1a.rowlift.v1.VerifyProgressR\x06verify\x12+\n" +
 	"\x11sharding_function\x18\x06 \x01(\tR\x10shardingFunction\x12\x1c\n" +
-	"\treference\x18\a \x01(\bR\treference\"\x9a\x01\n" +
+	"\treference\x18\a \x01(\bR\treference\x12/\n" +
+	"\x06target\x18\b \x01(\v2\x17.rowlift.v1.TableFieldsR\x06target\"\x9a\x01\n" +
 	"\x0eVerifyProgress\x12(\n" +
 	"\alast_pk\x18\x01 \x01(\v2\x0f.rowlift.v1.RowR\x06lastPk\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x16\n" +
@@ -2390,46 +2417,47 @@ var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	11, // 5: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
 	10, // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
 	8,  // 7: rowlift.v1.TableRequest.verify:type_name -> rowlift.v1.VerifyProgress
-	18, // 8: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
-	18, // 9: rowlift.v1.VerifyProgress.rows_through:type_name -> rowlift.v1.Row
-	18, // 10: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
-	12, // 11: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
-	20, // 12: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
-	17, // 13: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
-	20, // 14: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
-	21, // 15: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
-	25, // 16: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
-	26, // 17: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
-	27, // 18: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
-	19, // 19: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
-	13, // 20: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	18, // 21: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	28, // 22: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
-	22, // 23: rowlift.v1.Chunk.digest:type_name -> rowlift.v1.VerifyDigest
-	18, // 24: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	18, // 25: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	23, // 26: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
-	13, // 27: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	24, // 28: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
-	13, // 29: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
-	13, // 30: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
-	6,  // 31: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
-	6,  // 32: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
-	4,  // 33: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
-	2,  // 34: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
-	2,  // 35: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
-	2,  // 36: rowlift.v1.Streamer.CheckFreeze:input_type -> rowlift.v1.FreezeRequest
-	16, // 37: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	15, // 38: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
-	5,  // 39: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
-	3,  // 40: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
-	3,  // 41: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
-	1,  // 42: rowlift.v1.Streamer.CheckFreeze:output_type -> rowlift.v1.CheckFreezeResponse
-	37, // [37:43] is the sub-list for method output_type
-	31, // [31:37] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	20, // 8: rowlift.v1.TableRequest.target:type_name -> rowlift.v1.TableFields
+	18, // 9: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
+	18, // 10: rowlift.v1.VerifyProgress.rows_through:type_name -> rowlift.v1.Row
+	18, // 11: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
+	12, // 12: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
+	20, // 13: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
+	17, // 14: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
+	20, // 15: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
+	21, // 16: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
+	25, // 17: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
+	26, // 18: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
+	27, // 19: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
+	19, // 20: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
+	13, // 21: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
+	18, // 22: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	28, // 23: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
+	22, // 24: rowlift.v1.Chunk.digest:type_name -> rowlift.v1.VerifyDigest
+	18, // 25: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	18, // 26: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	23, // 27: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	13, // 28: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
+	24, // 29: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	13, // 30: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
+	13, // 31: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
+	6,  // 32: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
+	6,  // 33: rowlift.v1.Streamer.Validate:input_type -> rowlift.v1.StreamRequest
+	4,  // 34: rowlift.v1.Streamer.Throttle:input_type -> rowlift.v1.ThrottleRequest
+	2,  // 35: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
+	2,  // 36: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
+	2,  // 37: rowlift.v1.Streamer.CheckFreeze:input_type -> rowlift.v1.FreezeRequest
+	16, // 38: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	15, // 39: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	5,  // 40: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
+	3,  // 41: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
+	3,  // 42: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
+	1,  // 43: rowlift.v1.Streamer.CheckFreeze:output_type -> rowlift.v1.CheckFreezeResponse
+	38, // [38:44] is the sub-list for method output_type
+	32, // [32:38] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_stream_proto_init() }

@@ -19,6 +19,15 @@ import (
 	"github.com/rowlift/rowlift/state"
 )
 
+// waitSettled waits until the workflow has caught up and runs, and checks
+// that it never stopped on the way.
+func (e *env) waitSettled(workflow string) {
+	e.t.Helper()
+	e.waitCaughtUp(workflow, time.Minute)
+	w := e.waitState(workflow, state.Running, 10*time.Second)
+	require.Empty(e.t, w.LastError, "the workflow never stopped")
+}
+
 // waitCaughtUp waits until the workflow's applied position covers the source's.
 func (e *env) waitCaughtUp(workflow string, timeout time.Duration) {
 	e.t.Helper()

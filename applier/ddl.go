@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rowlift/rowlift/internal/ddlscope"
+	"github.com/rowlift/rowlift/internal/reshard"
 	"github.com/rowlift/rowlift/internal/rowcodec"
 	"github.com/rowlift/rowlift/internal/testhook"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -199,12 +200,53 @@ func (c *controller) runOnce(ctx context.Context, play *player, ddl *rowliftv1.D
 			if !errors.As(err, &me) || retryable(err) {
 				return fmt.Errorf("schema change %q: %w", stmt, err)
 			}
+			if alreadyMade(me) && c.sharesTarget() {
+				// Each source of the target's rows logs the same change, and
+				// another one's stream ran it first. Should the target's table
+				// still differ, the next stream finds it does (tablePlan.behind).
+				c.log.Info("schema change already made on the target, from another source of the workflow", zap.String("statement", stmt),
+					zap.String("gtid", key(i)), zap.Error(err))
+				continue
+			}
 			return stopAt(ddl, "on_ddl exec: the target refused %q: %v; make the equivalent change on the target", stmt, err)
 		}
 		c.log.Info("schema change applied on the target", zap.String("gtid", key(i)))
 		testhook.Delay(ctx, testhook.DDLApplied)
 	}
 	return nil
+}
+
+// alreadyMade reports a refusal that says the target has the change: the
+// table, column or key it adds exists, or the one it drops or renames does not.
+func alreadyMade(me *mysql.MySQLError) bool {
+	switch me.Number {
+	case 1050, // table exists
+		1051, // unknown table
+		1054, // unknown column
+		1060, // duplicate column name
+		1061, // duplicate key name
+		1091, // cannot drop: no such column or key
+		1826: // duplicate foreign key name
+		return true
+	}
+	return false
+}
+
+// sharesTarget reports whether other streams of the workflow feed this
+// stream's target (a merge, or a reshard whose ranges overlap several
+// sources): each of them brings the schema changes of its source.
+func (c *controller) sharesTarget() bool {
+	streams, err := reshard.Streams(c.spec)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, st := range streams {
+		if st.Target.GetName() == c.pair.Target.GetName() {
+			n++
+		}
+	}
+	return n > 1
 }
 
 // definitions is the target tables' SHOW CREATE TABLE, one after the other,

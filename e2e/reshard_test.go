@@ -516,7 +516,18 @@ func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges 
 	})
 	if alter != "" {
 		// In the middle of the copy, on every source: each target applies it
-		// once, from each stream that reaches it.
+		// once, from each stream that reaches it. Once every target copies,
+		// so that the statement is in every stream, not in the tables the
+		// targets are created from.
+		for _, tg := range e.targets {
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+				var n int
+				if tg.db.QueryRow("SELECT COUNT(*) FROM race.ints").Scan(&n) == nil && n > 0 {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "the copy into %s did not start", tg.name)
+			}
+		}
 		for _, src := range e.sources {
 			sandboxtest.Exec(t, src.db, alter)
 		}
@@ -554,20 +565,29 @@ func runReshard(t *testing.T, flavor sandbox.Flavor, sourceRanges, targetRanges 
 	require.Equal(t, st.GetRowsCopied(), copied, "the streams' rows add up to the workflow's")
 	require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING, st.GetPhase())
 	if alter != "" {
-		var want string
-		require.NoError(t, e.sources[0].db.QueryRow("SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'race' AND TABLE_NAME = 'ints' AND COLUMN_NAME = 'v'").Scan(&want))
 		for _, tg := range e.targets {
-			var got string
-			require.NoError(t, tg.db.QueryRow("SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'race' AND TABLE_NAME = 'ints' AND COLUMN_NAME = 'v'").Scan(&got))
-			require.Equal(t, want, got, "target %s has the source's new definition", tg.name)
+			require.Equal(t, columnsOf(t, e.sources[0].db, "race", "ints"), columnsOf(t, tg.db, "race", "ints"),
+				"target %s has the source's columns", tg.name)
+			require.Equal(t, indexesOf(t, e.sources[0].db, "race", "ints"), indexesOf(t, tg.db, "race", "ints"),
+				"target %s has the source's keys", tg.name)
 		}
 	}
+}
+
+// indexesOf lists a table's index names, in order.
+func indexesOf(t *testing.T, db *sql.DB, database, table string) string {
+	t.Helper()
+	var keys string
+	require.NoError(t, db.QueryRow("SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM information_schema.STATISTICS "+
+		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", database, table).Scan(&keys))
+	return keys
 }
 
 // TestReshard splits, re-splits and merges the race tables under random
 // traffic with primary key and keyspace ID changes: 1→2 (with an ALTER on the
 // source during the copy, on_ddl EXEC, and kills of a streamer, an applier and
-// the source server), 1→4, 2→3 (uneven), 4→2 and 2→1.
+// the source server), 1→4, 2→3 (uneven, with a CREATE INDEX on both sources
+// during the copy, which the middle target gets from each), 4→2 and 2→1.
 // Each target holds exactly its range's rows of the sources it overlaps.
 // ROWLIFT_RESHARD_MYSQL=1 runs every case on MySQL too (make soak-reshard,
 // make stress).
@@ -586,7 +606,7 @@ func TestReshard(t *testing.T) {
 	}{
 		{"1to2", []string{""}, []string{"-80", "80-"}, true, true, "ALTER TABLE race.ints MODIFY v VARCHAR(64)"},
 		{"1to4", []string{""}, []string{"-40", "40-80", "80-c0", "c0-"}, false, false, ""},
-		{"2to3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"}, false, true, ""},
+		{"2to3", []string{"-80", "80-"}, []string{"-55", "55-aa", "aa-"}, false, true, "CREATE INDEX kn ON race.ints (n)"},
 		{"4to2", []string{"-40", "40-80", "80-c0", "c0-"}, []string{"-80", "80-"}, false, false, ""},
 		{"2to1", []string{"-80", "80-"}, []string{"-"}, false, false, ""},
 	} {

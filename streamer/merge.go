@@ -249,7 +249,8 @@ func (m *merger) addTx(tx *mergeTx, readerAt position) {
 
 // holdsReader reports whether the binlog reader must wait before it hands
 // over another transaction: the queue holds limit bytes or more, and no
-// chunk waits for the reader to pass its fence, so what the queue waits for
+// chunk waits for the reader to pass its fence (and where its snapshot held
+// the table), so what the queue waits for
 // (a chunk's fence or rows, a snapshot that shows it visible) comes without
 // reading further. A chunk whose fence the reader has not reached needs
 // more of the binlog, and gets it: the queue then grows past limit by the
@@ -259,7 +260,8 @@ func (m *merger) holdsReader(limit int) bool {
 		return false
 	}
 	for _, t := range m.tables {
-		if len(t.chunks) > 0 && t.chunks[0].fenced && !m.readerAt.covers(t.chunks[0].fence) {
+		// held covers the fence: the chunk is due only once the reader is past both.
+		if len(t.chunks) > 0 && t.chunks[0].fenced && !m.readerAt.covers(t.chunks[0].held) {
 			return false
 		}
 	}

@@ -308,7 +308,9 @@ func (s *sim) stepChunk(name string) {
 			s.sharedRefused++
 			s.snap(c, name, s.visibleUpTo, s.visibleUpTo) // the stream reads the chunk itself
 		}
-		if err := s.m.fenceChunk(name, s.pos(c.snapFence), nil); err != nil {
+		// The snapshot holds its table after it began: the position then is
+		// at least what is visible now.
+		if err := s.m.fenceChunk(name, s.pos(c.snapFence), s.pos(max(c.snapFence, s.visibleUpTo))); err != nil {
 			s.fail("%v", err)
 		}
 		c.fenced = true
@@ -654,6 +656,17 @@ func TestMergerHoldsReaderOnlyWhenNoChunkWaitsForIt(t *testing.T) {
 	require.False(t, m.holdsReader(5), "the chunk waits for the reader to pass its fence")
 	m.readTo(seqPos(3))
 	require.True(t, m.holdsReader(5), "the reader is past the fence: the chunk's rows come without it")
+
+	// A chunk whose snapshot held its table after its fence is due only once
+	// the reader has passed that point too.
+	m = newMerger(seqPos(0))
+	m.addTable("t", &mergeTable{keyOf: simKey, compare: simCompare, copying: true})
+	require.NoError(t, m.requestChunk("t"))
+	m.addTx(&mergeTx{pos: seqPos(1), tables: []string{"t"}, bytes: 5, item: &rowliftv1.StreamItem{}}, seqPos(3))
+	require.NoError(t, m.fenceChunk("t", seqPos(0), seqPos(4)))
+	require.False(t, m.holdsReader(5), "the chunk waits for the reader to pass where its snapshot held the table")
+	m.readTo(seqPos(4))
+	require.True(t, m.holdsReader(5))
 }
 
 // simFilter is a key range on the simulation's value column under xxhash, so

@@ -658,7 +658,7 @@ func withTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, 
 	req.TargetDatabase = targetDB
 	for _, tr := range req.GetTables() {
 		name, _ := TargetTable(spec, tr.GetName())
-		tbl, err := schema.Load(ctx, db, targetDB, name)
+		tbl, err := schema.Shape(ctx, db, targetDB, name)
 		switch {
 		case errors.Is(err, schema.ErrNoTable), errors.Is(err, schema.ErrNoKey):
 			continue
@@ -670,7 +670,6 @@ func withTargets(ctx context.Context, db *sql.DB, spec *rowliftv1.WorkflowSpec, 
 			continue
 		}
 		tr.Target = tbl.Fields(cols)
-		tr.Target.CreateTable = nil
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
 	"github.com/rowlift/rowlift/internal/testhook"
-	"github.com/rowlift/rowlift/internal/verify"
 
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
@@ -99,9 +98,7 @@ func TestDDLStopsTheWorkflow(t *testing.T) {
 		require.True(t, moved)
 		e.waitCaughtUp("ddl", 30*time.Second)
 		e.waitState("ddl", state.Running, 30*time.Second)
-		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", "t", verify.Options{})
-		require.NoError(t, err)
-		require.True(t, r.Identical(), r.String())
+		e.identical("d", "t")
 	})
 }
 
@@ -179,9 +176,7 @@ func TestDDLDuringCopyStopsTheWorkflow(t *testing.T) {
 		require.True(t, moved)
 		e.waitState("ddl", state.Running, time.Minute)
 		e.waitCaughtUp("ddl", 30*time.Second)
-		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", "t", verify.Options{})
-		require.NoError(t, err)
-		require.True(t, r.Identical(), r.String())
+		e.identical("d", "t")
 	})
 }
 
@@ -209,9 +204,7 @@ func TestSavepoints(t *testing.T) {
 		e.sourceExec("INSERT INTO d.t VALUES (20, 20)")
 		e.waitCaughtUp("sp", 30*time.Second)
 		e.waitState("sp", state.Running, 10*time.Second)
-		r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", "t", verify.Options{})
-		require.NoError(t, err)
-		require.True(t, r.Identical(), r.String())
+		e.identical("d", "t")
 		require.Equal(t, 4, count(t, e.dstDB, "d.t"))
 	})
 }

@@ -204,10 +204,8 @@ func TestDDLAheadOfTheStream(t *testing.T) {
 		e.waitSettled("ahead")
 		require.Contains(t, e.streamer.logText(), "their rows are read as the target has them",
 			"no stream started before a change ahead of it: the test did not reach its case")
+		e.identical("d", tables...)
 		for _, table := range tables {
-			r, err := verify.Table(context.Background(), e.srcDB, e.dstDB, "d", "d", table, verify.Options{})
-			require.NoError(t, err)
-			require.True(t, r.Identical(), "%s: %s", table, r.String())
 			require.Equal(t, columnsOf(t, e.srcDB, "d", table), columnsOf(t, e.dstDB, "d", table), "the target's %s has the source's columns", table)
 		}
 	})

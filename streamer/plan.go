@@ -70,21 +70,13 @@ func (p *tablePlan) behind(target *rowliftv1.TableFields, targetDB string, jsonT
 	if target == nil {
 		return p, nil
 	}
-	var cols []schema.Column
-	for _, f := range target.GetFields() {
-		cols = append(cols, schema.Column{Name: f.GetName(), DataType: f.GetDataType(), ColumnType: f.GetColumnType(),
-			Charset: f.GetCharset(), Collation: f.GetCollation(), Nullable: f.GetNullable()})
-	}
-	var key []string
-	for _, i := range target.GetPkColumns() {
-		key = append(key, target.GetFields()[i].GetName())
-	}
-	ahead := schema.CheckShape(&schema.Table{Database: targetDB, Name: target.GetTable(), Columns: cols, Key: key}, p.fields)
+	ahead := schema.CheckShape(schema.FromFields(targetDB, target.GetTable(), target), p.fields)
 	if ahead == nil {
 		return p, nil
 	}
-	hp, err := newTablePlan(&schema.Table{Database: p.table.Database, Name: p.table.Name, Columns: cols, Key: key,
-		RowsEstimate: p.table.RowsEstimate}, nil, jsonText)
+	shape := schema.FromFields(p.table.Database, p.table.Name, target)
+	shape.RowsEstimate = p.table.RowsEstimate
+	hp, err := newTablePlan(shape, nil, jsonText)
 	if err != nil {
 		return nil, fmt.Errorf("target table %s.%s as the stream's plan: %w", targetDB, target.GetTable(), err)
 	}

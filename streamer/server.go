@@ -343,10 +343,11 @@ func (s *Server) ahead(ctx context.Context, plans []*tablePlan, start *gtid.Set,
 			errs = append(errs, p.ahead)
 		}
 	}
-	if len(errs) == 0 {
+	differs := errors.Join(errs...)
+	if differs == nil {
 		return nil, nil
 	}
-	err := status.Error(codes.FailedPrecondition, errors.Join(errs...).Error())
+	err := status.Error(codes.FailedPrecondition, differs.Error())
 	text, perr := s.visible(ctx, flavor)
 	if perr != nil {
 		return nil, status.Errorf(codes.Unavailable, "read the source's position: %v", perr)
@@ -359,7 +360,7 @@ func (s *Server) ahead(ctx context.Context, plans []*tablePlan, start *gtid.Set,
 		return nil, err
 	}
 	log.Info("the source's tables have changed shape since the stream's position: their rows are read as the target has them "+
-		"until the schema change, which must come before the source's position", zap.Stringer("position", at), zap.Error(errors.Join(errs...)))
+		"until the schema change, which must come before the source's position", zap.Stringer("position", at), zap.Error(differs))
 	return &aheadOf{at: gtidPos{at}, err: err}, nil
 }
 

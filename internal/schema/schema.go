@@ -58,6 +58,25 @@ var generatedExtra = regexp.MustCompile(`(?i)\b(VIRTUAL|STORED|PERSISTENT) GENER
 // Load reads a table's metadata. It fails with ErrNoTable when the table does not
 // exist and ErrNoKey when it has no primary key and no NOT NULL unique key.
 func Load(ctx context.Context, q Queryer, database, table string) (*Table, error) {
+	t, err := Shape(ctx, q, database, table)
+	if err != nil {
+		return nil, err
+	}
+	var name string
+	if err := q.QueryRowContext(ctx, "SHOW CREATE TABLE "+rowcodec.QualifiedIdent(database, table)).Scan(&name, &t.CreateTable); err != nil {
+		return nil, gone(ctx, q, t, fmt.Errorf("show create table %s.%s: %w", database, table, err))
+	}
+	if err := q.QueryRowContext(ctx, `SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, database, table).Scan(&t.RowsEstimate); err != nil {
+		return nil, gone(ctx, q, t, fmt.Errorf("read row estimate of %s.%s: %w", database, table, err))
+	}
+	return t, nil
+}
+
+// Shape reads what Load does but the definition and the row estimate: the
+// columns and the key rows are applied by, all a comparison of two tables'
+// shapes needs. It fails as Load does.
+func Shape(ctx context.Context, q Queryer, database, table string) (*Table, error) {
 	t := &Table{Database: database, Name: table}
 	var err error
 	if t.Columns, err = ReadColumns(ctx, q, database, table); err != nil {
@@ -72,14 +91,6 @@ func Load(ctx context.Context, q Queryer, database, table string) (*Table, error
 	}
 	if err := t.chooseKey(keys); err != nil {
 		return nil, gone(ctx, q, t, err)
-	}
-	var name string
-	if err := q.QueryRowContext(ctx, "SHOW CREATE TABLE "+rowcodec.QualifiedIdent(database, table)).Scan(&name, &t.CreateTable); err != nil {
-		return nil, gone(ctx, q, t, fmt.Errorf("show create table %s.%s: %w", database, table, err))
-	}
-	if err := q.QueryRowContext(ctx, `SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, database, table).Scan(&t.RowsEstimate); err != nil {
-		return nil, gone(ctx, q, t, fmt.Errorf("read row estimate of %s.%s: %w", database, table, err))
 	}
 	return t, nil
 }
@@ -207,6 +218,20 @@ func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
 		}
 	}
 	return tf
+}
+
+// FromFields is the table fields describe, as database.name: Fields' inverse,
+// for a table known only by what a stream says of it.
+func FromFields(database, name string, f *rowliftv1.TableFields) *Table {
+	t := &Table{Database: database, Name: name, RowsEstimate: f.GetRowsEstimate()}
+	for _, c := range f.GetFields() {
+		t.Columns = append(t.Columns, Column{Name: c.GetName(), DataType: c.GetDataType(), ColumnType: c.GetColumnType(),
+			Charset: c.GetCharset(), Collation: c.GetCollation(), Nullable: c.GetNullable()})
+	}
+	for _, i := range f.GetPkColumns() {
+		t.Key = append(t.Key, f.GetFields()[i].GetName())
+	}
+	return t
 }
 
 // SameType reports whether two COLUMN_TYPEs hold the same values, as MariaDB

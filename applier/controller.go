@@ -78,7 +78,9 @@ func (c *controller) run(ctx context.Context) {
 			}
 			c.log.Error("workflow stopped", zap.String("state", string(st)), zap.Error(err))
 			var serr error
-			if pe != nil && pe.ddl != "" {
+			if lw := lostWrites(err); lw != nil {
+				serr = store.StopLost(context.WithoutCancel(ctx), c.spec.GetName(), c.source.GetName(), lw.GetLost(), lw.GetRewindTo(), err.Error())
+			} else if pe != nil && pe.ddl != "" {
 				serr = store.StopAtDDL(context.WithoutCancel(ctx), c.spec.GetName(), c.source.GetName(), pe.ddl, err.Error())
 			} else {
 				serr = store.SetState(context.WithoutCancel(ctx), c.spec.GetName(), st, err.Error())
@@ -121,6 +123,21 @@ func (c *controller) run(ctx context.Context) {
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// lostWrites is the detail of a streamer's refusal of a source that lacks
+// transactions the target applied (nil for any other error).
+func lostWrites(err error) *rowliftv1.LostWrites {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if lw, ok := d.(*rowliftv1.LostWrites); ok {
+			return lw
+		}
+	}
+	return nil
 }
 
 // errNotRunning ends a stream whose workflow left copying and running (a
@@ -444,6 +461,15 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 			return replay.submit(item.GetTransaction())
 		case item.GetHeartbeat() != nil:
 			hb := item.GetHeartbeat()
+			if server := hb.GetSourceServer(); server != "" {
+				// Status only, as the throttle state.
+				if before, err := store.SetSourceServer(ctx, name, c.source.GetName(), owner, server); err != nil {
+					c.log.Warn("cannot record the stream's source server", zap.Error(err))
+				} else if before != "" && before != server {
+					c.log.Warn("the stream's source is another server than before: a failover, or an address that now reaches another server",
+						zap.String("source_server", server), zap.String("before", before))
+				}
+			}
 			c.stats.Throttled(hb.GetThrottled() != "")
 			if hb.GetThrottled() != throttled {
 				// Status only: a failed write is tried again at the next heartbeat.
@@ -795,14 +821,17 @@ func (c *controller) recv(stream grpc.ServerStreamingClient[rowliftv1.StreamResp
 	return msg, nil
 }
 
-// streamError adds which streamer failed; the status code is kept for
-// IsPermanent, and a VerifyFailure detail becomes a *verifyFailure.
+// streamError adds which streamer failed; the status code and details are
+// kept for IsPermanent and lostWrites, and a VerifyFailure detail becomes a
+// *verifyFailure.
 func (c *controller) streamError(err error) error {
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("streamer %s ended the stream", c.source.GetStreamerAddress())
 	}
 	st, _ := status.FromError(err)
-	err = status.Errorf(st.Code(), "streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), grpctls.Explain(st.Message()))
+	p := st.Proto()
+	p.Message = fmt.Sprintf("streamer %s (source %s): %s", c.source.GetStreamerAddress(), c.source.GetName(), grpctls.Explain(st.Message()))
+	err = status.ErrorProto(p)
 	for _, d := range st.Details() {
 		if vf, ok := d.(*rowliftv1.VerifyFailure); ok {
 			return &verifyFailure{table: vf.GetTable(), message: vf.GetMessage(), err: err}

@@ -157,6 +157,7 @@ func (v *verifier) finishDigest(ctx context.Context, job digestJob) (err error) 
 	}
 	if found.Done {
 		v.log.Info("table verified")
+		return v.play.tableVerified(ctx)
 	}
 	return nil
 }

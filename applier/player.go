@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
 	"go.opentelemetry.io/otel/attribute"
@@ -46,6 +47,10 @@ type player struct {
 	mu           sync.Mutex
 	applied      *gtid.Set
 	maybeApplied *gtid.Set
+	// repairing: a rewind went past transactions the source lost, whose rows
+	// a verify with repair puts right; until it has, every transaction is
+	// written idempotently over whatever they left (state.Resume.Repairing).
+	repairing atomic.Bool
 }
 
 func newPlayer(db *sql.DB, workflow, source, target string, owner int64, tables map[string]*targetTable, resume state.Resume,
@@ -58,9 +63,26 @@ func newPlayer(db *sql.DB, workflow, source, target string, owner int64, tables 
 	if err != nil {
 		return nil, fmt.Errorf("maybe-applied position %q: %w", resume.MaybeApplied, err)
 	}
-	return &player{db: db, workflow: workflow, source: source, owner: owner, tables: tables, stats: stats,
+	p := &player{db: db, workflow: workflow, source: source, owner: owner, tables: tables, stats: stats,
 		spanAttrs: []attribute.KeyValue{tracing.Workflow.String(workflow), tracing.Source.String(source), tracing.Target.String(target)},
-		applied:   applied, maybeApplied: maybe}, nil
+		applied:   applied, maybeApplied: maybe}
+	p.repairing.Store(resume.Repairing != "")
+	return p, nil
+}
+
+// tableVerified follows a table's verify to its end: once the verify with
+// repair of every table has finished, the stream's repair after a rewind is
+// over (state.SaveVerifyChunk ended it) and replay judges rows strictly again.
+func (p *player) tableVerified(ctx context.Context) error {
+	if !p.repairing.Load() {
+		return nil
+	}
+	r, err := state.Repairing(ctx, p.db, p.workflow, p.source)
+	if err != nil {
+		return err
+	}
+	p.repairing.Store(r != "")
+	return nil
 }
 
 // divergence is a permanent error naming the transaction and the row.
@@ -265,7 +287,7 @@ func (p *player) commit(ctx context.Context, tx *sql.Tx, position string, source
 
 // seen reports whether the target has committed gtid (skip it: a resumed
 // streamer sends it again) and whether a dead out-of-order run may have
-// (write it idempotently), parsing it once.
+// (write it idempotently, as during a repair), parsing it once.
 func (p *player) seen(trxGTID string) (applied, maybeApplied bool, err error) {
 	g, err := gtid.Parse(trxGTID)
 	if err != nil {
@@ -273,7 +295,7 @@ func (p *player) seen(trxGTID string) (applied, maybeApplied bool, err error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.applied.Contains(g), p.maybeApplied.Contains(g), nil
+	return p.applied.Contains(g), p.repairing.Load() || p.maybeApplied.Contains(g), nil
 }
 
 // position returns the committed position.

@@ -336,6 +336,7 @@ func (v *verifier) check(ctx context.Context, c *rowliftv1.Chunk, w *rowWriter) 
 	}
 	if found.Done {
 		v.log.Info("table verified")
+		return v.play.tableVerified(ctx)
 	}
 	return nil
 }

@@ -323,6 +323,42 @@ func (s *Server) ResumeWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef)
 	return s.move(ctx, ref, cutover.OpResume)
 }
 
+// RewindWorkflow resumes a workflow whose source lost transactions the
+// target applied (a failover that lost writes): every such stream goes back to
+// the last position its source has, with a verify with repair of the
+// workflow's tables, on each target in one transaction (state.Rewind), and the
+// workflow resumes. A rewind that crashed before the resume leaves nothing to
+// rewind; the refusal then says to resume.
+func (s *Server) RewindWorkflow(ctx context.Context, ref *rowliftv1.WorkflowRef) (*rowliftv1.Workflow, error) {
+	spec, targets, err := s.locate(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	name := spec.GetName()
+	rewound := false
+	for _, t := range targets {
+		st, err := t.open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sources, err := st.Rewind(ctx, name)
+		if errors.Is(err, state.ErrNothingLost) {
+			continue
+		}
+		if err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+		}
+		s.log.Info("workflow rewound past transactions its sources lost; a verify with repair puts their rows right",
+			zap.String("workflow", name), zap.String("target", t.name), zap.Strings("sources", sources))
+		rewound = true
+	}
+	if !rewound {
+		return nil, status.Errorf(codes.FailedPrecondition, "workflow %q has no stream whose source lacks transactions the target applied: "+
+			"there is nothing to rewind (a rewind that was interrupted is done: resume it with `rowlift workflow resume %s`)", name, name)
+	}
+	return s.move(ctx, ref, cutover.OpResume)
+}
+
 // move applies a life-cycle operation on every target of the workflow. Every
 // target is read and the operation decided for each before any is written, so
 // a request that cannot apply somewhere changes nothing; each write only moves

@@ -218,6 +218,9 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 				RetryingSinceUs: st.MessageAtUS,
 				Throttled:       st.Throttled,
 				KeyRange:        share.keyRange,
+				Lost:            st.Lost,
+				Repairing:       st.Repairing,
+				SourceServer:    st.SourceServer,
 			})
 			ss := out.Streams[len(out.Streams)-1]
 			// Only a copy is throttled; a stopped stream may have left its reason.

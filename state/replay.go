@@ -58,14 +58,17 @@ type Resume struct {
 	// MaybeApplied covers transactions after Position that an out-of-order run
 	// may have committed: they are applied again with idempotent writes.
 	MaybeApplied string
+	// Repairing is non-empty after a rewind (Rewind) until the verify with
+	// repair finishes: every transaction is applied with idempotent writes.
+	Repairing string
 }
 
 // ResumeAt merges the stream row with the replay workers' rows into the
 // position a new run of the stream starts from.
 func (s *Store) ResumeAt(ctx context.Context, workflow, source string) (Resume, error) {
 	var r Resume
-	if err := s.db.QueryRowContext(ctx, "SELECT position FROM "+Schema+".stream WHERE workflow = ? AND source = ?",
-		workflow, source).Scan(&r.Position); err != nil {
+	if err := s.db.QueryRowContext(ctx, "SELECT position, IFNULL(repairing, '') FROM "+Schema+".stream WHERE workflow = ? AND source = ?",
+		workflow, source).Scan(&r.Position, &r.Repairing); err != nil {
 		return Resume{}, fmt.Errorf("read position of %s/%s: %w", workflow, source, err)
 	}
 	r.MaybeApplied = r.Position

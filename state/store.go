@@ -97,6 +97,10 @@ var schemaDDL = []string{
 		stopped_ddl VARCHAR(128) NOT NULL DEFAULT '' COMMENT 'GTID of the schema change the workflow last stopped at: its resume goes past it',
 		ddl_run VARCHAR(128) NOT NULL DEFAULT '' COMMENT 'GTID of the last schema change on_ddl EXEC began to apply on this target',
 		ddl_before LONGTEXT NULL COMMENT 'the target tables it changes, as SHOW CREATE TABLE gave them before it ran',
+		lost TEXT NULL COMMENT 'transactions the target applied that the source lacks (a failover that lost writes), until a rewind',
+		rewind_to TEXT NULL COMMENT 'the last position of the stream''s the source has: where a rewind resumes it',
+		repairing TEXT NULL COMMENT 'the lost transactions a rewind went past, until a verify with repair of the stream''s tables finishes',
+		source_server VARCHAR(64) NOT NULL DEFAULT '' COMMENT 'the source server the stream last read: server_uuid, or server_id on MariaDB',
 		PRIMARY KEY (workflow, source)
 	) ENGINE=InnoDB`,
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.copy_state (
@@ -186,6 +190,10 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"stream", "stopped_ddl", "VARCHAR(128) NOT NULL DEFAULT ''"},
 	{"stream", "ddl_run", "VARCHAR(128) NOT NULL DEFAULT ''"},
 	{"stream", "ddl_before", "LONGTEXT NULL"},
+	{"stream", "lost", "TEXT NULL"},
+	{"stream", "rewind_to", "TEXT NULL"},
+	{"stream", "repairing", "TEXT NULL"},
+	{"stream", "source_server", "VARCHAR(64) NOT NULL DEFAULT ''"},
 	{"copy_state", "rows_estimate", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_started_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
@@ -284,6 +292,13 @@ type Stream struct {
 	// binlog starts (the source locating the start position), as the streamer
 	// last reported it.
 	Waiting string
+	// Lost is non-empty while the workflow is stopped because the source lacks
+	// transactions the target applied (StopLost); Repairing after a rewind
+	// went past them, until a verify with repair finishes (Rewind).
+	Lost      string
+	Repairing string
+	// SourceServer is the source server the stream last read (SetSourceServer).
+	SourceServer string
 }
 
 // Lag is how far the target was behind the source at its last commit: the
@@ -630,7 +645,8 @@ func (s *Store) Streams(ctx context.Context, workflow string) ([]Stream, error) 
 // streams returns the streams where says (a condition on workflow), by
 // workflow, with their replay workers' rows folded in.
 func (s *Store) streams(ctx context.Context, where string, args ...any) (map[string][]Stream, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, position, source_time_us, applied_at_us, message, message_at_us, IFNULL(throttled, ''), IFNULL(waiting, '') FROM "+Schema+
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, position, source_time_us, applied_at_us, message, message_at_us, IFNULL(throttled, ''), IFNULL(waiting, ''), "+
+		"IFNULL(lost, ''), IFNULL(repairing, ''), source_server FROM "+Schema+
 		".stream "+where+" ORDER BY workflow, source", args...)
 	if err != nil {
 		return nil, err
@@ -640,7 +656,8 @@ func (s *Store) streams(ctx context.Context, where string, args ...any) (map[str
 	for rows.Next() {
 		var workflow string
 		var st Stream
-		if err := rows.Scan(&workflow, &st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message, &st.MessageAtUS, &st.Throttled, &st.Waiting); err != nil {
+		if err := rows.Scan(&workflow, &st.Source, &st.Position, &st.SourceTimeUS, &st.AppliedAtUS, &st.Message, &st.MessageAtUS, &st.Throttled, &st.Waiting,
+			&st.Lost, &st.Repairing, &st.SourceServer); err != nil {
 			return nil, err
 		}
 		out[workflow] = append(out[workflow], st)
@@ -719,6 +736,29 @@ func (s *Store) SetStreamWaiting(ctx context.Context, workflow, source string, o
 		return fmt.Errorf("set waiting state of %s/%s: %w", workflow, source, err)
 	}
 	return nil
+}
+
+// SetSourceServer records the source server a run of the stream reads and
+// returns the one it read before ("" the first time): a change is a failover,
+// or a source address that now reaches another server. Only the run that owns
+// the stream writes it.
+func (s *Store) SetSourceServer(ctx context.Context, workflow, source string, owner int64, server string) (string, error) {
+	var before string
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, "SELECT source_server FROM "+Schema+".stream WHERE workflow = ? AND source = ? AND owner = ? FOR UPDATE",
+			workflow, source, owner).Scan(&before); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%s/%s: %w", workflow, source, ErrNotOwner)
+			}
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".stream SET source_server = ? WHERE workflow = ? AND source = ?", server, workflow, source)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("record the source server of %s/%s: %w", workflow, source, err)
+	}
+	return before, nil
 }
 
 // StreamOwners returns the owner token of each of the workflow's streams on

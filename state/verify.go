@@ -85,49 +85,54 @@ const MaxVerifyExamples = 20
 // always replaced.
 func (s *Store) StartVerify(ctx context.Context, workflow string, repair, restart bool) (bool, error) {
 	started := false
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var js []byte
-		var target string
-		if err := tx.QueryRowContext(ctx, "SELECT spec, target FROM "+Schema+".workflow WHERE name = ? FOR UPDATE", workflow).Scan(&js, &target); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w: %q", ErrNotFound, workflow)
-			}
-			return fmt.Errorf("read workflow %q: %w", workflow, err)
-		}
-		spec := &rowliftv1.WorkflowSpec{}
-		if err := protojson.Unmarshal(js, spec); err != nil {
-			return fmt.Errorf("decode workflow spec: %w", err)
-		}
-		streams, err := reshard.ForTarget(spec, target)
-		if err != nil {
-			return fmt.Errorf("workflow %q: %w", workflow, err)
-		}
-		var running int
-		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+Schema+".verify WHERE workflow = ? AND NOT done FOR UPDATE",
-			workflow).Scan(&running); err != nil {
-			return fmt.Errorf("read verify of %q: %w", workflow, err)
-		}
-		if running > 0 && !restart {
-			return nil
-		}
-		for _, t := range []string{"verify", "verify_key"} {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM "+Schema+"."+t+" WHERE workflow = ?", workflow); err != nil {
-				return fmt.Errorf("start verify of %q: %w", workflow, err)
-			}
-		}
-		now := time.Now().UnixMicro()
-		for _, st := range streams {
-			for _, t := range st.Spec.GetTables() {
-				if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".verify (workflow, source, table_name, started_at_us, repair, examples, updated_at_us) "+
-					"VALUES (?, ?, ?, ?, ?, '[]', ?)", workflow, st.Source.GetName(), t.GetName(), now, repair, now); err != nil {
-					return fmt.Errorf("start verify of %q: %w", workflow, err)
-				}
-			}
-		}
-		started = true
-		return nil
+	err := s.inTx(ctx, func(tx *sql.Tx) (err error) {
+		started, err = startVerify(ctx, tx, workflow, repair, restart)
+		return err
 	})
 	return started, err
+}
+
+// startVerify is StartVerify inside the caller's transaction.
+func startVerify(ctx context.Context, tx *sql.Tx, workflow string, repair, restart bool) (bool, error) {
+	var js []byte
+	var target string
+	if err := tx.QueryRowContext(ctx, "SELECT spec, target FROM "+Schema+".workflow WHERE name = ? FOR UPDATE", workflow).Scan(&js, &target); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, fmt.Errorf("%w: %q", ErrNotFound, workflow)
+		}
+		return false, fmt.Errorf("read workflow %q: %w", workflow, err)
+	}
+	spec := &rowliftv1.WorkflowSpec{}
+	if err := protojson.Unmarshal(js, spec); err != nil {
+		return false, fmt.Errorf("decode workflow spec: %w", err)
+	}
+	streams, err := reshard.ForTarget(spec, target)
+	if err != nil {
+		return false, fmt.Errorf("workflow %q: %w", workflow, err)
+	}
+	var running int
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+Schema+".verify WHERE workflow = ? AND NOT done FOR UPDATE",
+		workflow).Scan(&running); err != nil {
+		return false, fmt.Errorf("read verify of %q: %w", workflow, err)
+	}
+	if running > 0 && !restart {
+		return false, nil
+	}
+	for _, t := range []string{"verify", "verify_key"} {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+Schema+"."+t+" WHERE workflow = ?", workflow); err != nil {
+			return false, fmt.Errorf("start verify of %q: %w", workflow, err)
+		}
+	}
+	now := time.Now().UnixMicro()
+	for _, st := range streams {
+		for _, t := range st.Spec.GetTables() {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+Schema+".verify (workflow, source, table_name, started_at_us, repair, examples, updated_at_us) "+
+				"VALUES (?, ?, ?, ?, ?, '[]', ?)", workflow, st.Source.GetName(), t.GetName(), now, repair, now); err != nil {
+				return false, fmt.Errorf("start verify of %q: %w", workflow, err)
+			}
+		}
+	}
+	return true, nil
 }
 
 // CancelVerify ends every table of the workflow's verify that is still
@@ -306,6 +311,9 @@ func SaveVerifyChunk(ctx context.Context, tx Execer, workflow, source string, ow
 		workflow, source, table)
 	if err != nil {
 		return fmt.Errorf("save verify of %s: %w", table, err)
+	}
+	if c.Done {
+		return endRepair(ctx, tx, workflow, source)
 	}
 	return nil
 }

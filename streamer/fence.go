@@ -80,6 +80,10 @@ type lockFencer struct {
 	// chunk and kept for the row streamer's life; lockID is its connection ID.
 	lock   *sql.Conn
 	lockID uint64
+	// readLock: the source is read-only (a replica), where LOCK TABLES ...
+	// WRITE needs SUPER; a READ lock holds its writer, the replication
+	// applier, back as well, only without getting ahead of it.
+	readLock bool
 }
 
 const (
@@ -141,6 +145,9 @@ func (f *lockFencer) tryBegin(ctx context.Context, conn *sql.Conn, table string)
 		return nil, errLockNotGranted
 	case err != nil && (withdrawn || isLockWaitTimeout(err)) && ctx.Err() == nil:
 		return nil, errLockNotGranted
+	case err != nil && isMySQLError(err, readOnlyServer) && !f.readLock:
+		f.readLock = true
+		return f.tryBegin(ctx, conn, table)
 	case err != nil:
 		g := lockGrant(f.database)
 		if isMySQLError(err, tableAccessDenied) {
@@ -163,7 +170,7 @@ func (f *lockFencer) tryBegin(ctx context.Context, conn *sql.Conn, table string)
 	return pos, nil
 }
 
-// lockWithin asks for the table's write lock and withdraws the request once
+// lockWithin asks for the table's lock and withdraws the request once
 // f.budget has passed: withdrawn reports that the KILL QUERY went out, and it
 // has landed when lockWithin returns, so it cannot hit a later statement
 // unseen.
@@ -175,7 +182,11 @@ func (f *lockFencer) lockWithin(ctx context.Context, table string) (withdrawn bo
 		// A failed kill leaves the try to lock_wait_timeout.
 		_, _ = f.db.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("KILL QUERY %d", f.lockID))
 	})
-	_, err = f.lock.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(f.database, table)+" WRITE")
+	mode := " WRITE"
+	if f.readLock {
+		mode = " READ"
+	}
+	_, err = f.lock.ExecContext(ctx, "LOCK TABLES "+rowcodec.QualifiedIdent(f.database, table)+mode)
 	if !timer.Stop() {
 		<-done
 		return true, err

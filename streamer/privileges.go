@@ -31,6 +31,8 @@ const (
 	// tableDefChanged ends a snapshot's read of a table a DDL changed after
 	// the snapshot began (MySQL's ER_TABLE_DEF_CHANGED).
 	tableDefChanged = 1412
+	// readOnlyServer refuses a statement read_only forbids (ER_OPTION_PREVENTS_STATEMENT).
+	readOnlyServer = 1290
 )
 
 // binlogProbeWait bounds how long the binlog probe waits for the source's

@@ -234,6 +234,10 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 	if err != nil {
 		return err
 	}
+	server, err := s.checkHistory(ctx, req.GetWorkflow(), start, flavor, log)
+	if err != nil {
+		return err
+	}
 	ahead, err := s.ahead(ctx, plans, start, flavor, log)
 	if err != nil {
 		return err
@@ -256,11 +260,11 @@ func (s *Server) stream(ctx context.Context, req *rowliftv1.StreamRequest, strea
 		first.Items = append(first.Items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Fields{Fields: p.fields}})
 	}
 	first.Items = append(first.Items, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Heartbeat{Heartbeat: &rowliftv1.Heartbeat{
-		Position: &rowliftv1.Position{GtidSet: start.String()}, SourceTimeUs: time.Now().UnixMicro()}}})
+		Position: &rowliftv1.Position{GtidSet: start.String()}, SourceTimeUs: time.Now().UnixMicro(), SourceServer: server}}})
 	if err := stream.Send(first); err != nil {
 		return err
 	}
-	log.Info("stream started", zap.Int("tables", len(plans)), zap.Stringer("position", start))
+	log.Info("stream started", zap.Int("tables", len(plans)), zap.Stringer("position", start), zap.String("source_server", server))
 
 	g, ctx := errgroup.WithContext(ctx)
 	items := make(chan *rowliftv1.StreamItem, sendQueue)
@@ -635,7 +639,38 @@ func (s *Server) checkSource(ctx context.Context) (dbconn.Flavor, error) {
 				s.cfg.Addr, want.name, quoteSetting(got), want.setting(), want.why, want.fix(flavor)))
 		}
 	}
+	if err := s.checkReplicaLogs(ctx, flavor); err != nil {
+		wrong = append(wrong, err)
+	}
 	return flavor, errors.Join(wrong...)
+}
+
+// checkReplicaLogs refuses a replica source that does not log what it
+// replicates: the stream reads the source's binlog, which would then leave
+// out every change the primary makes. A server is taken for a replica when
+// it is read-only or, on MariaDB, has applied replicated transactions
+// (gtid_slave_pos), both of which any user may read.
+func (s *Server) checkReplicaLogs(ctx context.Context, flavor dbconn.Flavor) error {
+	name, query := "log_replica_updates", "SELECT @@GLOBAL.log_replica_updates, @@GLOBAL.read_only, ''"
+	fix := "SET PERSIST_ONLY log_replica_updates=ON and restart the server"
+	if flavor == dbconn.MariaDB {
+		name, query = "log_slave_updates", "SELECT @@GLOBAL.log_slave_updates, @@GLOBAL.read_only, @@GLOBAL.gtid_slave_pos"
+		fix = "set log_slave_updates=ON in the server's config file and restart the server"
+	}
+	var logs, readOnly bool
+	var replicated string
+	if err := s.db.QueryRowContext(ctx, query).Scan(&logs, &readOnly, &replicated); err != nil {
+		return fmt.Errorf("read source %s: %w", name, err)
+	}
+	if logs || !readOnly && replicated == "" {
+		return nil
+	}
+	why := "read-only"
+	if !readOnly {
+		why = "has applied replicated transactions (gtid_slave_pos " + replicated + ")"
+	}
+	return fmt.Errorf("source %s is %s, so a replica, and has %s=OFF; rowlift needs %s=ON on a replica source because its binlog, which the "+
+		"stream reads, otherwise leaves out every change the replica applies: %s", s.cfg.Addr, why, name, name, fix)
 }
 
 // unknownSystemVariable is the error of reading a variable the server does

@@ -28,12 +28,14 @@ import (
 func workflowCommand() *command {
 	return &command{
 		name:    "workflow",
-		summary: "create, start, stop, resume, delete, show, list, watch, verify, switch, reverse, complete and cancel workflows through the coordinator",
+		summary: "create, start, stop, resume, rewind, delete, show, list, watch, verify, switch, reverse, complete and cancel workflows through the coordinator",
 		subs: []*command{
 			workflowCreateCommand(),
 			workflowRefCommand("start", "begin the copy of a created workflow", "started", startWorkflow),
 			workflowRefCommand("stop", "stop streaming and applying; committed progress is kept", "stopped", stopWorkflow),
 			workflowRefCommand("resume", "continue a stopped or failed workflow from its committed state", "resumed", resumeWorkflow),
+			workflowRefCommand("rewind", "continue a workflow whose source lost transactions the target applied (a failover that lost writes) "+
+				"from the last position the source has, and repair the rows they changed with a verify --repair", "rewound", rewindWorkflow),
 			workflowDeleteCommand(),
 			workflowShowCommand(),
 			workflowListCommand(),
@@ -277,13 +279,17 @@ func resumeWorkflow(ctx context.Context, c rowliftv1.ControlClient, ref *rowlift
 	return c.ResumeWorkflow(ctx, ref)
 }
 
+func rewindWorkflow(ctx context.Context, c rowliftv1.ControlClient, ref *rowliftv1.WorkflowRef) (*rowliftv1.Workflow, error) {
+	return c.RewindWorkflow(ctx, ref)
+}
+
 // targetsFlag is --target on the commands that name an existing workflow.
 func targetsFlag(fs *flag.FlagSet, targets *stringList) {
 	fs.Var(targets, "target",
 		"`NAME` of a target to look for the workflow on, as configured on the coordinator; repeatable; default every target, e.g. --target main")
 }
 
-// workflowRefCommand is start, stop or resume: one RPC on a named workflow that
+// workflowRefCommand is start, stop, resume or rewind: one RPC on a named workflow that
 // answers with the workflow.
 func workflowRefCommand(name, summary, done string, rpc func(context.Context, rowliftv1.ControlClient, *rowliftv1.WorkflowRef) (*rowliftv1.Workflow, error)) *command {
 	var targets stringList

@@ -238,11 +238,20 @@ func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
 			}
 		})...)
 		for _, s := range streams {
+			if srv := s.GetSourceServer(); srv != "" {
+				lines = append(lines, fmt.Sprintf("  stream %s → %s reads source server %s", s.GetSource(), s.GetTarget(), srv))
+			}
 			if r := s.GetRetrying(); r != "" {
 				lines = append(lines, fmt.Sprintf("  stream %s → %s retrying (since %s): %s", s.GetSource(), s.GetTarget(), formatAgo(now, s.GetRetryingSinceUs()), r))
 			}
 			if w := s.GetWaiting(); w != "" {
 				lines = append(lines, fmt.Sprintf("  stream %s → %s waiting: %s", s.GetSource(), s.GetTarget(), w))
+			}
+			if l := s.GetLost(); l != "" {
+				lines = append(lines, fmt.Sprintf("  stream %s → %s: its source lacks transactions the target applied: %s (rowlift workflow rewind)", s.GetSource(), s.GetTarget(), l))
+			}
+			if r := s.GetRepairing(); r != "" {
+				lines = append(lines, fmt.Sprintf("  stream %s → %s repairing after a rewind past %s: replay writes idempotently until the verify with repair finishes", s.GetSource(), s.GetTarget(), r))
 			}
 		}
 	}

@@ -49,6 +49,7 @@ var controlRoles = map[string]Role{
 	rowliftv1.Control_StartWorkflow_FullMethodName:    Admin,
 	rowliftv1.Control_StopWorkflow_FullMethodName:     Admin,
 	rowliftv1.Control_ResumeWorkflow_FullMethodName:   Admin,
+	rowliftv1.Control_RewindWorkflow_FullMethodName:   Admin,
 	rowliftv1.Control_DeleteWorkflow_FullMethodName:   Admin,
 	rowliftv1.Control_VerifyWorkflow_FullMethodName:   Admin,
 	rowliftv1.Control_CancelVerify_FullMethodName:     Admin,

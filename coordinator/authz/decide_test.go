@@ -22,6 +22,7 @@ var methodTable = map[string]Role{
 	"StartWorkflow":    Admin,
 	"StopWorkflow":     Admin,
 	"ResumeWorkflow":   Admin,
+	"RewindWorkflow":   Admin,
 	"DeleteWorkflow":   Admin,
 	"VerifyWorkflow":   Admin,
 	"CancelVerify":     Admin,

@@ -149,3 +149,40 @@ func TestCovers(t *testing.T) {
 	_, err = Covers("0-1", "")
 	assert.Error(t, err)
 }
+
+func TestMariaDBLackNamesWhatTheSourceNeverHad(t *testing.T) {
+	for _, c := range []struct {
+		position, state string
+		lost, common    string // lost "": the source has it all
+	}{
+		{"0-1-424", "0-1-424", "", ""},
+		{"0-1-424", "0-1-500", "", ""},
+		{"0-1-424", "0-1-422,0-2-460", "0-1-423 to 0-1-424", "0-1-422"},
+		{"0-1-424", "0-2-460,0-1-423", "0-1-424", "0-1-423"},
+		// The state lists a domain's servers, each with its own last GTID.
+		{"0-2-460", "0-1-422,0-2-460", "", ""},
+		{"0-1-424,1-7-30", "0-1-424,1-7-29", "1-7-30", "0-1-424,1-7-29"},
+		{"0-1-424", "", "0-1-424 and every earlier transaction of server 1 in domain 0", "-"},
+		{"0-1-424", "0-2-900", "0-1-424 and every earlier transaction of server 1 in domain 0", "-"},
+		{"", "0-1-5", "", ""},
+	} {
+		l, err := MariaDBLack(parse(t, c.position), c.state)
+		require.NoError(t, err)
+		if c.lost == "" {
+			assert.Nil(t, l, "%s against %s", c.position, c.state)
+			continue
+		}
+		require.NotNil(t, l, "%s against %s", c.position, c.state)
+		assert.Equal(t, c.lost, l.Lost)
+		if c.common == "-" {
+			assert.Nil(t, l.Common, "no shared point")
+			continue
+		}
+		require.NotNil(t, l.Common)
+		assert.True(t, same(parse(t, c.common), l.Common), "common %s, want %s", l.Common, c.common)
+	}
+	_, err := MariaDBLack(parse(t, uuidA+":1-5"), "0-1-5")
+	assert.ErrorContains(t, err, "not a MariaDB position")
+	_, err = MariaDBLack(parse(t, "0-1-5"), "0-x-5")
+	assert.ErrorContains(t, err, "gtid_binlog_state")
+}

@@ -2330,7 +2330,16 @@ type StreamStatus struct {
 	RowsCopied int64 `protobuf:"varint,11,opt,name=rows_copied,json=rowsCopied,proto3" json:"rows_copied,omitempty"`
 	// Non-empty while the stream waits on its source before its binlog starts:
 	// what the source is doing and what to do (Heartbeat.waiting).
-	Waiting       string `protobuf:"bytes,12,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Waiting string `protobuf:"bytes,12,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// The transactions the target applied that the stream's source lacks, set
+	// when the workflow stopped for them (RewindWorkflow goes on without them).
+	Lost string `protobuf:"bytes,13,opt,name=lost,proto3" json:"lost,omitempty"`
+	// The lost transactions a rewind went past, until the verify with repair
+	// that puts their rows right finishes; meanwhile replay writes idempotently.
+	Repairing string `protobuf:"bytes,14,opt,name=repairing,proto3" json:"repairing,omitempty"`
+	// The source server the stream last read, by server_uuid (MySQL) or
+	// server_id (MariaDB): a failover changes it, and the applier logs that.
+	SourceServer  string `protobuf:"bytes,15,opt,name=source_server,json=sourceServer,proto3" json:"source_server,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2445,6 +2454,27 @@ func (x *StreamStatus) GetRowsCopied() int64 {
 func (x *StreamStatus) GetWaiting() string {
 	if x != nil {
 		return x.Waiting
+	}
+	return ""
+}
+
+func (x *StreamStatus) GetLost() string {
+	if x != nil {
+		return x.Lost
+	}
+	return ""
+}
+
+func (x *StreamStatus) GetRepairing() string {
+	if x != nil {
+		return x.Repairing
+	}
+	return ""
+}
+
+func (x *StreamStatus) GetSourceServer() string {
+	if x != nil {
+		return x.SourceServer
 	}
 	return ""
 }
@@ -2900,7 +2930,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0frows_per_second\x18\x05 \x01(\x01R\rrowsPerSecond\x12\x18\n" +
 	"\apercent\x18\x06 \x01(\x01R\apercent\x12\"\n" +
 	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\x12!\n" +
-	"\fkeys_pending\x18\b \x03(\tR\vkeysPending\"\x93\x03\n" +
+	"\fkeys_pending\x18\b \x03(\tR\vkeysPending\"\xea\x03\n" +
 	"\fStreamStatus\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x120\n" +
@@ -2915,7 +2945,10 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	" \x01(\tR\bkeyRange\x12\x1f\n" +
 	"\vrows_copied\x18\v \x01(\x03R\n" +
 	"rowsCopied\x12\x18\n" +
-	"\awaiting\x18\f \x01(\tR\awaiting\"9\n" +
+	"\awaiting\x18\f \x01(\tR\awaiting\x12\x12\n" +
+	"\x04lost\x18\r \x01(\tR\x04lost\x12\x1c\n" +
+	"\trepairing\x18\x0e \x01(\tR\trepairing\x12#\n" +
+	"\rsource_server\x18\x0f \x01(\tR\fsourceServer\"9\n" +
 	"\x16DeleteWorkflowResponse\x12\x1f\n" +
 	"\vkept_tables\x18\x01 \x03(\tR\n" +
 	"keptTables\"0\n" +
@@ -2969,12 +3002,13 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x14VERIFY_STATE_RUNNING\x10\x01\x12\x15\n" +
 	"\x11VERIFY_STATE_DONE\x10\x02\x12\x1a\n" +
 	"\x16VERIFY_STATE_CANCELLED\x10\x03\x12\x17\n" +
-	"\x13VERIFY_STATE_FAILED\x10\x042\xfb\a\n" +
+	"\x13VERIFY_STATE_FAILED\x10\x042\xbc\b\n" +
 	"\aControl\x12I\n" +
 	"\x0eCreateWorkflow\x12!.rowlift.v1.CreateWorkflowRequest\x1a\x14.rowlift.v1.Workflow\x12>\n" +
 	"\rStartWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12=\n" +
 	"\fStopWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12?\n" +
-	"\x0eResumeWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12M\n" +
+	"\x0eResumeWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12?\n" +
+	"\x0eRewindWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12M\n" +
 	"\x0eDeleteWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\".rowlift.v1.DeleteWorkflowResponse\x12<\n" +
 	"\vGetWorkflow\x12\x17.rowlift.v1.WorkflowRef\x1a\x14.rowlift.v1.Workflow\x12T\n" +
 	"\rListWorkflows\x12 .rowlift.v1.ListWorkflowsRequest\x1a!.rowlift.v1.ListWorkflowsResponse\x12I\n" +
@@ -3074,32 +3108,34 @@ var file_rowlift_v1_control_proto_depIdxs = []int32{
 	13, // 32: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
 	13, // 33: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
 	13, // 34: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
-	13, // 35: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
-	13, // 36: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
-	29, // 37: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
-	32, // 38: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
-	5,  // 39: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
-	13, // 40: rowlift.v1.Control.CancelVerify:input_type -> rowlift.v1.WorkflowRef
-	7,  // 41: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
-	7,  // 42: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
-	9,  // 43: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
-	11, // 44: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
-	21, // 45: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 46: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 47: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 48: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
-	28, // 49: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
-	21, // 50: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
-	30, // 51: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
-	21, // 52: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 53: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
-	6,  // 54: rowlift.v1.Control.CancelVerify:output_type -> rowlift.v1.CancelVerifyResponse
-	8,  // 55: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
-	8,  // 56: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
-	10, // 57: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
-	12, // 58: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
-	45, // [45:59] is the sub-list for method output_type
-	31, // [31:45] is the sub-list for method input_type
+	13, // 35: rowlift.v1.Control.RewindWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 36: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 37: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
+	29, // 38: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
+	32, // 39: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
+	5,  // 40: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
+	13, // 41: rowlift.v1.Control.CancelVerify:input_type -> rowlift.v1.WorkflowRef
+	7,  // 42: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
+	7,  // 43: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
+	9,  // 44: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
+	11, // 45: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
+	21, // 46: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 47: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 48: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 49: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 50: rowlift.v1.Control.RewindWorkflow:output_type -> rowlift.v1.Workflow
+	28, // 51: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
+	21, // 52: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
+	30, // 53: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
+	21, // 54: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 55: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
+	6,  // 56: rowlift.v1.Control.CancelVerify:output_type -> rowlift.v1.CancelVerifyResponse
+	8,  // 57: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
+	8,  // 58: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
+	10, // 59: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
+	12, // 60: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name

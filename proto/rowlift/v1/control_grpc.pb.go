@@ -23,6 +23,7 @@ const (
 	Control_StartWorkflow_FullMethodName    = "/rowlift.v1.Control/StartWorkflow"
 	Control_StopWorkflow_FullMethodName     = "/rowlift.v1.Control/StopWorkflow"
 	Control_ResumeWorkflow_FullMethodName   = "/rowlift.v1.Control/ResumeWorkflow"
+	Control_RewindWorkflow_FullMethodName   = "/rowlift.v1.Control/RewindWorkflow"
 	Control_DeleteWorkflow_FullMethodName   = "/rowlift.v1.Control/DeleteWorkflow"
 	Control_GetWorkflow_FullMethodName      = "/rowlift.v1.Control/GetWorkflow"
 	Control_ListWorkflows_FullMethodName    = "/rowlift.v1.Control/ListWorkflows"
@@ -63,6 +64,14 @@ type ControlClient interface {
 	// cleared (the last error stays in the status). Resuming a running one changes
 	// nothing.
 	ResumeWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*Workflow, error)
+	// RewindWorkflow resumes a workflow that stopped because a source lacks
+	// transactions the target applied (a failover to a server that never had
+	// them; StreamStatus.lost), without copying it again: each such stream goes
+	// back to the last position the source has, replays idempotently, and a
+	// verify with repair of every table puts right the rows the lost
+	// transactions left (StreamStatus.repairing until it finishes).
+	// FailedPrecondition when no stream lost anything.
+	RewindWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*Workflow, error)
 	// DeleteWorkflow stops a workflow and removes its state from every target. The
 	// target tables and their rows are kept: rowlift never drops a target table.
 	DeleteWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*DeleteWorkflowResponse, error)
@@ -147,6 +156,16 @@ func (c *controlClient) ResumeWorkflow(ctx context.Context, in *WorkflowRef, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Workflow)
 	err := c.cc.Invoke(ctx, Control_ResumeWorkflow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RewindWorkflow(ctx context.Context, in *WorkflowRef, opts ...grpc.CallOption) (*Workflow, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Workflow)
+	err := c.cc.Invoke(ctx, Control_RewindWorkflow_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +309,14 @@ type ControlServer interface {
 	// cleared (the last error stays in the status). Resuming a running one changes
 	// nothing.
 	ResumeWorkflow(context.Context, *WorkflowRef) (*Workflow, error)
+	// RewindWorkflow resumes a workflow that stopped because a source lacks
+	// transactions the target applied (a failover to a server that never had
+	// them; StreamStatus.lost), without copying it again: each such stream goes
+	// back to the last position the source has, replays idempotently, and a
+	// verify with repair of every table puts right the rows the lost
+	// transactions left (StreamStatus.repairing until it finishes).
+	// FailedPrecondition when no stream lost anything.
+	RewindWorkflow(context.Context, *WorkflowRef) (*Workflow, error)
 	// DeleteWorkflow stops a workflow and removes its state from every target. The
 	// target tables and their rows are kept: rowlift never drops a target table.
 	DeleteWorkflow(context.Context, *WorkflowRef) (*DeleteWorkflowResponse, error)
@@ -351,6 +378,9 @@ func (UnimplementedControlServer) StopWorkflow(context.Context, *WorkflowRef) (*
 }
 func (UnimplementedControlServer) ResumeWorkflow(context.Context, *WorkflowRef) (*Workflow, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeWorkflow not implemented")
+}
+func (UnimplementedControlServer) RewindWorkflow(context.Context, *WorkflowRef) (*Workflow, error) {
+	return nil, status.Error(codes.Unimplemented, "method RewindWorkflow not implemented")
 }
 func (UnimplementedControlServer) DeleteWorkflow(context.Context, *WorkflowRef) (*DeleteWorkflowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteWorkflow not implemented")
@@ -471,6 +501,24 @@ func _Control_ResumeWorkflow_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).ResumeWorkflow(ctx, req.(*WorkflowRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RewindWorkflow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkflowRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RewindWorkflow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RewindWorkflow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RewindWorkflow(ctx, req.(*WorkflowRef))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -670,6 +718,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeWorkflow",
 			Handler:    _Control_ResumeWorkflow_Handler,
+		},
+		{
+			MethodName: "RewindWorkflow",
+			Handler:    _Control_RewindWorkflow_Handler,
 		},
 		{
 			MethodName: "DeleteWorkflow",

@@ -1078,6 +1078,74 @@ func (x *Position) GetBinlogOffset() uint64 {
 	return 0
 }
 
+// LostWrites is the detail of a Stream's FailedPrecondition when the source
+// lacks transactions the stream's position holds: the source was replaced by a
+// server that never had them (a failover that lost writes), which is not a
+// purge. The applier records it for RewindWorkflow.
+type LostWrites struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The transactions, as exactly as the source's history names them.
+	Lost string `protobuf:"bytes,1,opt,name=lost,proto3" json:"lost,omitempty"`
+	// The last position of the stream's that the source has, where a rewound
+	// stream resumes; empty when the two histories share no known point.
+	RewindTo string `protobuf:"bytes,2,opt,name=rewind_to,json=rewindTo,proto3" json:"rewind_to,omitempty"`
+	// The source server, by server_uuid (MySQL) or server_id (MariaDB).
+	SourceServer  string `protobuf:"bytes,3,opt,name=source_server,json=sourceServer,proto3" json:"source_server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostWrites) Reset() {
+	*x = LostWrites{}
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostWrites) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostWrites) ProtoMessage() {}
+
+func (x *LostWrites) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostWrites.ProtoReflect.Descriptor instead.
+func (*LostWrites) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LostWrites) GetLost() string {
+	if x != nil {
+		return x.Lost
+	}
+	return ""
+}
+
+func (x *LostWrites) GetRewindTo() string {
+	if x != nil {
+		return x.RewindTo
+	}
+	return ""
+}
+
+func (x *LostWrites) GetSourceServer() string {
+	if x != nil {
+		return x.SourceServer
+	}
+	return ""
+}
+
 // KeyRange is a half-open range of 64-bit keyspace IDs [start, end). An empty start
 // means from the beginning, an empty end means to the end (Vitess style: "-80" is
 // start empty, end 0x80).
@@ -1091,7 +1159,7 @@ type KeyRange struct {
 
 func (x *KeyRange) Reset() {
 	*x = KeyRange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1171,7 @@ func (x *KeyRange) String() string {
 func (*KeyRange) ProtoMessage() {}
 
 func (x *KeyRange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[13]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1184,7 @@ func (x *KeyRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRange.ProtoReflect.Descriptor instead.
 func (*KeyRange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeyRange) GetStart() []byte {
@@ -1150,7 +1218,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1230,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[14]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1243,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ValidateResponse) GetTables() []*TableFields {
@@ -1214,7 +1282,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1294,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[15]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1307,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StreamResponse) GetItems() []*StreamItem {
@@ -1273,7 +1341,7 @@ type StreamItem struct {
 
 func (x *StreamItem) Reset() {
 	*x = StreamItem{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1353,7 @@ func (x *StreamItem) String() string {
 func (*StreamItem) ProtoMessage() {}
 
 func (x *StreamItem) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[16]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1366,7 @@ func (x *StreamItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamItem.ProtoReflect.Descriptor instead.
 func (*StreamItem) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StreamItem) GetItem() isStreamItem_Item {
@@ -1405,7 +1473,7 @@ type Row struct {
 
 func (x *Row) Reset() {
 	*x = Row{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1485,7 @@ func (x *Row) String() string {
 func (*Row) ProtoMessage() {}
 
 func (x *Row) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[17]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1498,7 @@ func (x *Row) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Row.ProtoReflect.Descriptor instead.
 func (*Row) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Row) GetLengths() []int64 {
@@ -1466,7 +1534,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1546,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[18]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1559,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Field) GetName() string {
@@ -1556,7 +1624,7 @@ type TableFields struct {
 
 func (x *TableFields) Reset() {
 	*x = TableFields{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1636,7 @@ func (x *TableFields) String() string {
 func (*TableFields) ProtoMessage() {}
 
 func (x *TableFields) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[19]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1649,7 @@ func (x *TableFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableFields.ProtoReflect.Descriptor instead.
 func (*TableFields) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TableFields) GetTable() string {
@@ -1665,7 +1733,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1745,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[20]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1758,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Chunk) GetTable() string {
@@ -1778,7 +1846,7 @@ type VerifyDigest struct {
 
 func (x *VerifyDigest) Reset() {
 	*x = VerifyDigest{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1858,7 @@ func (x *VerifyDigest) String() string {
 func (*VerifyDigest) ProtoMessage() {}
 
 func (x *VerifyDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[21]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1871,7 @@ func (x *VerifyDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyDigest.ProtoReflect.Descriptor instead.
 func (*VerifyDigest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{21}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VerifyDigest) GetRows() int64 {
@@ -1832,7 +1900,7 @@ type RowChange struct {
 
 func (x *RowChange) Reset() {
 	*x = RowChange{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1912,7 @@ func (x *RowChange) String() string {
 func (*RowChange) ProtoMessage() {}
 
 func (x *RowChange) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[22]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1925,7 @@ func (x *RowChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowChange.ProtoReflect.Descriptor instead.
 func (*RowChange) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{22}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RowChange) GetBefore() *Row {
@@ -1885,7 +1953,7 @@ type RowEvent struct {
 
 func (x *RowEvent) Reset() {
 	*x = RowEvent{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1965,7 @@ func (x *RowEvent) String() string {
 func (*RowEvent) ProtoMessage() {}
 
 func (x *RowEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[23]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +1978,7 @@ func (x *RowEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowEvent.ProtoReflect.Descriptor instead.
 func (*RowEvent) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RowEvent) GetTable() string {
@@ -1943,7 +2011,7 @@ type Transaction struct {
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2023,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[24]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2036,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{24}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Transaction) GetGtid() string {
@@ -2016,14 +2084,18 @@ type Heartbeat struct {
 	// Non-empty while the binlog dump has not reached the stream's start
 	// position: what the source is doing and what to do (for example "source is
 	// locating GTID 0-1-500 in binlog binlog.000007: ..."). Status only.
-	Waiting       string `protobuf:"bytes,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Waiting string `protobuf:"bytes,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// The source server the stream reads, by server_uuid (MySQL) or server_id
+	// (MariaDB), on the stream's first heartbeat: after a failover it names
+	// the new primary. Status only.
+	SourceServer  string `protobuf:"bytes,5,opt,name=source_server,json=sourceServer,proto3" json:"source_server,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2107,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[25]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2120,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{25}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Heartbeat) GetPosition() *Position {
@@ -2075,6 +2147,13 @@ func (x *Heartbeat) GetThrottled() string {
 func (x *Heartbeat) GetWaiting() string {
 	if x != nil {
 		return x.Waiting
+	}
+	return ""
+}
+
+func (x *Heartbeat) GetSourceServer() string {
+	if x != nil {
+		return x.SourceServer
 	}
 	return ""
 }
@@ -2108,7 +2187,7 @@ type DDL struct {
 
 func (x *DDL) Reset() {
 	*x = DDL{}
-	mi := &file_rowlift_v1_stream_proto_msgTypes[26]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2199,7 @@ func (x *DDL) String() string {
 func (*DDL) ProtoMessage() {}
 
 func (x *DDL) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_stream_proto_msgTypes[26]
+	mi := &file_rowlift_v1_stream_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2212,7 @@ func (x *DDL) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DDL.ProtoReflect.Descriptor instead.
 func (*DDL) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{26}
+	return file_rowlift_v1_stream_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DDL) GetGtid() string {
@@ -2267,7 +2346,12 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\bgtid_set\x18\x01 \x01(\tR\agtidSet\x12\x1f\n" +
 	"\vbinlog_file\x18\x02 \x01(\tR\n" +
 	"binlogFile\x12#\n" +
-	"\rbinlog_offset\x18\x03 \x01(\x04R\fbinlogOffset\"2\n" +
+	"\rbinlog_offset\x18\x03 \x01(\x04R\fbinlogOffset\"b\n" +
+	"\n" +
+	"LostWrites\x12\x12\n" +
+	"\x04lost\x18\x01 \x01(\tR\x04lost\x12\x1b\n" +
+	"\trewind_to\x18\x02 \x01(\tR\brewindTo\x12#\n" +
+	"\rsource_server\x18\x03 \x01(\tR\fsourceServer\"2\n" +
 	"\bKeyRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\fR\x03end\"w\n" +
@@ -2334,12 +2418,13 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0ecommit_time_us\x18\x03 \x01(\x03R\fcommitTimeUs\x12,\n" +
-	"\x06events\x18\x04 \x03(\v2\x14.rowlift.v1.RowEventR\x06events\"\x9b\x01\n" +
+	"\x06events\x18\x04 \x03(\v2\x14.rowlift.v1.RowEventR\x06events\"\xc0\x01\n" +
 	"\tHeartbeat\x120\n" +
 	"\bposition\x18\x01 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
 	"\x0esource_time_us\x18\x02 \x01(\x03R\fsourceTimeUs\x12\x1c\n" +
 	"\tthrottled\x18\x03 \x01(\tR\tthrottled\x12\x18\n" +
-	"\awaiting\x18\x04 \x01(\tR\awaiting\"\xf3\x01\n" +
+	"\awaiting\x18\x04 \x01(\tR\awaiting\x12#\n" +
+	"\rsource_server\x18\x05 \x01(\tR\fsourceServer\"\xf3\x01\n" +
 	"\x03DDL\x12\x12\n" +
 	"\x04gtid\x18\x01 \x01(\tR\x04gtid\x120\n" +
 	"\bposition\x18\x02 \x01(\v2\x14.rowlift.v1.PositionR\bposition\x12$\n" +
@@ -2376,7 +2461,7 @@ func file_rowlift_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_rowlift_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_rowlift_v1_stream_proto_goTypes = []any{
 	(FreezeMode)(0),             // 0: rowlift.v1.FreezeMode
 	(*CheckFreezeResponse)(nil), // 1: rowlift.v1.CheckFreezeResponse
@@ -2392,53 +2477,54 @@ var file_rowlift_v1_stream_proto_goTypes = []any{
 	(*StreamOptions)(nil),       // 11: rowlift.v1.StreamOptions
 	(*ThrottleLimits)(nil),      // 12: rowlift.v1.ThrottleLimits
 	(*Position)(nil),            // 13: rowlift.v1.Position
-	(*KeyRange)(nil),            // 14: rowlift.v1.KeyRange
-	(*ValidateResponse)(nil),    // 15: rowlift.v1.ValidateResponse
-	(*StreamResponse)(nil),      // 16: rowlift.v1.StreamResponse
-	(*StreamItem)(nil),          // 17: rowlift.v1.StreamItem
-	(*Row)(nil),                 // 18: rowlift.v1.Row
-	(*Field)(nil),               // 19: rowlift.v1.Field
-	(*TableFields)(nil),         // 20: rowlift.v1.TableFields
-	(*Chunk)(nil),               // 21: rowlift.v1.Chunk
-	(*VerifyDigest)(nil),        // 22: rowlift.v1.VerifyDigest
-	(*RowChange)(nil),           // 23: rowlift.v1.RowChange
-	(*RowEvent)(nil),            // 24: rowlift.v1.RowEvent
-	(*Transaction)(nil),         // 25: rowlift.v1.Transaction
-	(*Heartbeat)(nil),           // 26: rowlift.v1.Heartbeat
-	(*DDL)(nil),                 // 27: rowlift.v1.DDL
-	nil,                         // 28: rowlift.v1.Chunk.TraceContextEntry
+	(*LostWrites)(nil),          // 14: rowlift.v1.LostWrites
+	(*KeyRange)(nil),            // 15: rowlift.v1.KeyRange
+	(*ValidateResponse)(nil),    // 16: rowlift.v1.ValidateResponse
+	(*StreamResponse)(nil),      // 17: rowlift.v1.StreamResponse
+	(*StreamItem)(nil),          // 18: rowlift.v1.StreamItem
+	(*Row)(nil),                 // 19: rowlift.v1.Row
+	(*Field)(nil),               // 20: rowlift.v1.Field
+	(*TableFields)(nil),         // 21: rowlift.v1.TableFields
+	(*Chunk)(nil),               // 22: rowlift.v1.Chunk
+	(*VerifyDigest)(nil),        // 23: rowlift.v1.VerifyDigest
+	(*RowChange)(nil),           // 24: rowlift.v1.RowChange
+	(*RowEvent)(nil),            // 25: rowlift.v1.RowEvent
+	(*Transaction)(nil),         // 26: rowlift.v1.Transaction
+	(*Heartbeat)(nil),           // 27: rowlift.v1.Heartbeat
+	(*DDL)(nil),                 // 28: rowlift.v1.DDL
+	nil,                         // 29: rowlift.v1.Chunk.TraceContextEntry
 }
 var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: rowlift.v1.FreezeRequest.mode:type_name -> rowlift.v1.FreezeMode
 	13, // 1: rowlift.v1.FreezeResponse.position:type_name -> rowlift.v1.Position
 	13, // 2: rowlift.v1.StreamRequest.position:type_name -> rowlift.v1.Position
 	7,  // 3: rowlift.v1.StreamRequest.tables:type_name -> rowlift.v1.TableRequest
-	14, // 4: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
+	15, // 4: rowlift.v1.StreamRequest.key_range:type_name -> rowlift.v1.KeyRange
 	11, // 5: rowlift.v1.StreamRequest.options:type_name -> rowlift.v1.StreamOptions
 	10, // 6: rowlift.v1.TableRequest.copy:type_name -> rowlift.v1.CopyProgress
 	8,  // 7: rowlift.v1.TableRequest.verify:type_name -> rowlift.v1.VerifyProgress
-	20, // 8: rowlift.v1.TableRequest.target:type_name -> rowlift.v1.TableFields
-	18, // 9: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
-	18, // 10: rowlift.v1.VerifyProgress.rows_through:type_name -> rowlift.v1.Row
-	18, // 11: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
+	21, // 8: rowlift.v1.TableRequest.target:type_name -> rowlift.v1.TableFields
+	19, // 9: rowlift.v1.VerifyProgress.last_pk:type_name -> rowlift.v1.Row
+	19, // 10: rowlift.v1.VerifyProgress.rows_through:type_name -> rowlift.v1.Row
+	19, // 11: rowlift.v1.CopyProgress.last_pk:type_name -> rowlift.v1.Row
 	12, // 12: rowlift.v1.StreamOptions.throttle:type_name -> rowlift.v1.ThrottleLimits
-	20, // 13: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
-	17, // 14: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
-	20, // 15: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
-	21, // 16: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
-	25, // 17: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
-	26, // 18: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
-	27, // 19: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
-	19, // 20: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
+	21, // 13: rowlift.v1.ValidateResponse.tables:type_name -> rowlift.v1.TableFields
+	18, // 14: rowlift.v1.StreamResponse.items:type_name -> rowlift.v1.StreamItem
+	21, // 15: rowlift.v1.StreamItem.fields:type_name -> rowlift.v1.TableFields
+	22, // 16: rowlift.v1.StreamItem.chunk:type_name -> rowlift.v1.Chunk
+	26, // 17: rowlift.v1.StreamItem.transaction:type_name -> rowlift.v1.Transaction
+	27, // 18: rowlift.v1.StreamItem.heartbeat:type_name -> rowlift.v1.Heartbeat
+	28, // 19: rowlift.v1.StreamItem.ddl:type_name -> rowlift.v1.DDL
+	20, // 20: rowlift.v1.TableFields.fields:type_name -> rowlift.v1.Field
 	13, // 21: rowlift.v1.Chunk.fence:type_name -> rowlift.v1.Position
-	18, // 22: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
-	28, // 23: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
-	22, // 24: rowlift.v1.Chunk.digest:type_name -> rowlift.v1.VerifyDigest
-	18, // 25: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
-	18, // 26: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
-	23, // 27: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
+	19, // 22: rowlift.v1.Chunk.last_pk:type_name -> rowlift.v1.Row
+	29, // 23: rowlift.v1.Chunk.trace_context:type_name -> rowlift.v1.Chunk.TraceContextEntry
+	23, // 24: rowlift.v1.Chunk.digest:type_name -> rowlift.v1.VerifyDigest
+	19, // 25: rowlift.v1.RowChange.before:type_name -> rowlift.v1.Row
+	19, // 26: rowlift.v1.RowChange.after:type_name -> rowlift.v1.Row
+	24, // 27: rowlift.v1.RowEvent.changes:type_name -> rowlift.v1.RowChange
 	13, // 28: rowlift.v1.Transaction.position:type_name -> rowlift.v1.Position
-	24, // 29: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
+	25, // 29: rowlift.v1.Transaction.events:type_name -> rowlift.v1.RowEvent
 	13, // 30: rowlift.v1.Heartbeat.position:type_name -> rowlift.v1.Position
 	13, // 31: rowlift.v1.DDL.position:type_name -> rowlift.v1.Position
 	6,  // 32: rowlift.v1.Streamer.Stream:input_type -> rowlift.v1.StreamRequest
@@ -2447,8 +2533,8 @@ var file_rowlift_v1_stream_proto_depIdxs = []int32{
 	2,  // 35: rowlift.v1.Streamer.Freeze:input_type -> rowlift.v1.FreezeRequest
 	2,  // 36: rowlift.v1.Streamer.Unfreeze:input_type -> rowlift.v1.FreezeRequest
 	2,  // 37: rowlift.v1.Streamer.CheckFreeze:input_type -> rowlift.v1.FreezeRequest
-	16, // 38: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
-	15, // 39: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
+	17, // 38: rowlift.v1.Streamer.Stream:output_type -> rowlift.v1.StreamResponse
+	16, // 39: rowlift.v1.Streamer.Validate:output_type -> rowlift.v1.ValidateResponse
 	5,  // 40: rowlift.v1.Streamer.Throttle:output_type -> rowlift.v1.ThrottleResponse
 	3,  // 41: rowlift.v1.Streamer.Freeze:output_type -> rowlift.v1.FreezeResponse
 	3,  // 42: rowlift.v1.Streamer.Unfreeze:output_type -> rowlift.v1.FreezeResponse
@@ -2465,7 +2551,7 @@ func file_rowlift_v1_stream_proto_init() {
 	if File_rowlift_v1_stream_proto != nil {
 		return
 	}
-	file_rowlift_v1_stream_proto_msgTypes[16].OneofWrappers = []any{
+	file_rowlift_v1_stream_proto_msgTypes[17].OneofWrappers = []any{
 		(*StreamItem_Fields)(nil),
 		(*StreamItem_Chunk)(nil),
 		(*StreamItem_Transaction)(nil),
@@ -2478,7 +2564,7 @@ func file_rowlift_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_stream_proto_rawDesc), len(file_rowlift_v1_stream_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"go.uber.org/zap"
 
@@ -67,7 +69,44 @@ type openTx struct {
 	gtid     string
 	commitUS int64
 	events   []*rowliftv1.RowEvent
-	byTable  map[string]*rowliftv1.RowEvent
+	// byTable indexes events once there are more than indexedEvents: until
+	// then looking through them costs less than a map per transaction.
+	byTable map[string]*rowliftv1.RowEvent
+}
+
+// indexedEvents is how many tables a transaction's changes are looked up
+// among without a map.
+const indexedEvents = 8
+
+// event returns the transaction's event of table, created with room for n
+// changes on the table's first change.
+func (tx *openTx) event(table string, n int) *rowliftv1.RowEvent {
+	if tx.byTable != nil {
+		if re := tx.byTable[table]; re != nil {
+			return re
+		}
+	} else {
+		for _, re := range tx.events {
+			if re.Table == table {
+				return re
+			}
+		}
+	}
+	re := &rowliftv1.RowEvent{Table: table, Changes: make([]*rowliftv1.RowChange, 0, n)}
+	if tx.events == nil {
+		tx.events = make([]*rowliftv1.RowEvent, 0, 4)
+	}
+	tx.events = append(tx.events, re)
+	switch {
+	case tx.byTable != nil:
+		tx.byTable[table] = re
+	case len(tx.events) > indexedEvents:
+		tx.byTable = make(map[string]*rowliftv1.RowEvent, 2*len(tx.events))
+		for _, e := range tx.events {
+			tx.byTable[e.Table] = e
+		}
+	}
+	return re
 }
 
 // readResult is one step of the reader: a transaction the target may need (tx
@@ -126,7 +165,7 @@ func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, er
 	case *replication.MariadbGTIDEvent:
 		// A GTID while a transaction is open means the open one was cut off
 		// (a reconnect, a crashed source): it never committed, so it is dropped.
-		r.begin(e.GTID.String(), int64(ev.Header.Timestamp)*1e6)
+		r.begin(mariaDBGTID(e.GTID), int64(ev.Header.Timestamp)*1e6)
 	case *replication.GTIDEvent:
 		return readResult{}, false, r.beginMySQL(e, ev.Header.Timestamp)
 	case *replication.GtidTaggedLogEvent:
@@ -142,6 +181,21 @@ func (r *binlogReader) handle(ev *replication.BinlogEvent) (readResult, bool, er
 		return r.query(e)
 	}
 	return readResult{}, false, nil
+}
+
+// mariaDBGTID is g as go-mysql's MariadbGTID.String writes it, without fmt:
+// it is written for every transaction.
+func mariaDBGTID(g mysql.MariadbGTID) string {
+	if g == (mysql.MariadbGTID{}) {
+		return ""
+	}
+	b := make([]byte, 0, 48)
+	b = strconv.AppendUint(b, uint64(g.DomainID), 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, uint64(g.ServerID), 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, g.SequenceNumber, 10)
+	return string(b)
 }
 
 // beginMySQL opens the transaction a MySQL GTID event starts, timed by its
@@ -160,7 +214,7 @@ func (r *binlogReader) beginMySQL(e *replication.GTIDEvent, headerSeconds uint32
 }
 
 func (r *binlogReader) begin(gtid string, commitUS int64) {
-	r.tx = &openTx{gtid: gtid, commitUS: commitUS, byTable: map[string]*rowliftv1.RowEvent{}}
+	r.tx = &openTx{gtid: gtid, commitUS: commitUS}
 }
 
 // mapTable builds the converter of a streamed table from its table map event;
@@ -196,90 +250,79 @@ func (r *binlogReader) rows(typ replication.EventType, e *replication.RowsEvent)
 	if t.err != nil {
 		return fmt.Errorf("binlog rows of %s: %w", t.name, t.err)
 	}
-	conv, name := t.conv, t.name
 	for i := range e.Rows {
 		var skipped []int
 		if i < len(e.SkippedColumns) {
 			skipped = e.SkippedColumns[i]
 		}
-		if err := conv.CheckSkipped(skipped); err != nil {
-			return fmt.Errorf("binlog rows of %s: %w", name, err)
+		if err := t.conv.CheckSkipped(skipped); err != nil {
+			return fmt.Errorf("binlog rows of %s: %w", t.name, err)
 		}
 	}
-	// The event is created with the first change kept, so a transaction
-	// whose changes are all out of the key range has none and is not sent.
-	var re *rowliftv1.RowEvent
-	add := func(ch *rowliftv1.RowChange) error {
-		if t.filter != nil {
-			var err error
-			if ch, err = t.filter.filterChange(ch); err != nil || ch == nil {
-				return err
-			}
-		}
-		if re == nil {
-			if re = r.tx.byTable[name]; re == nil {
-				re = &rowliftv1.RowEvent{Table: name}
-				r.tx.byTable[name] = re
-				r.tx.events = append(r.tx.events, re)
-			}
-		}
-		re.Changes = append(re.Changes, ch)
-		return nil
-	}
-	convert := func(image []any) (*rowliftv1.Row, error) {
-		row := &rowliftv1.Row{}
-		if err := conv.Convert(row, image); err != nil {
-			return nil, fmt.Errorf("binlog row of %s: %w", name, err)
-		}
-		if len(t.textJSON) > 0 {
-			return textOnly(row, t.textJSON)
-		}
-		return row, nil
-	}
+	// Each change has a before image, an after image or, in an update, both,
+	// as a pair of the event's images.
+	var before, after bool
 	switch typ {
 	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2:
-		for _, image := range e.Rows {
-			after, err := convert(image)
-			if err != nil {
-				return err
-			}
-			if err := add(&rowliftv1.RowChange{After: after}); err != nil {
-				return err
-			}
-		}
+		after = true
 	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2:
-		for _, image := range e.Rows {
-			before, err := convert(image)
-			if err != nil {
-				return err
-			}
-			if err := add(&rowliftv1.RowChange{Before: before}); err != nil {
-				return err
-			}
-		}
+		before = true
 	case replication.UPDATE_ROWS_EVENTv0, replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2,
 		// binlog_row_value_options=PARTIAL_JSON: binlogrow.DecodeRows
 		// applied its JSON diffs, its after images are whole.
 		replication.PARTIAL_UPDATE_ROWS_EVENT:
-		for i := 0; i+1 < len(e.Rows); i += 2 {
-			before, err := convert(e.Rows[i])
-			if err != nil {
-				return err
-			}
-			after, err := convert(e.Rows[i+1])
-			if err != nil {
-				return err
-			}
-			if err := add(&rowliftv1.RowChange{Before: before, After: after}); err != nil {
-				return err
-			}
-		}
+		before, after = true, true
 	default:
 		// Fail closed: a rows event this reader does not understand could carry
 		// changes the target needs (MariaDB's compressed row events).
-		return fmt.Errorf("binlog rows event %s of %s is not supported", typ, name)
+		return fmt.Errorf("binlog rows event %s of %s is not supported", typ, t.name)
+	}
+	images := 1
+	if before && after {
+		images = 2
+	}
+	// The event is created with the first change kept, so a transaction
+	// whose changes are all out of the key range has none and is not sent.
+	var re *rowliftv1.RowEvent
+	for i := 0; i+images <= len(e.Rows); i += images {
+		ch := &rowliftv1.RowChange{}
+		var err error
+		if before {
+			if ch.Before, err = r.convert(t, e.Rows[i]); err != nil {
+				return err
+			}
+		}
+		if after {
+			if ch.After, err = r.convert(t, e.Rows[i+images-1]); err != nil {
+				return err
+			}
+		}
+		if t.filter != nil {
+			if ch, err = t.filter.filterChange(ch); err != nil {
+				return err
+			}
+			if ch == nil {
+				continue
+			}
+		}
+		if re == nil {
+			re = r.tx.event(t.name, len(e.Rows)/images)
+		}
+		re.Changes = append(re.Changes, ch)
 	}
 	return nil
+}
+
+// convert converts one image of t's rows.
+func (r *binlogReader) convert(t *mappedTable, image []any) (*rowliftv1.Row, error) {
+	row := &rowliftv1.Row{}
+	if err := t.conv.Convert(row, image); err != nil {
+		return nil, fmt.Errorf("binlog row of %s: %w", t.name, err)
+	}
+	if len(t.textJSON) > 0 {
+		return textOnly(row, t.textJSON)
+	}
+	return row, nil
 }
 
 // commit ends the open transaction (at its XID or COMMIT) and advances the
@@ -301,9 +344,19 @@ func (r *binlogReader) commit() (readResult, bool, error) {
 	if err != nil {
 		return readResult{}, false, fmt.Errorf("parse GTID: %w", err)
 	}
-	trx := &rowliftv1.Transaction{Gtid: tx.gtid, Position: &rowliftv1.Position{GtidSet: r.pos.String()},
-		CommitTimeUs: tx.commitUS, Events: tx.events}
-	res.tx = &mergeTx{pos: gtidPos{own}, item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: trx}}}
+	c := &committed{}
+	// A position that holds the transaction alone (on MariaDB, the usual
+	// one of a single domain) is written as its GTID, which costs no
+	// formatting of the set for every transaction.
+	c.position.GtidSet = tx.gtid
+	if !own.Contains(r.pos) {
+		c.position.GtidSet = r.pos.String()
+	}
+	c.trx.Gtid, c.trx.Position, c.trx.CommitTimeUs, c.trx.Events = tx.gtid, &c.position, tx.commitUS, tx.events
+	c.wrap.Transaction = &c.trx
+	c.item.Item = &c.wrap
+	res.tx = &c.tx
+	res.tx.pos, res.tx.item, res.tx.tables = gtidPos{own}, &c.item, make([]string, 0, len(tx.events))
 	for _, ev := range tx.events {
 		res.tx.tables = append(res.tx.tables, ev.GetTable())
 		for _, ch := range ev.GetChanges() {
@@ -311,6 +364,16 @@ func (r *binlogReader) commit() (readResult, bool, error) {
 		}
 	}
 	return res, true, nil
+}
+
+// committed is what commit makes of a transaction, in one allocation rather
+// than five: the parts are dropped together, once the transaction is sent.
+type committed struct {
+	tx       mergeTx
+	item     rowliftv1.StreamItem
+	wrap     rowliftv1.StreamItem_Transaction
+	trx      rowliftv1.Transaction
+	position rowliftv1.Position
 }
 
 // query handles a QUERY event: BEGIN and COMMIT frame transactions of

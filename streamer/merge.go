@@ -427,7 +427,8 @@ func (m *merger) blocked(tx *mergeTx) bool {
 }
 
 // emitTx filters a transaction's changes to what the target needs and emits it
-// if anything is left (a DDL always goes out).
+// if anything is left (a DDL always goes out); one the target needs whole goes
+// out as the reader made it.
 func (m *merger) emitTx(tx *mergeTx) error {
 	for _, name := range tx.tables {
 		if t := m.tables[name]; t != nil && t.chunked() {
@@ -439,36 +440,65 @@ func (m *merger) emitTx(tx *mergeTx) error {
 		m.out = append(m.out, tx.item)
 		return nil
 	}
+	// events stays nil while every event goes out whole, and the transaction
+	// with it.
 	var events []*rowliftv1.RowEvent
-	for _, ev := range trx.GetEvents() {
-		t := m.tables[ev.GetTable()]
-		if t == nil {
-			continue
+	all := trx.GetEvents()
+	for i, ev := range all {
+		kept, err := m.keep(ev)
+		if err != nil {
+			return err
 		}
-		if !t.copying {
-			events = append(events, ev)
-			continue
+		if kept != ev && events == nil {
+			events = append(make([]*rowliftv1.RowEvent, 0, len(all)), all[:i]...)
 		}
-		var kept []*rowliftv1.RowChange
-		for _, ch := range ev.GetChanges() {
-			c, err := t.filter(ch)
-			if err != nil {
-				return fmt.Errorf("filter change of %s: %w", ev.GetTable(), err)
-			}
-			if c != nil {
-				kept = append(kept, c)
-			}
-		}
-		if len(kept) > 0 {
-			events = append(events, &rowliftv1.RowEvent{Table: ev.GetTable(), Changes: kept})
+		if events != nil && kept != nil {
+			events = append(events, kept)
 		}
 	}
-	if len(events) == 0 {
-		return nil
+	switch {
+	case events == nil:
+		m.out = append(m.out, tx.item)
+	case len(events) > 0:
+		m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: &rowliftv1.Transaction{
+			Gtid: trx.GetGtid(), Position: trx.GetPosition(), CommitTimeUs: trx.GetCommitTimeUs(), Events: events}}})
 	}
-	m.out = append(m.out, &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: &rowliftv1.Transaction{
-		Gtid: trx.GetGtid(), Position: trx.GetPosition(), CommitTimeUs: trx.GetCommitTimeUs(), Events: events}}})
 	return nil
+}
+
+// keep returns what of a transaction's event the target needs: the event
+// itself when it needs all of it, else its changes to rows already copied in
+// an event of their own, or nil when there are none.
+func (m *merger) keep(ev *rowliftv1.RowEvent) (*rowliftv1.RowEvent, error) {
+	t := m.tables[ev.GetTable()]
+	if t == nil {
+		return nil, nil
+	}
+	if !t.copying {
+		return ev, nil
+	}
+	// kept stays nil while every change goes as it is.
+	var kept []*rowliftv1.RowChange
+	changes := ev.GetChanges()
+	for i, ch := range changes {
+		c, err := t.filter(ch)
+		if err != nil {
+			return nil, fmt.Errorf("filter change of %s: %w", ev.GetTable(), err)
+		}
+		if c != ch && kept == nil {
+			kept = append(make([]*rowliftv1.RowChange, 0, len(changes)), changes[:i]...)
+		}
+		if kept != nil && c != nil {
+			kept = append(kept, c)
+		}
+	}
+	switch {
+	case kept == nil:
+		return ev, nil
+	case len(kept) == 0:
+		return nil, nil
+	}
+	return &rowliftv1.RowEvent{Table: ev.GetTable(), Changes: kept}, nil
 }
 
 // filter keeps a change of a copying table only where it touches rows already

@@ -669,6 +669,47 @@ func TestMergerHoldsReaderOnlyWhenNoChunkWaitsForIt(t *testing.T) {
 	require.True(t, m.holdsReader(5))
 }
 
+// TestMergerSendsWholeTransactionsAsRead: a transaction the target needs all
+// of goes out as the reader made it; one that changes a copying table goes out
+// without its changes to rows not copied yet, its other events as read; one
+// left with no change does not go out.
+func TestMergerSendsWholeTransactionsAsRead(t *testing.T) {
+	m := newMerger(seqPos(0))
+	m.addTable("copied", &mergeTable{keyOf: simKey, compare: simCompare})
+	m.addTable("copying", &mergeTable{keyOf: simKey, compare: simCompare, copying: true, lastPK: [][]byte{[]byte("5")}})
+	m.observeVisible(seqPos(3))
+	insert := func(table string, keys ...int64) *rowliftv1.RowEvent {
+		ev := &rowliftv1.RowEvent{Table: table}
+		for _, k := range keys {
+			ev.Changes = append(ev.Changes, &rowliftv1.RowChange{After: simRow(k, "v")})
+		}
+		return ev
+	}
+	tx := func(pos int, events ...*rowliftv1.RowEvent) *mergeTx {
+		trx := &rowliftv1.Transaction{Gtid: strconv.Itoa(pos), Events: events}
+		out := &mergeTx{pos: seqPos(pos), item: &rowliftv1.StreamItem{Item: &rowliftv1.StreamItem_Transaction{Transaction: trx}}}
+		for _, ev := range events {
+			out.tables = append(out.tables, ev.GetTable())
+		}
+		m.addTx(out, seqPos(pos))
+		return out
+	}
+	whole := tx(1, insert("copied", 1), insert("copying", 2, 3))
+	part := tx(2, insert("copied", 4), insert("copying", 5, 9))
+	tx(3, insert("copying", 9))
+	out, err := m.drain()
+	require.NoError(t, err)
+	require.Len(t, out, 2)
+	require.Same(t, whole.item, out[0])
+	filtered := out[1].GetTransaction()
+	require.Equal(t, "2", filtered.GetGtid())
+	require.Len(t, filtered.GetEvents(), 2)
+	require.Same(t, part.item.GetTransaction().GetEvents()[0], filtered.GetEvents()[0])
+	require.Len(t, filtered.GetEvents()[1].GetChanges(), 1)
+	require.Equal(t, [][]byte{[]byte("5"), []byte("v")}, simValues(filtered.GetEvents()[1].GetChanges()[0].GetAfter()))
+	require.Len(t, part.item.GetTransaction().GetEvents()[1].GetChanges(), 2, "the transaction as read is left alone")
+}
+
 // simFilter is a key range on the simulation's value column under xxhash, so
 // updates move rows into and out of the range without changing their key.
 func simFilter(t *testing.T, kr string) *shardFilter {

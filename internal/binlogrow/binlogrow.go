@@ -90,6 +90,9 @@ type column struct {
 	kind    kind
 	width   int      // bytes of BIT and BINARY, fractional digits of TIME
 	members []string // ENUM and SET members, in the column's character set
+	// unsigned, for an unsigned integer column, has the bits of its binlog
+	// width set: DecodeRows decodes every integer as signed (0: signed).
+	unsigned uint64
 }
 
 // Converter maps one table's binlog row images onto its streamed columns, so binlog rows carry the copy's exact bytes.
@@ -127,9 +130,13 @@ func NewConverter(tm *replication.TableMapEvent, cols []schema.Column) (*Convert
 		}
 		switch col.kind {
 		case kindInt:
-			if want := strings.Contains(strings.ToLower(sc.ColumnType), "unsigned"); unsigned[i] != want {
+			want := strings.Contains(strings.ToLower(sc.ColumnType), "unsigned")
+			if unsigned[i] != want {
 				return nil, fmt.Errorf("column %s of %s is %s but the binlog metadata says unsigned=%v (was the table altered? "+
 					"without binlog_row_metadata=FULL every column reads as signed)", sc.Name, c.table, sc.ColumnType, unsigned[i])
+			}
+			if want {
+				col.unsigned = intMask[tm.ColumnType[i]]
 			}
 		case kindEnum, kindSet:
 			m := enums
@@ -159,6 +166,10 @@ func SameTable(a, b *replication.TableMapEvent) bool {
 }
 
 func sameBytesList(a, b [][]byte) bool { return slices.EqualFunc(a, b, bytes.Equal) }
+
+// intMask is the bits of each binlog integer type's width.
+var intMask = map[byte]uint64{mysql.MYSQL_TYPE_TINY: 1<<8 - 1, mysql.MYSQL_TYPE_SHORT: 1<<16 - 1, mysql.MYSQL_TYPE_INT24: 1<<24 - 1,
+	mysql.MYSQL_TYPE_LONG: 1<<32 - 1, mysql.MYSQL_TYPE_LONGLONG: 1<<64 - 1}
 
 // binlogType is the type and byte length a column's values have in the binlog:
 // CHAR, BINARY, ENUM and SET all travel as MYSQL_TYPE_STRING, with the real type
@@ -307,13 +318,13 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 	case kindInt:
 		switch v := v.(type) {
 		case int8:
-			return strconv.AppendInt(dst, int64(v), 10), nil
+			return col.appendInt(dst, int64(v)), nil
 		case int16:
-			return strconv.AppendInt(dst, int64(v), 10), nil
+			return col.appendInt(dst, int64(v)), nil
 		case int32:
-			return strconv.AppendInt(dst, int64(v), 10), nil
+			return col.appendInt(dst, int64(v)), nil
 		case int64:
-			return strconv.AppendInt(dst, v, 10), nil
+			return col.appendInt(dst, v), nil
 		case uint8:
 			return strconv.AppendUint(dst, uint64(v), 10), nil
 		case uint16:
@@ -387,6 +398,15 @@ func (col *column) appendValue(dst []byte, v any) ([]byte, error) {
 		return dst, nil
 	}
 	return dst, unexpected(v)
+}
+
+// appendInt appends an integer go-mysql decoded as signed: an unsigned
+// column's value is its bits in the column's width.
+func (col *column) appendInt(dst []byte, v int64) []byte {
+	if col.unsigned != 0 {
+		return strconv.AppendUint(dst, uint64(v)&col.unsigned, 10)
+	}
+	return strconv.AppendInt(dst, v, 10)
 }
 
 func unexpected(v any) error {
@@ -493,18 +513,22 @@ func Unwrap(ev *replication.BinlogEvent) []*replication.BinlogEvent {
 
 // DecodeRows decodes a rows event as go-mysql does, but hands over MySQL JSON
 // values as their binary bytes ([]byte), which Convert turns into typed values:
-// go-mysql would render them as text, losing their scalars' types. Set it as
-// the BinlogSyncerConfig's RowsEventDecodeFunc (CheckConfig requires it).
+// go-mysql would render them as text, losing their scalars' types. It hands
+// over every integer as signed, which Convert reads as the column's type says:
+// go-mysql would build a map of the table's signedness for every row image.
+// Set it as the BinlogSyncerConfig's RowsEventDecodeFunc (CheckConfig
+// requires it).
 //
 // A JSON column's row data is laid out as a BLOB's, so DecodeRows decodes the
-// event with a copy of its table map in which JSON columns read as BLOBs. In a
-// PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON) an after
-// image's JSON value may be a diff vector of the before image's document:
-// partialJSONColumns tells which, and the value is handed over with the
-// before image's (partialJSON), which Convert updates with it. Such an after
-// image holds a bitmap of them that go-mysql sizes by the table map's JSON
-// columns, so that copy ends with as many JSON columns, beyond the event's
-// column count, as it has: they are counted, never decoded.
+// event with a copy of its table map in which JSON columns read as BLOBs, and
+// which has no signedness. In a PARTIAL_UPDATE_ROWS_EVENT
+// (binlog_row_value_options=PARTIAL_JSON) an after image's JSON value may be a
+// diff vector of the before image's document: partialJSONColumns tells which,
+// and the value is handed over with the before image's (partialJSON), which
+// Convert updates with it. Such an after image holds a bitmap of them that
+// go-mysql sizes by the table map's JSON columns, so that copy ends with as
+// many JSON columns, beyond the event's column count, as it has: they are
+// counted, never decoded.
 func DecodeRows(e *replication.RowsEvent, data []byte) error {
 	pos, err := e.DecodeHeader(data)
 	if err != nil {
@@ -519,7 +543,7 @@ func DecodeRows(e *replication.RowsEvent, data []byte) error {
 			return fmt.Errorf("binlog partial update of %s.%s: %w", tm.Schema, tm.Table, err)
 		}
 	}
-	e.Table = blobTable(tm, partial)
+	e.Table = decodeTable(tm, partial)
 	err = e.DecodeData(pos, data)
 	e.Table = tm
 	if err != nil {
@@ -563,39 +587,55 @@ func (p partialJSON) appendAfter(dst []byte) ([]byte, error) {
 	return mysqljson.ApplyDiffs(dst, before, p.diffs)
 }
 
-// blobTables caches, for the last table maps DecodeRows met, their copies whose
-// JSON columns read as BLOBs: each transaction logs its own table maps, and a
-// large one many rows events for each. Syncers may decode side by side.
-var blobTables = struct {
+// decodeTables caches, by table ID, the copies of the table maps DecodeRows
+// decodes with (decodeTable): every transaction logs its tables' maps again,
+// each one a new event, and the copy of the last one still decodes a new one
+// that has the same column types. Syncers may decode side by side.
+var decodeTables = struct {
 	sync.Mutex
-	copies map[blobKey]*replication.TableMapEvent
-}{copies: map[blobKey]*replication.TableMapEvent{}}
+	copies map[decodeKey]decodeCopy
+}{copies: map[decodeKey]decodeCopy{}}
 
-// blobKey names a copy: of which table map, and whether for a partial update
+// maxDecodeTables bounds decodeTables: past it, a new copy evicts another.
+const maxDecodeTables = 64
+
+// decodeKey names a copy: of which table, and whether for a partial update
 // event (with trailing JSON columns).
-type blobKey struct {
-	tm      *replication.TableMapEvent
+type decodeKey struct {
+	tableID uint64
 	partial bool
 }
 
-// blobTable returns tm itself if it has no JSON column, or its cached copy
-// with BLOB in place of JSON and, for a partial update event, as many JSON
-// columns after the last as it has.
-func blobTable(tm *replication.TableMapEvent, partial bool) *replication.TableMapEvent {
+// decodeCopy is a cached copy and the column types and metadata of the table
+// map it was made from, which are all the decoding reads of it.
+type decodeCopy struct {
+	types []byte
+	meta  []uint16
+	tm    *replication.TableMapEvent
+}
+
+// decodeTable returns tm itself if it has no JSON column and no signedness,
+// or a copy with BLOB in place of JSON, no signedness and, for a partial
+// update event, as many JSON columns after the last as it has.
+func decodeTable(tm *replication.TableMapEvent, partial bool) *replication.TableMapEvent {
 	jsons := tm.JsonColumnCount()
-	if jsons == 0 {
+	if jsons == 0 && len(tm.SignednessBitmap) == 0 {
 		return tm
 	}
-	blobTables.Lock()
-	defer blobTables.Unlock()
-	key := blobKey{tm, partial}
-	if c, ok := blobTables.copies[key]; ok {
-		return c
+	decodeTables.Lock()
+	defer decodeTables.Unlock()
+	key := decodeKey{tm.TableID, partial}
+	if c, ok := decodeTables.copies[key]; ok && bytes.Equal(c.types, tm.ColumnType) && slices.Equal(c.meta, tm.ColumnMeta) {
+		return c.tm
 	}
-	if len(blobTables.copies) >= 64 {
-		clear(blobTables.copies)
+	if len(decodeTables.copies) >= maxDecodeTables {
+		for k := range decodeTables.copies {
+			delete(decodeTables.copies, k)
+			break
+		}
 	}
 	c := *tm
+	c.SignednessBitmap = nil
 	c.ColumnType = slices.Clone(tm.ColumnType)
 	for i, t := range c.ColumnType {
 		if t == mysql.MYSQL_TYPE_JSON {
@@ -607,6 +647,6 @@ func blobTable(tm *replication.TableMapEvent, partial bool) *replication.TableMa
 			c.ColumnType = append(c.ColumnType, mysql.MYSQL_TYPE_JSON)
 		}
 	}
-	blobTables.copies[key] = &c
+	decodeTables.copies[key] = decodeCopy{types: tm.ColumnType, meta: tm.ColumnMeta, tm: &c}
 	return &c
 }

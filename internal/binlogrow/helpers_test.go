@@ -185,6 +185,9 @@ func TestConvertHandMadeImages(t *testing.T) {
 				[]byte("-00:00:01.000000"), {0, 5}, []byte("0.10000000149011612")}},
 		{"NULLs and empty values", []any{nil, nil, int64(0), "", nil, nil, nil, nil},
 			[][]byte{nil, nil, {}, {0, 0, 0, 0}, nil, nil, nil}},
+		{"an unsigned BIGINT decoded as signed (DecodeRows)", []any{int32(-1), int64(-1), int64(1), "a", "00:00:00", int64(0), float32(0), nil},
+			[][]byte{[]byte("-1"), []byte("18446744073709551615"), []byte("a"), []byte("a\x00\x00\x00"), []byte("00:00:00.000000"), {0, 0},
+				[]byte("0")}},
 		{"BINARY bytes as []byte, largest FLOAT", []any{int32(0), uint64(0), int64(1), []byte("abcd"), "838:59:59.000001", int64(0xFFF), float32(math.MaxFloat32), nil},
 			[][]byte{[]byte("0"), []byte("0"), []byte("a"), []byte("abcd"), []byte("838:59:59.000001"), {0x0F, 0xFF},
 				[]byte("3.4028234663852886e+38")}},
@@ -301,20 +304,34 @@ func TestCheckConfig(t *testing.T) {
 	require.EqualError(t, err, "binlog syncer config: TimestampStringLocation must be time.UTC (the copy reads TIMESTAMP with time_zone '+00:00')")
 }
 
-// TestBlobTable checks that DecodeRows's table map copy reads JSON as BLOB,
-// leaves the event's own table map alone, and is made once per table map
-// even by syncers decoding side by side; a partial update event's copy ends
-// with one JSON column more than the table has per JSON column.
-func TestBlobTable(t *testing.T) {
+// TestDecodeTable checks that DecodeRows's table map copy reads JSON as BLOB
+// and has no signedness, leaves the event's own table map alone, and is made
+// once per table map even by syncers decoding side by side, and once for the
+// maps logged again alike; a partial update event's copy ends with one JSON
+// column more than the table has per JSON column.
+func TestDecodeTable(t *testing.T) {
 	plain := handMadeTable()
-	require.Same(t, plain, blobTable(plain, false), "a table map without JSON is used as it is")
-	require.Same(t, plain, blobTable(plain, true))
-	tm := handMadeTable()
-	tm.ColumnType[7] = mysql.MYSQL_TYPE_JSON
+	plain.SignednessBitmap = nil
+	require.Same(t, plain, decodeTable(plain, false), "a table map without JSON or signedness is used as it is")
+	require.Same(t, plain, decodeTable(plain, true))
+	signed := handMadeTable()
+	signed.TableID = 1
+	unsigned := decodeTable(signed, false)
+	require.Nil(t, unsigned.SignednessBitmap, "every integer decodes as signed")
+	require.Equal(t, signed.ColumnType, unsigned.ColumnType)
+	require.NotNil(t, signed.SignednessBitmap, "the original is unchanged")
+
+	withJSON := func() *replication.TableMapEvent {
+		tm := handMadeTable()
+		tm.TableID = 2
+		tm.ColumnType[7] = mysql.MYSQL_TYPE_JSON
+		return tm
+	}
+	tm := withJSON()
 	copies := make(chan *replication.TableMapEvent, 8)
 	var wg sync.WaitGroup
 	for range cap(copies) {
-		wg.Go(func() { copies <- blobTable(tm, false) })
+		wg.Go(func() { copies <- decodeTable(tm, false) })
 	}
 	wg.Wait()
 	close(copies)
@@ -327,12 +344,26 @@ func TestBlobTable(t *testing.T) {
 	require.Equal(t, tm.ColumnType[:7], first.ColumnType[:7])
 	require.Equal(t, tm.ColumnName, first.ColumnName)
 	require.Len(t, first.ColumnType, len(tm.ColumnType))
-	partial := blobTable(tm, true)
+	require.Same(t, first, decodeTable(withJSON(), false), "the table's map logged again alike")
+	partial := decodeTable(tm, true)
 	require.NotSame(t, first, partial)
-	require.Same(t, partial, blobTable(tm, true))
+	require.Same(t, partial, decodeTable(tm, true))
 	require.Equal(t, append(slices.Clone(first.ColumnType), mysql.MYSQL_TYPE_JSON), partial.ColumnType)
 	require.Equal(t, uint64(1), partial.JsonColumnCount(), "go-mysql sizes the partial bitmap by the original's JSON columns")
 	require.Equal(t, tm.ColumnCount, partial.ColumnCount, "the extra column is never decoded")
+
+	altered := withJSON()
+	altered.ColumnMeta[4] = 3
+	require.NotSame(t, first, decodeTable(altered, false), "the table altered under the same ID")
+	require.Equal(t, uint16(3), decodeTable(altered, false).ColumnMeta[4])
+	for id := range uint64(2 * maxDecodeTables) {
+		other := handMadeTable()
+		other.TableID = 100 + id
+		decodeTable(other, false)
+	}
+	decodeTables.Lock()
+	defer decodeTables.Unlock()
+	require.LessOrEqual(t, len(decodeTables.copies), maxDecodeTables)
 }
 
 // TestSameTable: a table map alike in everything NewConverter reads keeps its

@@ -11,8 +11,8 @@ export PATH := $(BIN):$(PATH)
 
 .PHONY: setup tools build demo test unit stress lint proto proto-check bench bench-setup bench-sandbox bench-copy bench-lag bench-live bench-apply bench-cutover bench-reshard bench-wide bench-json soak soak-reshard soak-cutover clean
 
-## setup: install a MariaDB server if none is present, and percona-toolkit (the tests run
-## pt-online-schema-change), provide a MySQL one (an installed
+## setup: install a MariaDB server if none is present, percona-toolkit (the tests run
+## pt-online-schema-change) and chromium with chromium-driver (the console test), provide a MySQL one (an installed
 ## MySQL 8.4/9.x mysqld, else a Debian unstable root built once by tools/mysql-root.sh),
 ## download modules and build bin/rowlift: what running rowlift and its demo need. The
 ## linters and protobuf generators are built by `make tools`, which `make test` runs first.
@@ -26,6 +26,11 @@ setup:
 		echo "installing percona-toolkit (the e2e tests run pt-online-schema-change on a moved table)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q percona-toolkit; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		echo "installing chromium and chromium-driver (e2e/console_test.go drives the web console in a headless browser; rowlift never needs them)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium chromium-driver; \
 	fi
 	./tools/mysql-root.sh
 	$(GO) mod download

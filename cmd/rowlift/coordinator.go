@@ -22,7 +22,7 @@ import (
 )
 
 func coordinatorCommand() *command {
-	var listen, tokenFile string
+	var listen, tokenFile, httpListen string
 	// Parsed in exec: the flag package would print a bad value, password and all.
 	var raw, rawFiles stringList
 	var admins, readers stringList
@@ -33,6 +33,7 @@ func coordinatorCommand() *command {
 		usage:   "--target NAME=DSN | --target-file NAME=FILE [--target ... | --target-file ...] [--listen ADDR]",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&listen, "listen", "127.0.0.1:7000", "address to serve the Control gRPC service (and gRPC health and reflection) on")
+			fs.StringVar(&httpListen, "http-listen", "", httpListenHelp)
 			fs.Var(&raw, "target", "target server as NAME=DSN, e.g. main=user:pass@tcp(target:3306)/; repeatable, one per target. "+
 				"A workflow's target NAME picks the server whose _rowlift schema holds its state. "+
 				"$ROWLIFT_TARGET takes a comma-separated list: a=DSN,b=DSN. "+dsnTLSHelp)
@@ -75,12 +76,14 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer func() { err = r.end(err) }()
+			var authOpts []grpc.ServerOption
 			if auth.Enabled() {
 				a, err := authz.New(auth, r.log)
 				if err != nil {
 					return err
 				}
-				r.server = append(r.server, a.ServerOptions()...)
+				authOpts = a.ServerOptions()
+				r.server = append(r.server, authOpts...)
 			} else if !authz.Loopback(listen) {
 				r.log.Warn("the Control API is open to anyone who reaches --listen: give --auth-token-file or --auth-admin-identity to require credentials",
 					zap.String("listen", listen))
@@ -90,6 +93,13 @@ func coordinatorCommand() *command {
 				return err
 			}
 			defer srv.Close()
+			if httpListen != "" {
+				closeConsole, err := startConsole(ctx, r, httpListen, srv, authOpts, !auth.Enabled())
+				if err != nil {
+					return err
+				}
+				defer closeConsole()
+			}
 			go srv.Run(ctx) // finishes cutovers a dead coordinator left
 			return r.serve(ctx, listen, func(gs *grpc.Server) {
 				rowliftv1.RegisterControlServer(gs, srv)

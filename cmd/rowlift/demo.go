@@ -29,6 +29,7 @@ import (
 	"github.com/rowlift/rowlift/internal/keyrange"
 	"github.com/rowlift/rowlift/internal/logging"
 	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/statustext"
 	"github.com/rowlift/rowlift/internal/verify"
 	"github.com/rowlift/rowlift/internal/vindex"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
@@ -181,7 +182,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.route.Store(d.srcDB)
 	d.nextID = int64(d.rows) + 1
 	start := time.Now()
-	d.say("filling the source: demo.events (%s rows; --rows sets how many), demo.customers, demo.all_types", formatCount(int64(d.rows)))
+	d.say("filling the source: demo.events (%s rows; --rows sets how many), demo.customers, demo.all_types", statustext.Count(int64(d.rows)))
 	if err := fillDemo(ctx, d.srcDB, d.rows, d.fillProgress()); err != nil {
 		return fmt.Errorf("fill the source: %w", err)
 	}
@@ -218,7 +219,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("\nwriter stopped after %s transactions; waiting for the %s to apply up to %s", formatCount(writes.Load()), d.targetsWord(), pos)
+	d.say("\nwriter stopped after %s transactions; waiting for the %s to apply up to %s", statustext.Count(writes.Load()), d.targetsWord(), pos)
 	final, err := d.waitApplied(ctx, control, spec.GetName(), pos)
 	if err != nil {
 		return err
@@ -239,9 +240,9 @@ func (d *demo) run(ctx context.Context) error {
 	if d.ranges != nil {
 		d.say("  split:           %d tables by hash of id over %d target shards", len(demoTables), len(d.targets))
 	}
-	d.say("  rows copied:     %s in %d tables", formatCount(copied), len(demoTables))
+	d.say("  rows copied:     %s in %d tables", statustext.Count(copied), len(demoTables))
 	d.say("  copy time:       %s (%s)", formatDuration(copyTime), formatRate(float64(copied)/copyTime.Seconds()))
-	d.say("  live writes:     %s source transactions during the copy, replayed on the %s", formatCount(writes.Load()), d.targetsWord())
+	d.say("  live writes:     %s source transactions during the copy, replayed on the %s", statustext.Count(writes.Load()), d.targetsWord())
 	d.say("  lag at the end:  %s", formatDuration(time.Duration(final.GetStatus().GetLagMs())*time.Millisecond))
 	if d.ranges == nil {
 		d.say("  identical:       %s", map[bool]string{true: "yes", false: "NO"}[identical])
@@ -307,10 +308,10 @@ func (d *demo) fillProgress() func(done, all int, took time.Duration) {
 		case done == all:
 		case done <= fillBatch && all > fillBatch:
 			d.say("  about %s for all %s rows at the %s this machine writes them",
-				formatDuration(time.Duration(float64(all)/rate*float64(time.Second))), formatCount(int64(all)), formatRate(rate))
+				formatDuration(time.Duration(float64(all)/rate*float64(time.Second))), statustext.Count(int64(all)), formatRate(rate))
 		case done*4/all > quarter:
 			quarter = done * 4 / all
-			d.say("  %s of %s rows, about %s left", formatCount(int64(done)), formatCount(int64(all)),
+			d.say("  %s of %s rows, about %s left", statustext.Count(int64(done)), statustext.Count(int64(all)),
 				formatDuration(time.Duration(float64(all-done)/rate*float64(time.Second))))
 		}
 	}

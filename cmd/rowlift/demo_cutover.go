@@ -12,6 +12,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/controlclient"
 	"github.com/rowlift/rowlift/internal/dbconn"
+	"github.com/rowlift/rowlift/internal/statustext"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -31,8 +32,8 @@ func (d *demo) runCutover(ctx context.Context, control rowliftv1.ControlClient, 
 	if err != nil {
 		return err
 	}
-	d.say("verify: %s rows compared, %s differences found", formatCount(v.GetRowsCompared()),
-		formatCount(v.GetMissing()+v.GetExtra()+v.GetDifferent()))
+	d.say("verify: %s rows compared, %s differences found", statustext.Count(v.GetRowsCompared()),
+		statustext.Count(v.GetMissing()+v.GetExtra()+v.GetDifferent()))
 	var reverseName string
 	for _, direction := range []string{"switch", "reverse", "switch"} {
 		select {
@@ -64,7 +65,7 @@ func (d *demo) runCutover(ctx context.Context, control rowliftv1.ControlClient, 
 	if err != nil {
 		return fmt.Errorf("target position: %w", err)
 	}
-	d.say("writer stopped after %s transactions; waiting for %s to apply the target's writes up to %s", formatCount(writes.Load()), reverseName, pos)
+	d.say("writer stopped after %s transactions; waiting for %s to apply the target's writes up to %s", statustext.Count(writes.Load()), reverseName, pos)
 	if _, err := d.waitApplied(ctx, control, reverseName, pos); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rowlift/rowlift/internal/statustext"
 	"github.com/rowlift/rowlift/internal/vindex"
 )
 
@@ -53,7 +54,7 @@ func (d *demo) compareShards(ctx context.Context) (lines []string, identical boo
 		c := checks[i]
 		var counts []string
 		for _, tbl := range demoTables {
-			counts = append(counts, tbl.name+" "+formatCount(c.rows[tbl.name]))
+			counts = append(counts, tbl.name+" "+statustext.Count(c.rows[tbl.name]))
 		}
 		line := fmt.Sprintf("%-8s %-7s %s rows", t.name, t.keyRange.String(), strings.Join(counts, ", "))
 		if c.diffs == 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/rowlift/rowlift/coordinator/authz"
 	"github.com/rowlift/rowlift/internal/grpcopt"
 	"github.com/rowlift/rowlift/internal/grpctls"
+	"github.com/rowlift/rowlift/internal/statustext"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
@@ -306,7 +307,7 @@ func workflowRefCommand(name, summary, done string, rpc func(context.Context, ro
 			if s.flags.output == "json" {
 				return printJSON(s.stdout, w)
 			}
-			_, err = fmt.Fprintf(s.stdout, "%s workflow %s: %s\n", done, args[0], stateLine(w.GetStatus()))
+			_, err = fmt.Fprintf(s.stdout, "%s workflow %s: %s\n", done, args[0], statustext.StateLine(w.GetStatus()))
 			return err
 		})
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/rowlift/rowlift/internal/keyrange"
+	"github.com/rowlift/rowlift/internal/statustext"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/state"
 )
@@ -371,7 +372,7 @@ func workflowCreateCommand() *command {
 				return err
 			}
 			if s.flags.output == "text" {
-				fmt.Fprintf(s.stdout, "created workflow %s: %s\n", spec.GetName(), stateLine(w.GetStatus()))
+				fmt.Fprintf(s.stdout, "created workflow %s: %s\n", spec.GetName(), statustext.StateLine(w.GetStatus()))
 				for _, warning := range w.GetWarnings() {
 					fmt.Fprintf(s.stdout, "warning: %s\n", warning)
 				}
@@ -392,7 +393,7 @@ func workflowCreateCommand() *command {
 				return printJSON(s.stdout, w)
 			}
 			if c.start {
-				fmt.Fprintf(s.stdout, "started workflow %s: %s\nfollow it with: rowlift workflow watch %s\n", spec.GetName(), stateLine(w.GetStatus()), spec.GetName())
+				fmt.Fprintf(s.stdout, "started workflow %s: %s\nfollow it with: rowlift workflow watch %s\n", spec.GetName(), statustext.StateLine(w.GetStatus()), spec.GetName())
 			} else {
 				fmt.Fprintf(s.stdout, "start it with: rowlift workflow start %s\n", spec.GetName())
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rowlift/rowlift/applier"
+	"github.com/rowlift/rowlift/internal/statustext"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 	"github.com/rowlift/rowlift/streamer"
 )
@@ -21,28 +22,6 @@ import (
 // barWidth is the number of cells of a progress bar between its brackets.
 const barWidth = 30
 
-// phaseName is what the workflow is doing, in words: the status's phase, or its
-// state from a coordinator that does not report phases.
-func phaseName(st *rowliftv1.WorkflowStatus) string {
-	if p := st.GetPhase(); p != rowliftv1.WorkflowPhase_WORKFLOW_PHASE_UNSPECIFIED {
-		return enumWords(p.String(), "WORKFLOW_PHASE_")
-	}
-	return enumWords(st.GetState().String(), "WORKFLOW_STATE_")
-}
-
-// enumWords turns WORKFLOW_PHASE_CATCHING_UP into "catching up".
-func enumWords(name, prefix string) string {
-	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, prefix)), "_", " ")
-}
-
-// stateLine is the phase with the status message, for commands that change state.
-func stateLine(st *rowliftv1.WorkflowStatus) string {
-	if msg := st.GetMessage(); msg != "" {
-		return phaseName(st) + " (" + msg + ")"
-	}
-	return phaseName(st)
-}
-
 // bar draws a progress bar of percent (0 to 100); a negative percent is unknown.
 func bar(percent float64, width int) string {
 	if percent < 0 {
@@ -52,38 +31,12 @@ func bar(percent float64, width int) string {
 	return "[" + strings.Repeat("#", filled) + strings.Repeat("-", width-filled) + "]"
 }
 
-// formatPercent shows percent with one decimal, "?" when unknown (negative).
-func formatPercent(percent float64) string {
-	if percent < 0 {
-		return "?"
-	}
-	return strconv.FormatFloat(percent, 'f', 1, 64) + "%"
-}
-
-// formatCount writes n with thousands separators: 1234567 as 1,234,567.
-func formatCount(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 // formatRate is a rows-per-second rate, "-" when there is none.
 func formatRate(perSecond float64) string {
 	if perSecond <= 0 {
 		return "-"
 	}
-	return formatCount(int64(math.Round(perSecond))) + "/s"
+	return statustext.Count(int64(math.Round(perSecond))) + "/s"
 }
 
 // formatDuration is d rounded to what an operator reads at a glance: 120ms, 1.2s,
@@ -154,11 +107,11 @@ func rowsOf(copied, estimate int64, done bool) string {
 	est := "?"
 	switch {
 	case done:
-		est = formatCount(copied)
+		est = statustext.Count(copied)
 	case estimate > 0:
-		est = formatCount(estimate)
+		est = statustext.Count(estimate)
 	}
-	return formatCount(copied) + " / " + est
+	return statustext.Count(copied) + " / " + est
 }
 
 // lagText is the workflow's lag, "-" until a stream has applied anything.
@@ -185,7 +138,7 @@ func throttleText(st *rowliftv1.WorkflowStatus) string {
 func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
 	st := w.GetStatus()
 	lines := []string{fmt.Sprintf("workflow %s   %s   lag %s   eta %s   %s",
-		w.GetSpec().GetName(), phaseName(st), lagText(st), formatSeconds(st.GetEtaSeconds()), throttleText(st))}
+		w.GetSpec().GetName(), statustext.Phase(st), lagText(st), formatSeconds(st.GetEtaSeconds()), throttleText(st))}
 	if msg := st.GetMessage(); msg != "" {
 		lines = append(lines, "  "+msg)
 	}
@@ -204,14 +157,14 @@ func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
 		row("TABLE", fmt.Sprintf("%-*s", barWidth+2, "PROGRESS"), "", "ROWS", "RATE", "ETA")
 		for _, t := range st.GetTables() {
 			p := tablePercent(t)
-			row(t.GetName(), bar(p, barWidth), formatPercent(p), rowsOf(t.GetRowsCopied(), t.GetRowsEstimate(), t.GetDone()),
+			row(t.GetName(), bar(p, barWidth), statustext.Percent(p), rowsOf(t.GetRowsCopied(), t.GetRowsEstimate(), t.GetDone()),
 				formatRate(t.GetRowsPerSecond()), tableETA(t))
 		}
 		total, eta := totalPercent(st), formatSeconds(st.GetEtaSeconds())
 		if total >= 100 {
 			eta = "done"
 		}
-		row("total", bar(total, barWidth), formatPercent(total), rowsOf(st.GetRowsCopied(), st.GetRowsEstimate(), total >= 100),
+		row("total", bar(total, barWidth), statustext.Percent(total), rowsOf(st.GetRowsCopied(), st.GetRowsEstimate(), total >= 100),
 			formatRate(st.GetRowsPerSecond()), eta)
 	})...)
 
@@ -232,7 +185,7 @@ func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
 				}
 				fmt.Fprintf(w, "  %s → %s\t", s.GetSource(), s.GetTarget())
 				if reshard {
-					fmt.Fprintf(w, "%s\t%s\t", s.GetKeyRange(), formatCount(s.GetRowsCopied()))
+					fmt.Fprintf(w, "%s\t%s\t", s.GetKeyRange(), statustext.Count(s.GetRowsCopied()))
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\n", lag, formatAgo(now, s.GetHeartbeatAtUs()), s.GetPosition().GetGtidSet())
 			}
@@ -319,7 +272,7 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 	}
 	def = append(def, "catch-up\t"+renderCatchUp(spec.GetOptions()))
 	if v := st.GetVerify(); v != nil {
-		def = append(def, "verify\t"+renderVerify(v))
+		def = append(def, "verify\t"+statustext.Verify(v))
 	}
 	if c := st.GetCutover(); c != nil {
 		def = append(def, "cutover\t"+renderCutover(c, now))
@@ -398,10 +351,10 @@ func optionFlags(o *rowliftv1.WorkflowOptions) []string {
 	case rowliftv1.OnDDL_ON_DDL_UNSPECIFIED: // a workflow from before EXEC was the default
 		f = append(f, "--on-ddl stop")
 	default:
-		f = append(f, "--on-ddl "+enumWords(d.String(), "ON_DDL_"))
+		f = append(f, "--on-ddl "+statustext.EnumWords(d.String(), "ON_DDL_"))
 	}
 	if m := o.GetCopyMethod(); m != rowliftv1.CopyMethod_COPY_METHOD_UNSPECIFIED {
-		f = append(f, "--copy-method "+strings.ReplaceAll(enumWords(m.String(), "COPY_METHOD_"), " ", "-"))
+		f = append(f, "--copy-method "+strings.ReplaceAll(statustext.EnumWords(m.String(), "COPY_METHOD_"), " ", "-"))
 	}
 	flag("skip-create-tables", o.GetSkipCreateTables())
 	flag("allow-nonempty-target", o.GetAllowNonemptyTarget())
@@ -440,7 +393,7 @@ func renderList(ws []*rowliftv1.Workflow) string {
 			if msg == "" && st.GetWaiting() != "" {
 				msg = "waiting: " + st.GetWaiting()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.GetSpec().GetName(), phaseName(st), formatPercent(totalPercent(st)),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.GetSpec().GetName(), statustext.Phase(st), statustext.Percent(totalPercent(st)),
 				lagText(st), formatSeconds(st.GetEtaSeconds()), msg)
 		}
 	}), "\n") + "\n"
@@ -482,7 +435,7 @@ func totalPercent(st *rowliftv1.WorkflowStatus) float64 {
 func renderLine(w *rowliftv1.Workflow, now time.Time) string {
 	st := w.GetStatus()
 	line := fmt.Sprintf("%s %s %s %s rows %s rate %s lag %s eta %s",
-		now.Format(time.RFC3339), w.GetSpec().GetName(), phaseName(st), formatPercent(totalPercent(st)),
+		now.Format(time.RFC3339), w.GetSpec().GetName(), statustext.Phase(st), statustext.Percent(totalPercent(st)),
 		strings.ReplaceAll(rowsOf(st.GetRowsCopied(), st.GetRowsEstimate(), totalPercent(st) >= 100), " ", ""),
 		formatRate(st.GetRowsPerSecond()), lagText(st), formatSeconds(st.GetEtaSeconds()))
 	if t := st.GetThrottled(); t != "" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/rowlift/rowlift/internal/statustext"
 	"strconv"
 	"strings"
 	"testing"
@@ -140,12 +141,12 @@ func TestFormatDuration(t *testing.T) {
 
 func TestFormatNumbers(t *testing.T) {
 	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234567: "-1,234,567"} {
-		require.Equal(t, want, formatCount(n))
+		require.Equal(t, want, statustext.Count(n))
 	}
 	require.Equal(t, "-", formatRate(0))
 	require.Equal(t, "12,346/s", formatRate(12345.6))
-	require.Equal(t, "49.4%", formatPercent(49.38))
-	require.Equal(t, "?", formatPercent(-1))
+	require.Equal(t, "49.4%", statustext.Percent(49.38))
+	require.Equal(t, "?", statustext.Percent(-1))
 }
 
 func TestBar(t *testing.T) {
@@ -267,9 +268,9 @@ func TestRenderShowCutover(t *testing.T) {
 }
 
 func TestRenderVerify(t *testing.T) {
-	require.Equal(t, "never verified", renderVerify(nil))
+	require.Equal(t, "never verified", statustext.Verify(nil))
 	v := &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_RUNNING, RowsCompared: 12345, Percent: 40}
-	require.Equal(t, "verify running, 40.0%: 12,345 rows compared, no difference", renderVerify(v))
+	require.Equal(t, "verify running, 40.0%: 12,345 rows compared, no difference", statustext.Verify(v))
 	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_DONE, Repair: true, RowsCompared: 3000, Missing: 1, Different: 2, Repaired: 3,
 		Tables: []*rowliftv1.VerifyTable{
 			{Name: "a", RowsCompared: 1000, Done: true},
@@ -288,9 +289,9 @@ func TestRenderVerify(t *testing.T) {
 func TestRenderVerifyEndedEarly(t *testing.T) {
 	v := &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_CANCELLED, RowsCompared: 420, Percent: 42,
 		Message: "cancelled by `rowlift workflow verify race --cancel`"}
-	require.Equal(t, "verify cancelled at 42.0%: 420 rows compared, no difference (cancelled by `rowlift workflow verify race --cancel`)", renderVerify(v))
+	require.Equal(t, "verify cancelled at 42.0%: 420 rows compared, no difference (cancelled by `rowlift workflow verify race --cancel`)", statustext.Verify(v))
 	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_FAILED, RowsCompared: 10, Message: "table race.ints no longer exists"}
-	require.Equal(t, "verify failed: 10 rows compared, no difference (table race.ints no longer exists)", renderVerify(v))
+	require.Equal(t, "verify failed: 10 rows compared, no difference (table race.ints no longer exists)", statustext.Verify(v))
 	v.Tables = []*rowliftv1.VerifyTable{{Name: "ints", RowsCompared: 10, Done: true, Message: "table race.ints no longer exists"},
 		{Name: "uniq", RowsCompared: 0, Done: true}}
 	require.Equal(t, `verify failed: 10 rows compared, no difference (table race.ints no longer exists)
@@ -304,7 +305,7 @@ func TestRenderVerifyEndedEarly(t *testing.T) {
   b: cancelled after 10 rows, no difference so far
 `, renderVerifyResult(v))
 	v = &rowliftv1.VerifyStatus{State: rowliftv1.VerifyState_VERIFY_STATE_RUNNING, RowsCompared: 10, Percent: -1}
-	require.Equal(t, "verify running: 10 rows compared, no difference", renderVerify(v), "no estimate: no percentage")
+	require.Equal(t, "verify running: 10 rows compared, no difference", statustext.Verify(v), "no estimate: no percentage")
 }
 
 // TestVerifyStalls: --wait's progress line names a retrying stream and a

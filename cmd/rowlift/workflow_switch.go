@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/rowlift/rowlift/internal/statustext"
 	"strings"
 	"time"
 
@@ -61,16 +62,8 @@ func workflowSwitchCommand(name string) *command {
 			if s.flags.output == "json" {
 				return printJSON(s.stdout, resp)
 			}
-			done := map[string]string{"switch": "switched writes of %s to its targets\n", "reverse": "switched writes of %s back to its sources\n"}[name]
-			fmt.Fprintf(s.stdout, done, args[0])
-			if c := resp.GetCancelledVerify(); c != "" {
-				fmt.Fprintln(s.stdout, c)
-			}
-			fmt.Fprintf(s.stdout, "write pause: %d ms\n", resp.GetWritePauseMs())
-			fmt.Fprintf(s.stdout, "freeze position: %s\n", strings.Join(resp.GetFreezePositions(), ", "))
-			fmt.Fprintf(s.stdout, "following back: %s\n", map[string]string{"switch": resp.GetReverseWorkflow(), "reverse": args[0]}[name])
-			if resp.GetHookOutput() != "" {
-				fmt.Fprintf(s.stdout, "hook: %s\n", resp.GetHookOutput())
+			for _, line := range statustext.Switched(name, args[0], resp) {
+				fmt.Fprintln(s.stdout, line)
 			}
 			return nil
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/rowlift/rowlift/internal/statustext"
 	"io"
 	"strings"
 	"time"
@@ -52,12 +53,12 @@ func workflowVerifyCommand() *command {
 					return printJSON(s.stdout, w)
 				}
 				_, err := fmt.Fprintf(s.stdout, "verifying workflow %s: %s\n(see `rowlift workflow show %s`)\n", args[0],
-					renderVerify(w.GetStatus().GetVerify()), args[0])
+					statustext.Verify(w.GetStatus().GetVerify()), args[0])
 				return err
 			}
 			for w.GetStatus().GetVerify().GetState() == rowliftv1.VerifyState_VERIFY_STATE_RUNNING {
 				if s.flags.output != "json" {
-					fmt.Fprintf(s.stdout, "%s%s\n", renderVerify(w.GetStatus().GetVerify()), verifyStalls(w.GetStatus()))
+					fmt.Fprintf(s.stdout, "%s%s\n", statustext.Verify(w.GetStatus().GetVerify()), verifyStalls(w.GetStatus()))
 				}
 				select {
 				case <-ctx.Done():
@@ -107,7 +108,7 @@ func cancelVerify(ctx context.Context, s *session, ref *rowliftv1.WorkflowRef) e
 		return err
 	}
 	_, err = fmt.Fprintf(s.stdout, "no verify of %s is running, nothing to cancel (last: %s)\n", ref.GetName(),
-		renderVerify(resp.GetWorkflow().GetStatus().GetVerify()))
+		statustext.Verify(resp.GetWorkflow().GetStatus().GetVerify()))
 	return err
 }
 
@@ -126,72 +127,33 @@ func verifyStalls(st *rowliftv1.WorkflowStatus) string {
 	}
 	switch st.GetState() {
 	case rowliftv1.WorkflowState_WORKFLOW_STATE_STOPPED, rowliftv1.WorkflowState_WORKFLOW_STATE_ERROR:
-		fmt.Fprintf(&b, "; the verify waits for the workflow, which is %s", stateLine(st))
+		fmt.Fprintf(&b, "; the verify waits for the workflow, which is %s", statustext.StateLine(st))
 	}
 	return b.String()
-}
-
-// renderVerify is a verify's progress on one line.
-func renderVerify(v *rowliftv1.VerifyStatus) string {
-	if v == nil {
-		return "never verified"
-	}
-	what := "verify"
-	if v.GetRepair() {
-		what = "verify with repair"
-	}
-	state := "running"
-	if v.GetPercent() >= 0 {
-		state += ", " + formatPercent(v.GetPercent())
-	}
-	switch v.GetState() {
-	case rowliftv1.VerifyState_VERIFY_STATE_DONE:
-		state = "done"
-	case rowliftv1.VerifyState_VERIFY_STATE_CANCELLED:
-		state = "cancelled"
-		if v.GetPercent() >= 0 {
-			state += " at " + formatPercent(v.GetPercent())
-		}
-	case rowliftv1.VerifyState_VERIFY_STATE_FAILED:
-		state = "failed"
-	}
-	p := fmt.Sprintf("%s %s: %s rows compared", what, state, formatCount(v.GetRowsCompared()))
-	if n := v.GetMissing() + v.GetExtra() + v.GetDifferent(); n == 0 {
-		p += ", no difference"
-	} else {
-		p += fmt.Sprintf(", %d missing on target, %d extra on target, %d different", v.GetMissing(), v.GetExtra(), v.GetDifferent())
-	}
-	if v.GetRepair() {
-		p += fmt.Sprintf(", %d repaired", v.GetRepaired())
-	}
-	if m := v.GetMessage(); m != "" {
-		p += " (" + m + ")"
-	}
-	return p
 }
 
 // renderVerifyResult is a finished verify: the summary, then each table with
 // its first differing keys.
 func renderVerifyResult(v *rowliftv1.VerifyStatus) string {
 	var b strings.Builder
-	b.WriteString(renderVerify(v) + "\n")
+	b.WriteString(statustext.Verify(v) + "\n")
 	for _, t := range v.GetTables() {
 		n := t.GetMissing() + t.GetExtra() + t.GetDifferent()
 		if m := t.GetMessage(); m != "" && n == 0 {
 			// Not identical as far as anyone knows: it was not compared to its end.
 			if v.GetState() == rowliftv1.VerifyState_VERIFY_STATE_CANCELLED && m == v.GetMessage() {
-				fmt.Fprintf(&b, "  %s: cancelled after %s rows, no difference so far\n", t.GetName(), formatCount(t.GetRowsCompared()))
+				fmt.Fprintf(&b, "  %s: cancelled after %s rows, no difference so far\n", t.GetName(), statustext.Count(t.GetRowsCompared()))
 			} else {
-				fmt.Fprintf(&b, "  %s: stopped after %s rows, no difference so far: %s\n", t.GetName(), formatCount(t.GetRowsCompared()), m)
+				fmt.Fprintf(&b, "  %s: stopped after %s rows, no difference so far: %s\n", t.GetName(), statustext.Count(t.GetRowsCompared()), m)
 			}
 			continue
 		}
 		if n == 0 {
-			fmt.Fprintf(&b, "  %s: identical, %s rows\n", t.GetName(), formatCount(t.GetRowsCompared()))
+			fmt.Fprintf(&b, "  %s: identical, %s rows\n", t.GetName(), statustext.Count(t.GetRowsCompared()))
 			continue
 		}
 		fmt.Fprintf(&b, "  %s: %d missing on target, %d extra on target, %d different of %s rows", t.GetName(), t.GetMissing(),
-			t.GetExtra(), t.GetDifferent(), formatCount(t.GetRowsCompared()))
+			t.GetExtra(), t.GetDifferent(), statustext.Count(t.GetRowsCompared()))
 		if t.GetRepaired() > 0 {
 			fmt.Fprintf(&b, ", %d repaired", t.GetRepaired())
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rowlift/rowlift/internal/statustext"
 	"io"
 	"os"
 	"strings"
@@ -99,7 +100,7 @@ func watch(ctx context.Context, s *session, req *rowliftv1.WatchWorkflowRequest,
 // watchEnd says whether a watch ends at status st, and with which error: a failed
 // workflow, or one stopped before the phase the watch waits for.
 func watchEnd(st *rowliftv1.WorkflowStatus, until string) (bool, error) {
-	phase := phaseName(st)
+	phase := statustext.Phase(st)
 	why := st.GetMessage()
 	switch phase {
 	case "error":

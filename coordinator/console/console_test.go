@@ -1,0 +1,126 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/rowlift/rowlift/coordinator/authz"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+func workflow(name string, lagMs int64) *rowliftv1.Workflow {
+	return &rowliftv1.Workflow{Spec: &rowliftv1.WorkflowSpec{Name: name},
+		Status: &rowliftv1.WorkflowStatus{LagMs: lagMs, Phase: rowliftv1.WorkflowPhase_WORKFLOW_PHASE_RUNNING}}
+}
+
+// TestHistoryBudget: the samples kept never cost more than the budget, the
+// oldest samples of the workflow seen least recently give way first (so two
+// workflows read in turn share it), and samples closer than sampleSpacing or
+// older than the window are not kept.
+func TestHistoryBudget(t *testing.T) {
+	h := newHistory(100 * sampleBytes)
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 80 {
+		at := now.Add(time.Duration(i) * sampleSpacing)
+		h.record(workflow("a", int64(i)), at)
+		h.record(workflow("a", -1), at.Add(time.Millisecond)) // too close: not kept
+		h.record(workflow("b", int64(i)), at.Add(time.Second))
+		require.LessOrEqual(t, h.usedBytes(), 100*sampleBytes)
+	}
+	a, b := h.get("a"), h.get("b")
+	require.Len(t, a.Samples, 50)
+	require.Len(t, b.Samples, 50)
+	require.Equal(t, int64(30), a.Samples[0].LagMs, "the oldest went")
+	require.Equal(t, int64(79), a.Samples[49].LagMs)
+
+	later := now.Add(window + 200*sampleSpacing)
+	h.record(workflow("b", 7), later)
+	require.Equal(t, []Sample{{AtMs: later.UnixMilli(), LagMs: 7}}, h.get("b").Samples, "samples older than the window go")
+	require.Empty(t, h.get("a").Samples, "a workflow not seen for the window goes")
+	require.Equal(t, sampleBytes, h.usedBytes())
+}
+
+// fake answers Stop and List; every other method is unimplemented.
+type fake struct {
+	rowliftv1.UnimplementedControlServer
+}
+
+func (fake) StopWorkflow(_ context.Context, ref *rowliftv1.WorkflowRef) (*rowliftv1.Workflow, error) {
+	w := workflow(ref.GetName(), 0)
+	w.Status.Phase = rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED
+	return w, nil
+}
+
+func (fake) ListWorkflows(context.Context, *rowliftv1.ListWorkflowsRequest) (*rowliftv1.ListWorkflowsResponse, error) {
+	return &rowliftv1.ListWorkflowsResponse{Workflows: []*rowliftv1.Workflow{workflow("orders", 1500)}}, nil
+}
+
+// TestAuthorization: the console's calls pass the coordinator's interceptors
+// with the browser's token, and a refusal reads as the CLI's.
+func TestAuthorization(t *testing.T) {
+	const admin, read = "admin-0123456789abcdef", "read-0123456789abcdef"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("admin "+admin+"\nread "+read+"\n"), 0o600))
+	a, err := authz.New(authz.Config{TokenFile: tokens}, zap.NewNop())
+	require.NoError(t, err)
+	c, err := New(Config{Control: fake{}, ServerOptions: a.ServerOptions()})
+	require.NoError(t, err)
+	defer c.Close()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+
+	do := func(method, path, token string, header bool) (int, map[string]any) {
+		req, err := http.NewRequest(method, srv.URL+path, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if header {
+			req.Header.Set(actionHeader, "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body) // plain-text refusals leave it nil
+		return resp.StatusCode, body
+	}
+	code, body := do("GET", "/api/workflows", "", false)
+	require.Equal(t, http.StatusUnauthorized, code)
+	require.Equal(t, "list workflows: ListWorkflows needs credentials: send a bearer token from the coordinator's --auth-token-file "+
+		"(rowlift workflow --token-file FILE) (Unauthenticated)", body["error"])
+	code, body = do("GET", "/api/workflows", read, false)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, fmt.Sprint(body["list"]), "orders")
+	require.Len(t, c.hist.get("orders").Samples, 1, "a read feeds the charts")
+
+	code, body = do("POST", "/api/workflows/orders/stop", read, true)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, "stop workflow orders: StopWorkflow needs the admin role, and this caller has the read role (its token has the read role): "+
+		"use credentials with the admin role (PermissionDenied)", body["error"])
+	code, _ = do("POST", "/api/workflows/orders/stop", admin, false)
+	require.Equal(t, http.StatusForbidden, code, "an action without the console's header is refused before any call")
+	code, body = do("POST", "/api/workflows/orders/stop", admin, true)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "stopped workflow orders: stopped", body["message"])
+	code, body = do("POST", "/api/workflows/orders/switch", admin, true)
+	require.Equal(t, http.StatusInternalServerError, code)
+	require.True(t, strings.HasPrefix(body["error"].(string), "switch workflow orders: "), "%v", body)
+
+	resp, err := http.Get(srv.URL + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the pages themselves need no token: every datum behind them does")
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'self'")
+}

@@ -1,0 +1,169 @@
+package console
+
+import (
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
+)
+
+const (
+	// DefaultHistoryBytes bounds the charts' memory when Config leaves it 0:
+	// an hour of samples every sampleSpacing for about 18 workflows.
+	DefaultHistoryBytes = 1 << 20
+	// window is how far back the charts look.
+	window = time.Hour
+	// sampleSpacing is the least time between two kept samples of a workflow:
+	// a page polling faster adds nothing.
+	sampleSpacing = 2 * time.Second
+	// maxSteps bounds the cutover steps kept per workflow.
+	maxSteps = 64
+)
+
+// Sample is one point of a workflow's charts: what a status read saw.
+type Sample struct {
+	AtMs          int64   `json:"at_ms"`
+	LagMs         int64   `json:"lag_ms"`
+	RowsCopied    int64   `json:"rows_copied"`
+	RowsPerSecond float64 `json:"rows_per_second"`
+}
+
+// sampleBytes is what one kept sample costs.
+const sampleBytes = int(unsafe.Sizeof(Sample{}))
+
+// Step is a cutover step this coordinator saw a workflow's journal at.
+type Step struct {
+	AtMs      int64  `json:"at_ms"`
+	Direction string `json:"direction"`
+	Step      string `json:"step"`
+	Message   string `json:"message,omitempty"`
+}
+
+func (s Step) bytes() int {
+	return int(unsafe.Sizeof(s)) + len(s.Direction) + len(s.Step) + len(s.Message)
+}
+
+// History is what a workflow's page charts: the samples of the last hour, and
+// the cutover steps seen, oldest first.
+type History struct {
+	Samples []Sample `json:"samples"`
+	Steps   []Step   `json:"steps"`
+}
+
+// series is one workflow's history.
+type series struct {
+	History
+	bytes int
+	last  time.Time
+}
+
+// history keeps, in memory and within a byte budget, what the console's status
+// reads saw of each workflow. It is lost on restart: the targets record no
+// history, and the charts are an aid, not a record.
+type history struct {
+	mu     sync.Mutex
+	budget int
+	used   int
+	byName map[string]*series
+}
+
+func newHistory(budget int) *history {
+	if budget <= 0 {
+		budget = DefaultHistoryBytes
+	}
+	return &history{budget: budget, byName: map[string]*series{}}
+}
+
+// record adds what w's status shows at now, unless a sample is younger than
+// sampleSpacing, then drops what is older than the window and, while over the
+// budget, the oldest samples of the workflow least recently seen.
+func (h *history) record(w *rowliftv1.Workflow, now time.Time) {
+	name, st := w.GetSpec().GetName(), w.GetStatus()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.byName[name]
+	if s == nil {
+		s = &series{}
+		h.byName[name] = s
+	}
+	s.last = now
+	if n := len(s.Samples); n == 0 || now.Sub(time.UnixMilli(s.Samples[n-1].AtMs)) >= sampleSpacing {
+		s.Samples = append(s.Samples, Sample{AtMs: now.UnixMilli(), LagMs: st.GetLagMs(), RowsCopied: st.GetRowsCopied(), RowsPerSecond: st.GetRowsPerSecond()})
+		h.add(s, sampleBytes)
+	}
+	if c := st.GetCutover(); c != nil {
+		step := Step{AtMs: now.UnixMilli(), Direction: c.GetDirection(), Step: c.GetStep(), Message: c.GetMessage()}
+		if n := len(s.Steps); n == 0 || s.Steps[n-1].Direction != step.Direction || s.Steps[n-1].Step != step.Step || s.Steps[n-1].Message != step.Message {
+			s.Steps = append(s.Steps, step)
+			h.add(s, step.bytes())
+			if len(s.Steps) > maxSteps {
+				h.add(s, -s.Steps[0].bytes())
+				s.Steps = s.Steps[1:]
+			}
+		}
+	}
+	cut := now.Add(-window).UnixMilli()
+	for len(s.Samples) > 0 && s.Samples[0].AtMs < cut {
+		s.Samples = s.Samples[1:]
+		h.add(s, -sampleBytes)
+	}
+	if cap(s.Samples) > 2*len(s.Samples)+64 {
+		s.Samples = slices.Clone(s.Samples) // frees the trimmed front
+	}
+	for other, o := range h.byName {
+		if now.Sub(o.last) > window {
+			h.used -= o.bytes
+			delete(h.byName, other)
+		}
+	}
+	for h.used > h.budget && h.trimOldest() {
+	}
+}
+
+func (h *history) add(s *series, n int) {
+	s.bytes += n
+	h.used += n
+}
+
+// trimOldest drops the oldest sample of the workflow least recently seen (the
+// whole workflow once it has none), and reports whether it dropped anything.
+func (h *history) trimOldest() bool {
+	var oldest string
+	for name, s := range h.byName {
+		if oldest == "" || s.last.Before(h.byName[oldest].last) {
+			oldest = name
+		}
+	}
+	if oldest == "" {
+		return false
+	}
+	s := h.byName[oldest]
+	if len(s.Samples) == 0 {
+		h.used -= s.bytes
+		delete(h.byName, oldest)
+		return true
+	}
+	s.Samples = s.Samples[1:]
+	h.add(s, -sampleBytes)
+	return true
+}
+
+// get returns a copy of name's history.
+func (h *history) get(name string) History {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.byName[name]
+	if s == nil {
+		return History{Samples: []Sample{}, Steps: []Step{}}
+	}
+	return History{Samples: append([]Sample{}, s.Samples...), Steps: append([]Step{}, s.Steps...)}
+}
+
+// usedBytes is what the kept history costs, for tests of the budget.
+func (h *history) usedBytes() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.used
+}

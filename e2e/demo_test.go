@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -98,4 +101,48 @@ func TestDemoInterrupted(t *testing.T) {
 		_, err := os.Stat(m[1])
 		require.True(t, os.IsNotExist(err), "server directory %s is still there", m[1])
 	}
+}
+
+// TestDemoConsole runs `rowlift demo --console`: the demo serves its
+// coordinator's web console, says where, and keeps running after the move
+// with the reverse roles up, so that the console's verify and switch work;
+// Ctrl-C ends it.
+func TestDemoConsole(t *testing.T) {
+	addr := freeAddr(t)
+	cmd := exec.Command(rowliftBin, "demo", "--rows", "20000", "--console", "--console-listen", addr)
+	f, err := os.Create(filepath.Join(t.TempDir(), "demo.out"))
+	require.NoError(t, err)
+	defer f.Close()
+	cmd.Stdout, cmd.Stderr = f, f
+	output := func() string {
+		b, err := os.ReadFile(f.Name())
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "http://" + addr + "/"
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(output(), "the workflow runs on: in the console at "+url) {
+		require.True(t, time.Now().Before(deadline), "the demo did not say the console runs on; its output:\n%s", output())
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Contains(t, output(), "web console: "+url)
+	act := func(action string) string {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url+"api/workflows/demo-move/"+action, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Rowlift-Console", "1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body struct{ Message string }
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		require.Equal(t, http.StatusOK, resp.StatusCode, body.Message)
+		return body.Message
+	}
+	require.Contains(t, act("verify"), "verifying workflow demo-move: ")
+	require.Contains(t, act("switch"), "switched writes of demo-move to its targets")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, cmd.Wait())
 }

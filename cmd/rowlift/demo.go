@@ -21,6 +21,7 @@ import (
 
 	"github.com/rowlift/rowlift/applier"
 	"github.com/rowlift/rowlift/coordinator"
+	"github.com/rowlift/rowlift/coordinator/console"
 	"github.com/rowlift/rowlift/internal/controlclient"
 	"github.com/rowlift/rowlift/internal/dbconn"
 	"github.com/rowlift/rowlift/internal/frozen"
@@ -65,13 +66,13 @@ var demoTables = []struct {
 
 func demoCommand() *command {
 	var rows, shards int
-	var keep, cutover bool
-	var flavor string
+	var keep, cutover, withConsole bool
+	var flavor, consoleListen string
 	var logOpts logging.Options
 	return &command{
 		name:    "demo",
 		summary: "move a table set between two throwaway MariaDB or MySQL servers (or split it over N) under live writes, and compare",
-		usage:   "[--rows N] [--flavor mariadb|mysql] [--cutover | --reshard N]",
+		usage:   "[--rows N] [--flavor mariadb|mysql] [--cutover | --reshard N] [--console [--console-listen ADDR]]",
 		flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&rows, "rows", 1_000_000, "rows in the large sample table, e.g. --rows 100000")
 			fs.StringVar(&flavor, "flavor", "mariadb", "`FLAVOR` of the servers to start: mariadb, or mysql (the MySQL that `make setup` provides), e.g. --flavor mysql")
@@ -80,6 +81,9 @@ func demoCommand() *command {
 				"switch again and complete, with the write pause of each, then compare again, e.g. --cutover")
 			fs.IntVar(&shards, "reshard", 0, "split the tables from the source over N target servers instead (N a power of two, at least 2; the\n"+
 				"ranges of --shards N, every table by hash of its id), then compare each shard with the source rows of its range, e.g. --reshard 4")
+			fs.BoolVar(&withConsole, "console", false, "serve the coordinator's web console (see --console-listen) to watch the move, and keep\n"+
+				"running after it, with the reverse roles up, so that its verify, switch and reverse can be run there, until Ctrl-C, e.g. --console")
+			fs.StringVar(&consoleListen, "console-listen", "127.0.0.1:7080", "`ADDR` of the web console with --console, e.g. --console-listen 127.0.0.1:8080")
 			logFlags(fs, &logOpts)
 		},
 		exec: func(ctx context.Context, _ *flag.FlagSet, stdout io.Writer) error {
@@ -93,6 +97,9 @@ func demoCommand() *command {
 				return usageError{err}
 			}
 			d := &demo{out: stdout, rows: rows, cutover: cutover, flavor: sandbox.Flavor(flavor), logOpts: logOpts}
+			if withConsole {
+				d.console = consoleListen
+			}
 			if shards != 0 {
 				if cutover {
 					return usagef("--reshard %d and --cutover: the demo's cutover is of a move; give one or the other", shards)
@@ -109,7 +116,7 @@ func demoCommand() *command {
 				fmt.Fprintln(stdout, "\ninterrupted: stopping and removing the servers")
 				return nil
 			}
-			if err == nil && keep {
+			if err == nil && (keep || d.console != "") {
 				fmt.Fprintf(stdout, "\nsource: %s\n", d.src.DSN("demo"))
 				for _, t := range d.targets {
 					fmt.Fprintf(stdout, "target %s: %s\n", t.name, t.srv.DSN("demo"))
@@ -132,6 +139,9 @@ type demo struct {
 	flavor sandbox.Flavor
 	// cutover runs the roles the other way round too, and the cutover steps.
 	cutover bool
+	// console is the web console's address ("": none); the reverse roles
+	// run with it, for the console's switch.
+	console string
 	// ranges are the target shards' key ranges with --reshard; none for a move.
 	ranges []keyrange.Range
 	dir    string
@@ -146,6 +156,7 @@ type demo struct {
 	// streamerAddr and reverseStreamerAddr are where the streamers next to the
 	// source and (with cutover) next to the target listen.
 	streamerAddr, reverseStreamerAddr string
+	consoleURL                        string
 	cancel                            context.CancelFunc
 	wg                                sync.WaitGroup
 	servers                           []*grpc.Server
@@ -258,10 +269,19 @@ func (d *demo) run(ctx context.Context) error {
 		return errors.New("the target differs from the source")
 	}
 	if d.cutover {
-		return d.runCutover(ctx, control, spec.GetName())
+		if err := d.runCutover(ctx, control, spec.GetName()); err != nil {
+			return err
+		}
+	}
+	if d.console != "" {
+		d.say("\nthe workflow runs on: in the console at %s, run its verify, then switch (and reverse)", d.consoleURL)
 	}
 	return nil
 }
+
+// reverse says whether the roles of the reverse workflow run: for the
+// cutover, which the demo runs or the console's user does.
+func (d *demo) reverse() bool { return d.ranges == nil && (d.cutover || d.console != "") }
 
 // fillBatch is the rows of demo.events one INSERT writes: the first batch
 // measures this machine's fill rate within a few seconds, and the estimate
@@ -379,7 +399,7 @@ func (d *demo) spec() *rowliftv1.WorkflowSpec {
 		}
 		spec.Targets = append(spec.Targets, ts)
 	}
-	if d.cutover {
+	if d.reverse() {
 		spec.Sources[0].ReverseTarget = demoOrigin
 		spec.Targets[0].ReverseStreamerAddress = d.reverseStreamerAddr
 	}
@@ -416,7 +436,7 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 	for _, t := range d.targets {
 		targets[t.name] = t.srv.DSN("")
 	}
-	if d.cutover {
+	if d.reverse() {
 		if d.reverseStreamerAddr, err = d.startStreamer(d.targets[0].srv, "reverse-streamer"); err != nil {
 			return nil, err
 		}
@@ -437,6 +457,11 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 	}
 	// As `rowlift coordinator` does: it finishes a cutover a call left unfinished.
 	d.background(ctx, co.Run)
+	if d.console != "" {
+		if err := d.startConsole(ctx, co, clog); err != nil {
+			return nil, err
+		}
+	}
 	for _, t := range d.targets {
 		name := "applier"
 		if d.ranges != nil {
@@ -446,7 +471,7 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 			return nil, err
 		}
 	}
-	if d.cutover {
+	if d.reverse() {
 		if err := d.startApplier(ctx, d.src, "reverse-applier"); err != nil {
 			return nil, err
 		}
@@ -457,6 +482,27 @@ func (d *demo) startRoles(ctx context.Context) (rowliftv1.ControlClient, error) 
 	}
 	d.closers = append(d.closers, func() { conn.Close() })
 	return rowliftv1.NewControlClient(conn), nil
+}
+
+// startConsole serves the web console of the demo's coordinator, open to
+// anyone who reaches its address (by default on loopback only), as the
+// coordinator's Control API is in the demo.
+func (d *demo) startConsole(ctx context.Context, co *coordinator.Server, log *zap.Logger) error {
+	lis, err := console.Listen(d.console, nil)
+	if err != nil {
+		return fmt.Errorf("--console-listen: %w", err)
+	}
+	c, err := console.New(console.Config{Control: co, Logger: log})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	d.closers = append(d.closers, c.Close)
+	d.background(ctx, c.Run)
+	d.background(ctx, func(ctx context.Context) { _ = c.Serve(ctx, lis) })
+	d.consoleURL = "http://" + lis.Addr().String() + "/"
+	d.say("web console: %s (watch the move there)", d.consoleURL)
+	return nil
 }
 
 // logger logs to <name>.log in the demo's directory.

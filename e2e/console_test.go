@@ -25,7 +25,7 @@ import (
 // real servers: a reader signs in and sees the list and the workflow's page
 // with its progress and charts, and is refused an action with the words the
 // CLI prints; an admin stops the workflow; the page goes on updating across a
-// coordinator restart. Screenshots land in consoleOutputDir.
+// coordinator restart, and an admin's verify shows its result. Screenshots land in consoleOutputDir.
 func TestConsole(t *testing.T) {
 	chromium, driver := lookBrowser(t)
 	e := newEnv(t)
@@ -97,6 +97,13 @@ func TestConsole(t *testing.T) {
 		document.body.dataset.updates !== arguments[0] && document.getElementById('phase').textContent.startsWith('stopped')`, before)
 	wd.clickConfirm(`button[data-action="resume"]`)
 	require.Contains(t, wd.waitScript("the resume", `const r = document.querySelector('#result.ok'); return r && r.textContent`), "resumed workflow con: ")
+
+	// An admin's verify runs, and the page shows its result per table.
+	require.Equal(t, "Verify workflow con?", wd.clickConfirm(`button[data-action="verify"]`))
+	require.Contains(t, wd.waitScript("the verify", `const r = document.querySelector('#result.ok'); return r && r.textContent.startsWith('verifying') && r.textContent`),
+		"verifying workflow con: ")
+	wd.waitScript("the verify's result", `const r = document.querySelector('#verify td.msg'); return r && r.textContent === 'identical' &&
+		document.getElementById('data').textContent.includes('done: 3,000 rows compared, 0 missing, 0 extra, 0 different')`)
 	wd.screenshot(filepath.Join(out, "after-restart.png"))
 }
 

@@ -198,7 +198,8 @@ func (c *Console) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.hist.record(wf, time.Now())
-	c.reply(w, map[string]any{"workflow": protoJSON(wf), "history": c.hist.get(name)})
+	// The verify's summary in the words `rowlift workflow show` prints.
+	c.reply(w, map[string]any{"workflow": protoJSON(wf), "history": c.hist.get(name), "verify_line": statustext.Verify(wf.GetStatus().GetVerify())})
 }
 
 // act runs one action, with the CLI's RPC and request, and answers with

@@ -97,7 +97,7 @@ async function refresh() {
   try {
     const body = r.page === 'workflow' ? await api('GET', '/api/workflows/' + encodeURIComponent(r.name)) : await api('GET', '/api/workflows');
     if (JSON.stringify(route()) === JSON.stringify(r)) {
-      if (r.page === 'workflow') renderWorkflow(body.workflow, body.history); else renderList(body.list);
+      if (r.page === 'workflow') renderWorkflow(body.workflow, body.history, body.verify_line); else renderList(body.list);
     }
     updates++;
     document.body.dataset.updates = updates;
@@ -164,7 +164,7 @@ function position(p) {
   return [p.gtidSet, p.binlogFile ? p.binlogFile + ':' + (p.binlogOffset || 0) : ''].filter(Boolean).join(' ');
 }
 
-function renderWorkflow(w, hist) {
+function renderWorkflow(w, hist, verifyLine) {
   const st = w.status || {};
   const tables = (st.tables || []).map((t) => el('tr', { 'data-table': t.name },
     el('td', {}, t.name),
@@ -185,8 +185,7 @@ function renderWorkflow(w, hist) {
       s.waiting ? el('div', {}, 'waiting: ' + s.waiting) : '')));
   const v = st.verify;
   const verify = v ? el('div', {},
-    el('p', {}, words(v.state, 'VERIFY_STATE_') + (v.repair ? ' (repair)' : '') + ': ' + count(v.rowsCompared) + ' rows compared, ' +
-      num(v.missing) + ' missing, ' + num(v.extra) + ' extra, ' + num(v.different) + ' different' + (v.message ? ' (' + v.message + ')' : '')),
+    el('p', { id: 'verify-line' }, verifyLine),
     el('table', { id: 'verify' }, el('tr', {}, ['Table', 'Compared', 'Missing', 'Extra', 'Different', 'Result'].map((h) => el('th', {}, h))),
       (v.tables || []).map((t) => el('tr', {}, el('td', {}, t.name), el('td', { class: 'num' }, count(t.rowsCompared)),
         el('td', { class: 'num' }, num(t.missing)), el('td', { class: 'num' }, num(t.extra)), el('td', { class: 'num' }, num(t.different)),

@@ -115,12 +115,17 @@ func TestFailover(t *testing.T) {
 			"DELETE FROM d.t WHERE id BETWEEN 21 AND 30")
 		e.waitApplied("failover", position(t, cDB), time.Minute)
 		require.NoError(t, c.Kill())
-		promote(t, flavor, dDB)
-		app.switchTo(d.Addr())
-		e.sourceExec("INSERT INTO d.t (id, v) VALUES (100001, 7) ON DUPLICATE KEY UPDATE v = 7", "UPDATE d.t SET v = -1 WHERE id IN (1, 21)")
+		// Still read-only, D is taken for a replica on its way: the stream waits.
 		e.streamer.stop()
 		e.src = d
 		e.startStreamer()
+		e.waitFor("the stream to wait for the read-only source", time.Minute, func() (bool, string) {
+			msg := e.streamMessage("failover")
+			return strings.Contains(msg, "is read-only and has not applied transactions the target has: "), msg
+		})
+		promote(t, flavor, dDB)
+		app.switchTo(d.Addr())
+		e.sourceExec("INSERT INTO d.t (id, v) VALUES (100001, 7) ON DUPLICATE KEY UPDATE v = 7", "UPDATE d.t SET v = -1 WHERE id IN (1, 21)")
 		w := e.waitState("failover", state.Error, time.Minute)
 		require.Contains(t, w.Message, "lacks transactions the target has applied: ")
 		require.Contains(t, w.Message, cName, "the lost transactions are C's")
@@ -135,7 +140,8 @@ func TestFailover(t *testing.T) {
 		// transactions left, and a verify with repair puts the rest right.
 		require.Contains(t, cl.ok("workflow", "rewind", "failover"), "rewound")
 		require.Contains(t, cl.fails(1, "workflow", "rewind", "failover"), "nothing to rewind")
-		// The repair's state is the target's: a killed applier goes on with it.
+		// The repair's state is the target's: an applier killed right after the
+		// rewind goes on with it.
 		e.applier.kill()
 		e.applier.restart()
 		e.writesApplied("failover")

@@ -40,17 +40,16 @@ func (s *Server) readHistory(ctx context.Context, start *gtid.Set, flavor dbconn
 		h.lack = lack
 		return h, err
 	}
-	var lost string
-	if err := s.db.QueryRowContext(ctx, "SELECT GTID_SUBTRACT(?, @@GLOBAL.gtid_executed), @@GLOBAL.read_only, @@GLOBAL.server_uuid", start.String()).
-		Scan(&lost, &h.readOnly, &h.server); err != nil {
+	// The common part is start less what the source lacks of it: one read of
+	// gtid_executed serves both.
+	var lost, common string
+	if err := s.db.QueryRowContext(ctx, "SELECT l.lost, GTID_SUBTRACT(?, l.lost), @@GLOBAL.read_only, @@GLOBAL.server_uuid "+
+		"FROM (SELECT GTID_SUBTRACT(?, @@GLOBAL.gtid_executed) AS lost) AS l", start.String(), start.String()).
+		Scan(&lost, &common, &h.readOnly, &h.server); err != nil {
 		return h, fmt.Errorf("read the source's GTID history: %w", err)
 	}
 	if lost == "" {
 		return h, nil
-	}
-	var common string
-	if err := s.db.QueryRowContext(ctx, "SELECT GTID_SUBTRACT(?, ?)", start.String(), lost).Scan(&common); err != nil {
-		return h, fmt.Errorf("read the source's GTID history: %w", err)
 	}
 	c, err := gtid.Parse(common)
 	if err != nil {

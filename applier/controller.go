@@ -258,10 +258,10 @@ func (c *controller) stream(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	estimates := map[string]int64{}
+	estimates := map[string]state.Estimate{}
 	for _, f := range fields {
 		if !progress[f.GetTable()].Done {
-			estimates[f.GetTable()] = f.GetRowsEstimate()
+			estimates[f.GetTable()] = state.Estimate{Rows: f.GetRowsEstimate(), Bytes: f.GetBytesEstimate()}
 		}
 	}
 	if err := store.RecordCopyStart(ctx, name, c.source.GetName(), estimates); err != nil {

@@ -469,9 +469,11 @@ func (w *copyWriter) apply(job *copyJob, buf *scratch) (err error) {
 		return w.ctx.Err()
 	}
 	// LastPk is the last row the chunk scanned, past its last row sent when
-	// the stream has a key range: the copy resumes after it either way.
+	// the stream has a key range: the copy resumes after it either way. The
+	// packed rows' length is the bytes written, known without a pass over them.
 	lastPK := c.GetLastPk()
-	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, w.owner, job.table.name, lastPK, c.GetRowCount(), c.GetTableDone()); err != nil {
+	if err := state.SaveCopyProgress(w.ctx, tx, w.workflow, w.source, w.owner, job.table.name, lastPK, c.GetRowCount(), int64(len(c.GetPackedRows())),
+		c.GetTableDone()); err != nil {
 		return err
 	}
 	position, err := w.play.saveFence(w.ctx, tx, c.GetFence().GetGtidSet(), c.GetFenceTimeUs())

@@ -126,9 +126,10 @@ func (s *Server) createOnAll(ctx context.Context, spec *rowliftv1.WorkflowSpec, 
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		for _, stream := range streams {
-			estimates := map[string]int64{}
+			estimates := map[string]state.Estimate{}
 			for _, tbl := range stream.Spec.GetTables() {
-				estimates[tbl.GetName()] = fields[stream.Source.GetName()][tbl.GetName()].GetRowsEstimate()
+				f := fields[stream.Source.GetName()][tbl.GetName()]
+				estimates[tbl.GetName()] = state.Estimate{Rows: f.GetRowsEstimate(), Bytes: f.GetBytesEstimate()}
 			}
 			if err := st.RecordCopyStart(ctx, spec.GetName(), stream.Source.GetName(), estimates); err != nil {
 				return t.fail(err)

@@ -266,6 +266,7 @@ func TestCreateDuplicateAndRollback(t *testing.T) {
 		require.Equal(t, rowliftv1.WorkflowState_WORKFLOW_STATE_INIT, w.GetStatus().GetState())
 		require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_INIT, w.GetStatus().GetPhase())
 		require.EqualValues(t, 2, w.GetStatus().GetTables()[0].GetRowsEstimate(), "the source's estimate is recorded at creation")
+		require.Positive(t, w.GetStatus().GetTables()[0].GetBytesEstimate(), "the source's size too")
 
 		_, err = f.coord.CreateWorkflow(ctx, &rowliftv1.CreateWorkflowRequest{Spec: f.spec("move", "orders")})
 		require.Equal(t, codes.AlreadyExists, status.Code(err), "%v", err)

@@ -241,6 +241,7 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 				if c.Source == st.Source {
 					if !share.whole[c.Table] {
 						c.RowsEstimate = int64(float64(c.RowsEstimate) * share.fraction)
+						c.BytesEstimate = int64(float64(c.BytesEstimate) * share.fraction)
 					}
 					copies = append(copies, c)
 					ss.RowsCopied += c.RowsCopied
@@ -255,6 +256,8 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 				}
 				ts.RowsCopied += c.RowsCopied
 				ts.RowsEstimate += c.RowsEstimate
+				ts.BytesCopied += c.BytesCopied
+				ts.BytesEstimate += c.BytesEstimate
 				ts.Done = ts.Done && c.Done
 				for _, k := range c.KeysPending {
 					if !slices.Contains(ts.KeysPending, k) {
@@ -300,6 +303,8 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 		ts.Percent = percent(ts.RowsCopied, ts.RowsEstimate, ts.Done)
 		out.RowsCopied += ts.RowsCopied
 		out.RowsEstimate += ts.RowsEstimate
+		out.BytesCopied += ts.BytesCopied
+		out.BytesEstimate += ts.BytesEstimate
 		out.RowsPerSecond += ts.RowsPerSecond
 	}
 	out.Percent = percent(out.RowsCopied, out.RowsEstimate, copyDone)

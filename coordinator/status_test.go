@@ -129,6 +129,8 @@ func TestBuildStatusOverTargets(t *testing.T) {
 			streams: []state.Stream{stream}, applier: true},
 	}
 	views[1].wf.LastError, views[1].wf.LastErrorAt = "boom", t0.Add(-30*time.Minute)
+	views[0].copies[0].BytesCopied, views[0].copies[0].BytesEstimate = 200<<10, 1<<20
+	views[1].copies[0].BytesCopied, views[1].copies[0].BytesEstimate = 100<<10, 1<<20
 	views[1].streams[0].Message, views[1].streams[0].MessageAtUS = "retrying (attempt 2): refused", us(-10*time.Second)
 	st := buildStatus(spec, views, nil, t0)
 	require.Equal(t, rowliftv1.WorkflowState_WORKFLOW_STATE_STOPPED, st.GetState(), "the state that needs the operator")
@@ -138,6 +140,9 @@ func TestBuildStatusOverTargets(t *testing.T) {
 	require.EqualValues(t, 3000, st.GetRowsCopied())
 	require.EqualValues(t, 20000, st.GetRowsEstimate())
 	require.EqualValues(t, 15, st.GetPercent())
+	require.EqualValues(t, 300<<10, st.GetBytesCopied())
+	require.EqualValues(t, 2<<20, st.GetBytesEstimate())
+	require.EqualValues(t, 300<<10, st.GetTables()[0].GetBytesCopied())
 	require.InDelta(t, 300, st.GetRowsPerSecond(), 1e-9)
 	require.Len(t, st.GetStreams(), 2)
 	require.EqualValues(t, 1000, st.GetLagMs())

@@ -48,19 +48,21 @@ func TestTransitionOnlyFromTheStatesGiven(t *testing.T) {
 	})
 }
 
-// TestCopyStartAndStreamMessageTimes: the columns status reads its rates and
-// retry times from.
+// TestCopyStartAndStreamMessageTimes: the columns status reads its rates,
+// estimates and retry times from; the bytes copied are written with the rows
+// and survive a resume (a new run's start, the store opened again).
 func TestCopyStartAndStreamMessageTimes(t *testing.T) {
 	sandboxtest.EachFlavor(t, func(t *testing.T, flavor sandbox.Flavor) {
 		store, db := openStore(t, flavor)
 		ctx := context.Background()
 		require.NoError(t, store.CreateWorkflow(ctx, spec("w"), "main"))
 		before := time.Now().UnixMicro()
-		require.NoError(t, store.RecordCopyStart(ctx, "w", "-80", map[string]int64{"orders": 1234}))
+		require.NoError(t, store.RecordCopyStart(ctx, "w", "-80", map[string]state.Estimate{"orders": {Rows: 1234, Bytes: 98304}}))
 		cs, err := store.CopyState(ctx, "w", "-80")
 		require.NoError(t, err)
 		require.Equal(t, "orders", cs[0].Table)
 		require.EqualValues(t, 1234, cs[0].RowsEstimate)
+		require.EqualValues(t, 98304, cs[0].BytesEstimate)
 		require.GreaterOrEqual(t, cs[0].RunStartedAtUS, before)
 		require.Zero(t, cs[1].RunStartedAtUS, "users has no estimate yet")
 
@@ -68,15 +70,29 @@ func TestCopyStartAndStreamMessageTimes(t *testing.T) {
 		require.NoError(t, err)
 		tx, err := db.Begin()
 		require.NoError(t, err)
-		require.NoError(t, state.SaveCopyProgress(ctx, tx, "w", "-80", owner, "orders", nil, 10, false))
+		require.NoError(t, state.SaveCopyProgress(ctx, tx, "w", "-80", owner, "orders", nil, 10, 700, false))
 		require.NoError(t, tx.Commit())
 		cs, err = store.CopyState(ctx, "w", "-80")
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, cs[0].UpdatedAtUS, before)
-		require.NoError(t, store.RecordCopyStart(ctx, "w", "-80", map[string]int64{"orders": 1300}))
+		require.EqualValues(t, 700, cs[0].BytesCopied)
+
+		// A resume: another applier opens the store and starts a new run.
+		store, err = state.Open(ctx, db)
+		require.NoError(t, err)
+		require.NoError(t, store.RecordCopyStart(ctx, "w", "-80", map[string]state.Estimate{"orders": {Rows: 1300, Bytes: 114688}}))
 		cs, err = store.CopyState(ctx, "w", "-80")
 		require.NoError(t, err)
 		require.EqualValues(t, 10, cs[0].RunStartRows, "a new run's rate counts from the rows copied so far")
+		require.EqualValues(t, 700, cs[0].BytesCopied, "a new run keeps the bytes copied")
+		require.EqualValues(t, 114688, cs[0].BytesEstimate)
+		owner, err = store.TakeOver(ctx, "w", "-80")
+		require.NoError(t, err)
+		require.NoError(t, state.SaveCopyProgress(ctx, db, "w", "-80", owner, "orders", nil, 5, 350, true))
+		cs, err = store.CopyState(ctx, "w", "-80")
+		require.NoError(t, err)
+		require.EqualValues(t, 15, cs[0].RowsCopied)
+		require.EqualValues(t, 1050, cs[0].BytesCopied, "the resumed run adds to them")
 
 		require.NoError(t, store.SetStreamMessage(ctx, "w", "-80", "retrying"))
 		streams, err := store.Streams(ctx, "w")
@@ -100,7 +116,7 @@ func TestOpenAddsNewColumnsToAnOldSchema(t *testing.T) {
 			"ALTER TABLE " + state.Schema + ".workflow DROP COLUMN last_error, DROP COLUMN last_error_at",
 			"ALTER TABLE " + state.Schema + ".stream DROP COLUMN message_at_us",
 			"ALTER TABLE " + state.Schema + ".copy_state DROP COLUMN rows_estimate, DROP COLUMN run_started_at_us, " +
-				"DROP COLUMN run_start_rows, DROP COLUMN updated_at_us",
+				"DROP COLUMN run_start_rows, DROP COLUMN updated_at_us, DROP COLUMN bytes_copied, DROP COLUMN bytes_estimate",
 			"ALTER TABLE " + state.Schema + ".verify DROP COLUMN outcome, DROP COLUMN message",
 		} {
 			_, err := db.Exec(q)

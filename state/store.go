@@ -109,8 +109,10 @@ var schemaDDL = []string{
 		table_name VARCHAR(64) NOT NULL,
 		last_pk VARBINARY(16384) NULL COMMENT 'rowlift.v1.Row of the last copied PK',
 		rows_copied BIGINT NOT NULL DEFAULT 0,
+		bytes_copied BIGINT NOT NULL DEFAULT 0 COMMENT 'packed row bytes the copied chunks carried',
 		done TINYINT(1) NOT NULL DEFAULT 0,
 		rows_estimate BIGINT NOT NULL DEFAULT 0 COMMENT 'source information_schema estimate at the last stream start',
+		bytes_estimate BIGINT NOT NULL DEFAULT 0 COMMENT 'source information_schema DATA_LENGTH at the last stream start',
 		run_started_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the current stream run started: its copy rate is',
 		run_start_rows BIGINT NOT NULL DEFAULT 0 COMMENT '(rows_copied - run_start_rows) / (now - run_started_at_us)',
 		updated_at_us BIGINT NOT NULL DEFAULT 0 COMMENT 'when the last chunk committed',
@@ -199,6 +201,8 @@ var addedColumns = []struct{ table, column, definition string }{
 	{"copy_state", "run_start_rows", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "updated_at_us", "BIGINT NOT NULL DEFAULT 0"},
 	{"copy_state", "deferred_keys", "TEXT NULL"},
+	{"copy_state", "bytes_copied", "BIGINT NOT NULL DEFAULT 0"},
+	{"copy_state", "bytes_estimate", "BIGINT NOT NULL DEFAULT 0"},
 	{"verify", "outcome", "VARCHAR(16) NOT NULL DEFAULT ''"},
 	{"verify", "message", "TEXT NULL"},
 	{"verify", "recheck", "TINYINT(1) NOT NULL DEFAULT 0"},
@@ -255,10 +259,14 @@ type TableCopy struct {
 	Table      string
 	LastPK     *rowliftv1.Row // nil before the first chunk
 	RowsCopied int64
-	Done       bool
-	// RowsEstimate is the source's estimate of the table's rows when the stream
-	// last started (0 before).
-	RowsEstimate int64
+	// BytesCopied is the packed row bytes of the chunks written (see
+	// SaveCopyProgress), what the copy moved.
+	BytesCopied int64
+	Done        bool
+	// RowsEstimate and BytesEstimate are the source's estimates of the
+	// table's rows and size when the stream last started (0 before).
+	RowsEstimate  int64
+	BytesEstimate int64
 	// RunStartedAtUS and RunStartRows are when the current stream run started
 	// and RowsCopied then: the run's copy rate is their difference to now.
 	RunStartedAtUS int64
@@ -570,7 +578,8 @@ func (s *Store) CopyState(ctx context.Context, workflow, source string) ([]Table
 
 // copyStates returns the copy_state rows where says, by workflow.
 func (s *Store) copyStates(ctx context.Context, where string, args ...any) (map[string][]TableCopy, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, table_name, last_pk, rows_copied, done, rows_estimate, run_started_at_us, run_start_rows, "+
+	rows, err := s.db.QueryContext(ctx, "SELECT workflow, source, table_name, last_pk, rows_copied, bytes_copied, done, rows_estimate, bytes_estimate, "+
+		"run_started_at_us, run_start_rows, "+
 		"updated_at_us, deferred_keys FROM "+Schema+".copy_state "+where+" ORDER BY workflow, source, table_name", args...)
 	if err != nil {
 		return nil, err
@@ -581,7 +590,7 @@ func (s *Store) copyStates(ctx context.Context, where string, args ...any) (map[
 		var workflow string
 		var tc TableCopy
 		var lastPK, keys []byte
-		if err := rows.Scan(&workflow, &tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.Done, &tc.RowsEstimate, &tc.RunStartedAtUS,
+		if err := rows.Scan(&workflow, &tc.Source, &tc.Table, &lastPK, &tc.RowsCopied, &tc.BytesCopied, &tc.Done, &tc.RowsEstimate, &tc.BytesEstimate, &tc.RunStartedAtUS,
 			&tc.RunStartRows, &tc.UpdatedAtUS, &keys); err != nil {
 			return nil, err
 		}
@@ -605,13 +614,21 @@ func (s *Store) copyStates(ctx context.Context, where string, args ...any) (map[
 	return out, rows.Err()
 }
 
-// RecordCopyStart records, when a stream (re)starts, the source's row
-// estimate of each table and the start of the run's copy rate, for status.
-func (s *Store) RecordCopyStart(ctx context.Context, workflow, source string, estimates map[string]int64) error {
+// Estimate is what the source's information_schema says of a table's size,
+// which status compares the copy's progress with.
+type Estimate struct {
+	Rows  int64
+	Bytes int64
+}
+
+// RecordCopyStart records, when a stream (re)starts, the source's estimates
+// of each table and the start of the run's copy rate, for status.
+func (s *Store) RecordCopyStart(ctx context.Context, workflow, source string, estimates map[string]Estimate) error {
 	now := time.Now().UnixMicro()
-	for table, estimate := range estimates {
-		if _, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET rows_estimate = ?, run_started_at_us = ?, run_start_rows = rows_copied "+
-			"WHERE workflow = ? AND source = ? AND table_name = ?", estimate, now, workflow, source, table); err != nil {
+	for table, e := range estimates {
+		if _, err := s.db.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET rows_estimate = ?, bytes_estimate = ?, run_started_at_us = ?, "+
+			"run_start_rows = rows_copied WHERE workflow = ? AND source = ? AND table_name = ?",
+			e.Rows, e.Bytes, now, workflow, source, table); err != nil {
 			return fmt.Errorf("record copy start of %s/%s %s: %w", workflow, source, table, err)
 		}
 	}
@@ -841,9 +858,10 @@ type Execer interface {
 }
 
 // SaveCopyProgress records, inside the caller's transaction, that rows up to
-// lastPK of a table have been copied; it fails with ErrNotOwner when the stream
-// was taken over.
-func SaveCopyProgress(ctx context.Context, tx Execer, workflow, source string, owner int64, table string, lastPK *rowliftv1.Row, rows int64, done bool) error {
+// lastPK of a table have been copied, adding rows and bytes (of packed rows)
+// to the table's counts; it fails with ErrNotOwner when the stream was taken
+// over.
+func SaveCopyProgress(ctx context.Context, tx Execer, workflow, source string, owner int64, table string, lastPK *rowliftv1.Row, rows, bytes int64, done bool) error {
 	if err := checkOwner(ctx, tx, workflow, source, owner); err != nil {
 		return err
 	}
@@ -854,8 +872,8 @@ func SaveCopyProgress(ctx context.Context, tx Execer, workflow, source string, o
 			return fmt.Errorf("encode last_pk of %s: %w", table, err)
 		}
 	}
-	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET last_pk = COALESCE(?, last_pk), rows_copied = rows_copied + ?, done = ?, "+
-		"updated_at_us = ? WHERE workflow = ? AND source = ? AND table_name = ?", pk, rows, done, time.Now().UnixMicro(), workflow, source, table)
+	_, err := tx.ExecContext(ctx, "UPDATE "+Schema+".copy_state SET last_pk = COALESCE(?, last_pk), rows_copied = rows_copied + ?, bytes_copied = bytes_copied + ?, "+
+		"done = ?, updated_at_us = ? WHERE workflow = ? AND source = ? AND table_name = ?", pk, rows, bytes, done, time.Now().UnixMicro(), workflow, source, table)
 	if err != nil {
 		return fmt.Errorf("save copy progress of %s: %w", table, err)
 	}

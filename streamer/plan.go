@@ -75,7 +75,7 @@ func (p *tablePlan) behind(target *rowliftv1.TableFields, targetDB string, jsonT
 		return p, nil
 	}
 	shape := schema.FromFields(p.table.Database, p.table.Name, target)
-	shape.RowsEstimate = p.table.RowsEstimate
+	shape.RowsEstimate, shape.BytesEstimate = p.table.RowsEstimate, p.table.BytesEstimate
 	hp, err := newTablePlan(shape, nil, jsonText)
 	if err != nil {
 		return nil, fmt.Errorf("target table %s.%s as the stream's plan: %w", targetDB, target.GetTable(), err)

@@ -51,6 +51,9 @@ type Table struct {
 	KeyName      string
 	CreateTable  string
 	RowsEstimate int64
+	// BytesEstimate is the table's size on disk (DATA_LENGTH), which status
+	// shows beside the bytes copied.
+	BytesEstimate int64
 }
 
 var generatedExtra = regexp.MustCompile(`(?i)\b(VIRTUAL|STORED|PERSISTENT) GENERATED\b`)
@@ -66,9 +69,9 @@ func Load(ctx context.Context, q Queryer, database, table string) (*Table, error
 	if err := q.QueryRowContext(ctx, "SHOW CREATE TABLE "+rowcodec.QualifiedIdent(database, table)).Scan(&name, &t.CreateTable); err != nil {
 		return nil, gone(ctx, q, t, fmt.Errorf("show create table %s.%s: %w", database, table, err))
 	}
-	if err := q.QueryRowContext(ctx, `SELECT IFNULL(TABLE_ROWS, 0) FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, database, table).Scan(&t.RowsEstimate); err != nil {
-		return nil, gone(ctx, q, t, fmt.Errorf("read row estimate of %s.%s: %w", database, table, err))
+	if err := q.QueryRowContext(ctx, `SELECT IFNULL(TABLE_ROWS, 0), IFNULL(DATA_LENGTH, 0) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`, database, table).Scan(&t.RowsEstimate, &t.BytesEstimate); err != nil {
+		return nil, gone(ctx, q, t, fmt.Errorf("read row and byte estimates of %s.%s: %w", database, table, err))
 	}
 	return t, nil
 }
@@ -205,7 +208,7 @@ func (t *Table) Streamed(names []string) ([]Column, error) {
 
 // Fields describes streamed columns for the stream, with the key's positions.
 func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
-	tf := &rowliftv1.TableFields{Table: t.Name, CreateTable: []byte(t.CreateTable), RowsEstimate: t.RowsEstimate}
+	tf := &rowliftv1.TableFields{Table: t.Name, CreateTable: []byte(t.CreateTable), RowsEstimate: t.RowsEstimate, BytesEstimate: t.BytesEstimate}
 	for _, c := range cols {
 		tf.Fields = append(tf.Fields, &rowliftv1.Field{Name: c.Name, DataType: c.DataType, ColumnType: c.ColumnType,
 			Charset: c.Charset, Collation: c.Collation, Nullable: c.Nullable})
@@ -223,7 +226,7 @@ func (t *Table) Fields(cols []Column) *rowliftv1.TableFields {
 // FromFields is the table fields describe, as database.name: Fields' inverse,
 // for a table known only by what a stream says of it.
 func FromFields(database, name string, f *rowliftv1.TableFields) *Table {
-	t := &Table{Database: database, Name: name, RowsEstimate: f.GetRowsEstimate()}
+	t := &Table{Database: database, Name: name, RowsEstimate: f.GetRowsEstimate(), BytesEstimate: f.GetBytesEstimate()}
 	for _, c := range f.GetFields() {
 		t.Columns = append(t.Columns, Column{Name: c.GetName(), DataType: c.GetDataType(), ColumnType: c.GetColumnType(),
 			Charset: c.GetCharset(), Collation: c.GetCollation(), Nullable: c.GetNullable()})

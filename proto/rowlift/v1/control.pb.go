@@ -1670,7 +1670,10 @@ type WorkflowStatus struct {
 	// Non-empty while a stream waits on its source before its binlog starts
 	// (the source locating the start position in a large binlog file), one
 	// "why (target T, source S)" per such stream, joined by "; ".
-	Waiting       string `protobuf:"bytes,19,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Waiting string `protobuf:"bytes,19,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// Totals of tables' bytes_copied and bytes_estimate.
+	BytesCopied   int64 `protobuf:"varint,20,opt,name=bytes_copied,json=bytesCopied,proto3" json:"bytes_copied,omitempty"`
+	BytesEstimate int64 `protobuf:"varint,21,opt,name=bytes_estimate,json=bytesEstimate,proto3" json:"bytes_estimate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1836,6 +1839,20 @@ func (x *WorkflowStatus) GetWaiting() string {
 		return x.Waiting
 	}
 	return ""
+}
+
+func (x *WorkflowStatus) GetBytesCopied() int64 {
+	if x != nil {
+		return x.BytesCopied
+	}
+	return 0
+}
+
+func (x *WorkflowStatus) GetBytesEstimate() int64 {
+	if x != nil {
+		return x.BytesEstimate
+	}
+	return 0
 }
 
 // VerifyStatus is a verify's progress and findings, summed over streams.
@@ -2209,7 +2226,15 @@ type TableStatus struct {
 	// Secondary keys the applier adds to the target table now that its rows are
 	// copied (see WorkflowOptions.keep_secondary_keys); the copy is done once
 	// none is left.
-	KeysPending   []string `protobuf:"bytes,8,rep,name=keys_pending,json=keysPending,proto3" json:"keys_pending,omitempty"`
+	KeysPending []string `protobuf:"bytes,8,rep,name=keys_pending,json=keysPending,proto3" json:"keys_pending,omitempty"`
+	// Bytes of the rows written so far: the packed values the stream carried
+	// (internal/rowcodec, each value's bytes with its length), what the copy
+	// moved, not what the target stores.
+	BytesCopied int64 `protobuf:"varint,9,opt,name=bytes_copied,json=bytesCopied,proto3" json:"bytes_copied,omitempty"`
+	// The source table's size on disk (information_schema DATA_LENGTH) when
+	// its stream last started, for scale: pages and row headers make it larger
+	// than bytes_copied ends, and it is 0 while unknown.
+	BytesEstimate int64 `protobuf:"varint,10,opt,name=bytes_estimate,json=bytesEstimate,proto3" json:"bytes_estimate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2298,6 +2323,20 @@ func (x *TableStatus) GetKeysPending() []string {
 		return x.KeysPending
 	}
 	return nil
+}
+
+func (x *TableStatus) GetBytesCopied() int64 {
+	if x != nil {
+		return x.BytesCopied
+	}
+	return 0
+}
+
+func (x *TableStatus) GetBytesEstimate() int64 {
+	if x != nil {
+		return x.BytesEstimate
+	}
+	return 0
 }
 
 // StreamStatus is one (source shard, target shard) stream of the workflow.
@@ -2863,7 +2902,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\bWorkflow\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.rowlift.v1.WorkflowSpecR\x04spec\x122\n" +
 	"\x06status\x18\x02 \x01(\v2\x1a.rowlift.v1.WorkflowStatusR\x06status\x12\x1a\n" +
-	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"\xe0\x05\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\"\xaa\x06\n" +
 	"\x0eWorkflowStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.rowlift.v1.WorkflowStateR\x05state\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\"\n" +
@@ -2887,7 +2926,9 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0frows_per_second\x18\x10 \x01(\x01R\rrowsPerSecond\x120\n" +
 	"\x06verify\x18\x11 \x01(\v2\x18.rowlift.v1.VerifyStatusR\x06verify\x123\n" +
 	"\acutover\x18\x12 \x01(\v2\x19.rowlift.v1.CutoverStatusR\acutover\x12\x18\n" +
-	"\awaiting\x18\x13 \x01(\tR\awaiting\"\x93\x03\n" +
+	"\awaiting\x18\x13 \x01(\tR\awaiting\x12!\n" +
+	"\fbytes_copied\x18\x14 \x01(\x03R\vbytesCopied\x12%\n" +
+	"\x0ebytes_estimate\x18\x15 \x01(\x03R\rbytesEstimate\"\x93\x03\n" +
 	"\fVerifyStatus\x12-\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x17.rowlift.v1.VerifyStateR\x05state\x12\x16\n" +
 	"\x06repair\x18\x02 \x01(\bR\x06repair\x12\"\n" +
@@ -2920,7 +2961,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0ewrite_pause_ms\x18\x05 \x01(\x03R\fwritePauseMs\x12\"\n" +
 	"\rstarted_at_us\x18\x06 \x01(\x03R\vstartedAtUs\x12$\n" +
 	"\x0efinished_at_us\x18\a \x01(\x03R\ffinishedAtUs\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage\"\x84\x02\n" +
+	"\amessage\x18\b \x01(\tR\amessage\"\xce\x02\n" +
 	"\vTableStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vrows_copied\x18\x02 \x01(\x03R\n" +
@@ -2930,7 +2971,10 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0frows_per_second\x18\x05 \x01(\x01R\rrowsPerSecond\x12\x18\n" +
 	"\apercent\x18\x06 \x01(\x01R\apercent\x12\"\n" +
 	"\rupdated_at_us\x18\a \x01(\x03R\vupdatedAtUs\x12!\n" +
-	"\fkeys_pending\x18\b \x03(\tR\vkeysPending\"\xea\x03\n" +
+	"\fkeys_pending\x18\b \x03(\tR\vkeysPending\x12!\n" +
+	"\fbytes_copied\x18\t \x01(\x03R\vbytesCopied\x12%\n" +
+	"\x0ebytes_estimate\x18\n" +
+	" \x01(\x03R\rbytesEstimate\"\xea\x03\n" +
 	"\fStreamStatus\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x120\n" +

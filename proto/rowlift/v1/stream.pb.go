@@ -1617,7 +1617,10 @@ type TableFields struct {
 	// not string: it holds binary column defaults as raw bytes, not UTF-8.
 	CreateTable []byte `protobuf:"bytes,4,opt,name=create_table,json=createTable,proto3" json:"create_table,omitempty"`
 	// Estimated rows on the source (information_schema.TABLES.TABLE_ROWS).
-	RowsEstimate  int64 `protobuf:"varint,5,opt,name=rows_estimate,json=rowsEstimate,proto3" json:"rows_estimate,omitempty"`
+	RowsEstimate int64 `protobuf:"varint,5,opt,name=rows_estimate,json=rowsEstimate,proto3" json:"rows_estimate,omitempty"`
+	// The table's size on the source (information_schema.TABLES.DATA_LENGTH),
+	// which status shows beside the bytes copied.
+	BytesEstimate int64 `protobuf:"varint,6,opt,name=bytes_estimate,json=bytesEstimate,proto3" json:"bytes_estimate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1683,6 +1686,13 @@ func (x *TableFields) GetCreateTable() []byte {
 func (x *TableFields) GetRowsEstimate() int64 {
 	if x != nil {
 		return x.RowsEstimate
+	}
+	return 0
+}
+
+func (x *TableFields) GetBytesEstimate() int64 {
+	if x != nil {
+		return x.BytesEstimate
 	}
 	return 0
 }
@@ -2380,14 +2390,15 @@ const file_rowlift_v1_stream_proto_rawDesc = "" +
 	"columnType\x12\x18\n" +
 	"\acharset\x18\x04 \x01(\tR\acharset\x12\x1c\n" +
 	"\tcollation\x18\x05 \x01(\tR\tcollation\x12\x1a\n" +
-	"\bnullable\x18\x06 \x01(\bR\bnullable\"\xb5\x01\n" +
+	"\bnullable\x18\x06 \x01(\bR\bnullable\"\xdc\x01\n" +
 	"\vTableFields\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12)\n" +
 	"\x06fields\x18\x02 \x03(\v2\x11.rowlift.v1.FieldR\x06fields\x12\x1d\n" +
 	"\n" +
 	"pk_columns\x18\x03 \x03(\x05R\tpkColumns\x12!\n" +
 	"\fcreate_table\x18\x04 \x01(\fR\vcreateTable\x12#\n" +
-	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\"\xd5\x03\n" +
+	"\rrows_estimate\x18\x05 \x01(\x03R\frowsEstimate\x12%\n" +
+	"\x0ebytes_estimate\x18\x06 \x01(\x03R\rbytesEstimate\"\xd5\x03\n" +
 	"\x05Chunk\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x1f\n" +
 	"\vpacked_rows\x18\b \x01(\fR\n" +

@@ -152,6 +152,31 @@ func (s *Set) Advance(o *Set) error {
 	}
 }
 
+// Count is how many transactions the set holds, so that two positions of one
+// stream read apart in time give its throughput: on MySQL the sum of the
+// lengths of its intervals; on MariaDB the sum of each domain's sequence
+// number, which grows by one per transaction of the domain whichever server
+// wrote it, so the difference of two counts is the sum of the domains'
+// progress even across a failover.
+func (s *Set) Count() uint64 {
+	var n uint64
+	switch set := s.set.(type) {
+	case *mysql.MysqlGTIDSet:
+		for _, tags := range *set {
+			for _, intervals := range tags {
+				for _, i := range intervals {
+					n += uint64(i.Stop - i.Start)
+				}
+			}
+		}
+	case *mysql.MariadbGTIDSet:
+		for _, g := range set.Sets {
+			n += g.SequenceNumber
+		}
+	}
+	return n
+}
+
 // Merge returns the position that covers both a and b (see Advance), as text.
 func Merge(a, b string) (string, error) {
 	sa, err := Parse(a)

@@ -186,3 +186,25 @@ func TestMariaDBLackNamesWhatTheSourceNeverHad(t *testing.T) {
 	_, err = MariaDBLack(parse(t, "0-1-5"), "0-x-5")
 	assert.ErrorContains(t, err, "gtid_binlog_state")
 }
+
+// TestCount: a position's transactions, so that the difference of two
+// positions of a stream is how many it went through.
+func TestCount(t *testing.T) {
+	for _, c := range []struct {
+		set  string
+		want uint64
+	}{
+		{"", 0},
+		{uuidA + ":5", 1},
+		{uuidA + ":1-5", 5},
+		{uuidA + ":1-5:7-9", 8},
+		{uuidA + ":1-5:blue:1-2", 7}, // tagged GTIDs count too
+		{uuidA + ":1-3," + uuidB + ":4-10", 10},
+		{"0-1-5", 5},
+		{"0-1-5,1-2-7", 12},
+		{"0-3-5,1-2-7", 12}, // domain 0 after a failover to server 3: its sequence goes on
+		{"0-1-0", 0},
+	} {
+		assert.Equal(t, c.want, parse(t, c.set).Count(), c.set)
+	}
+}

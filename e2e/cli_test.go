@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rowlift/rowlift/internal/sandbox"
 	"github.com/rowlift/rowlift/internal/sandbox/sandboxtest"
+	"github.com/rowlift/rowlift/internal/statustext"
 	"github.com/rowlift/rowlift/internal/verify"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
@@ -159,6 +161,10 @@ func testCLIWorkflowLifecycle(t *testing.T, flavor sandbox.Flavor) {
 	require.Equal(t, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_STOPPED, w.GetStatus().GetPhase())
 	require.Len(t, w.GetStatus().GetTables(), 2)
 	require.Equal(t, int64(5000), w.GetStatus().GetRowsCopied())
+	t2 := w.GetStatus().GetTables()[1]
+	require.Positive(t, t2.GetBytesCopied())
+	require.Positive(t, t2.GetBytesEstimate(), "the source's DATA_LENGTH")
+	t2Bytes := statustext.Bytes(t2.GetBytesCopied())
 
 	require.Equal(t, "resumed workflow cli: running\n", c.ok("workflow", "resume", "cli"))
 	e.waitFor("the row written while stopped", 30*time.Second, func() (bool, string) {
@@ -173,6 +179,7 @@ func testCLIWorkflowLifecycle(t *testing.T, flavor sandbox.Flavor) {
 		"workflow cli   running", "  t2    [##############################]  100.0%  2,000 / 2,000"} {
 		require.Contains(t, out, want)
 	}
+	require.Regexp(t, `\n  t2 +\[#+\] +100\.0% +2,000 / 2,000 +`+regexp.QuoteMeta(t2Bytes+" / "+t2Bytes)+" ", out, "the bytes copied, the estimate once done")
 
 	require.Equal(t, "deleted workflow cli\nkept target tables with their rows (drop them by hand if unwanted): main:clidb.t1, main:clidb.t2\n",
 		c.ok("workflow", "delete", "cli"))

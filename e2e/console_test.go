@@ -16,14 +16,17 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/rowlift/rowlift/internal/sandbox"
+	"github.com/rowlift/rowlift/internal/statustext"
+	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 // TestConsole opens the coordinator's web console in headless Chromium,
 // driven over WebDriver, against a real coordinator moving a table between
 // real servers: a reader signs in and sees the list and the workflow's page
-// with its progress and charts, and is refused an action with the words the
+// with its progress in rows and bytes and its charts, and is refused an action with the words the
 // CLI prints; an admin stops the workflow; the page goes on updating across a
 // coordinator restart, and an admin's verify shows its result. Screenshots land in consoleOutputDir.
 func TestConsole(t *testing.T) {
@@ -63,16 +66,27 @@ func TestConsole(t *testing.T) {
 		return r && r.textContent.includes('3,000 / ') && r.querySelector('.phase').textContent`)
 	wd.screenshot(filepath.Join(out, "list.png"))
 
+	// The bytes as the CLI words them (statustext.Bytes, which app.js mirrors).
+	cli := newCLIAt(t, addr)
+	cli.env = append(cli.env, "ROWLIFT_TOKEN_FILE="+readFile)
+	var shown rowliftv1.Workflow
+	require.NoError(t, protojson.Unmarshal([]byte(cli.ok("workflow", "show", "con", "--output", "json")), &shown))
+	st := shown.GetStatus()
+	require.Positive(t, st.GetBytesCopied())
+	require.Positive(t, st.GetBytesEstimate())
+	sizes := statustext.Bytes(st.GetBytesCopied()) + " / " + statustext.Bytes(st.GetBytesEstimate())
+	require.Equal(t, sizes, wd.waitScript("the bytes in the list", `const b = document.querySelector('tr[data-workflow="con"] .bytes'); return b && b.textContent`))
+
 	wd.navigate(base + "#/workflow/con")
 	wd.waitScript("the table's progress and charts of two samples", `const r = document.querySelector('#tables tr[data-table="t"]');
 		const line = document.querySelector('.chart-lag polyline');
-		return r && r.querySelector('.rows').textContent.startsWith('3,000 / ') && r.querySelector('.bar > span').style.width === '100%' &&
-			line && line.getAttribute('points').split(' ').length >= 2 && document.querySelector('.chart-rate polyline') !== null`)
+		return r && r.querySelector('.rows').textContent.startsWith('3,000 / ') && r.querySelector('.bytes').textContent === arguments[0] &&
+			r.querySelector('.bar > span').style.width === '100%' &&
+			line && line.getAttribute('points').split(' ').length >= 2 && document.querySelector('.chart-rate polyline') !== null`, sizes)
+	require.Contains(t, wd.script(`return document.getElementById('phase').textContent`), " rows · "+sizes)
 	wd.screenshot(filepath.Join(out, "workflow.png"))
 
 	// A reader is refused as the CLI is, word for word.
-	cli := newCLIAt(t, addr)
-	cli.env = append(cli.env, "ROWLIFT_TOKEN_FILE="+readFile)
 	refusal := strings.TrimSuffix(strings.TrimPrefix(cli.fails(3, "workflow", "stop", "con"), "rowlift: "), "\n")
 	require.Equal(t, "stop workflow con: StopWorkflow needs the admin role, and this caller has the read role (its token has the read role): "+
 		"use credentials with the admin role (PermissionDenied)", refusal)

@@ -102,16 +102,17 @@ func tableETA(t *rowliftv1.TableStatus) string {
 	return formatSeconds(float64(left) / t.GetRowsPerSecond())
 }
 
-// rowsOf is "copied / estimate", the estimate "?" while unknown.
-func rowsOf(copied, estimate int64, done bool) string {
+// ofEstimate is "copied / estimate" in format's words (rows or bytes), the
+// estimate "?" while unknown and the amount copied once done.
+func ofEstimate(copied, estimate int64, done bool, format func(int64) string) string {
 	est := "?"
 	switch {
 	case done:
-		est = statustext.Count(copied)
+		est = format(copied)
 	case estimate > 0:
-		est = statustext.Count(estimate)
+		est = format(estimate)
 	}
-	return statustext.Count(copied) + " / " + est
+	return format(copied) + " / " + est
 }
 
 // lagText is the workflow's lag, "-" until a stream has applied anything.
@@ -151,21 +152,21 @@ func renderStatus(w *rowliftv1.Workflow, now time.Time) []string {
 	}
 	lines = append(lines, "")
 	lines = append(lines, columns(tabwriter.AlignRight, func(w io.Writer) {
-		row := func(name, bar, percent, rows, rate, eta string) {
-			fmt.Fprintf(w, "%-*s %s\t%s\t%s\t%s\t%s\t\n", nameWidth, name, bar, percent, rows, rate, eta)
+		row := func(name, bar, percent, rows, bytes, rate, eta string) {
+			fmt.Fprintf(w, "%-*s %s\t%s\t%s\t%s\t%s\t%s\t\n", nameWidth, name, bar, percent, rows, bytes, rate, eta)
 		}
-		row("TABLE", fmt.Sprintf("%-*s", barWidth+2, "PROGRESS"), "", "ROWS", "RATE", "ETA")
+		row("TABLE", fmt.Sprintf("%-*s", barWidth+2, "PROGRESS"), "", "ROWS", "BYTES", "RATE", "ETA")
 		for _, t := range st.GetTables() {
 			p := tablePercent(t)
-			row(t.GetName(), bar(p, barWidth), statustext.Percent(p), rowsOf(t.GetRowsCopied(), t.GetRowsEstimate(), t.GetDone()),
-				formatRate(t.GetRowsPerSecond()), tableETA(t))
+			row(t.GetName(), bar(p, barWidth), statustext.Percent(p), ofEstimate(t.GetRowsCopied(), t.GetRowsEstimate(), t.GetDone(), statustext.Count),
+				ofEstimate(t.GetBytesCopied(), t.GetBytesEstimate(), t.GetDone(), statustext.Bytes), formatRate(t.GetRowsPerSecond()), tableETA(t))
 		}
 		total, eta := totalPercent(st), formatSeconds(st.GetEtaSeconds())
 		if total >= 100 {
 			eta = "done"
 		}
-		row("total", bar(total, barWidth), statustext.Percent(total), rowsOf(st.GetRowsCopied(), st.GetRowsEstimate(), total >= 100),
-			formatRate(st.GetRowsPerSecond()), eta)
+		row("total", bar(total, barWidth), statustext.Percent(total), ofEstimate(st.GetRowsCopied(), st.GetRowsEstimate(), total >= 100, statustext.Count),
+			ofEstimate(st.GetBytesCopied(), st.GetBytesEstimate(), total >= 100, statustext.Bytes), formatRate(st.GetRowsPerSecond()), eta)
 	})...)
 
 	if streams := st.GetStreams(); len(streams) > 0 {
@@ -436,7 +437,7 @@ func renderLine(w *rowliftv1.Workflow, now time.Time) string {
 	st := w.GetStatus()
 	line := fmt.Sprintf("%s %s %s %s rows %s rate %s lag %s eta %s",
 		now.Format(time.RFC3339), w.GetSpec().GetName(), statustext.Phase(st), statustext.Percent(totalPercent(st)),
-		strings.ReplaceAll(rowsOf(st.GetRowsCopied(), st.GetRowsEstimate(), totalPercent(st) >= 100), " ", ""),
+		strings.ReplaceAll(ofEstimate(st.GetRowsCopied(), st.GetRowsEstimate(), totalPercent(st) >= 100, statustext.Count), " ", ""),
 		formatRate(st.GetRowsPerSecond()), lagText(st), formatSeconds(st.GetEtaSeconds()))
 	if t := st.GetThrottled(); t != "" {
 		line += " throttled: " + t

@@ -32,13 +32,14 @@ func copyingWorkflow() *rowliftv1.Workflow {
 			State: rowliftv1.WorkflowState_WORKFLOW_STATE_COPYING, Phase: rowliftv1.WorkflowPhase_WORKFLOW_PHASE_COPYING,
 			Message: "copying 3 tables", CreatedAtUs: us(9*time.Minute + 30*time.Second),
 			Tables: []*rowliftv1.TableStatus{
-				{Name: "customers", RowsCopied: 100000, RowsEstimate: 98000, Done: true, Percent: 100},
-				{Name: "orders", RowsCopied: 1234567, RowsEstimate: 2500000, RowsPerSecond: 41234.4, Percent: 49.38},
+				{Name: "customers", RowsCopied: 100000, RowsEstimate: 98000, Done: true, Percent: 100, BytesCopied: 9_600_000, BytesEstimate: 11_010_048},
+				{Name: "orders", RowsCopied: 1234567, RowsEstimate: 2500000, RowsPerSecond: 41234.4, Percent: 49.38, BytesCopied: 87_136_870, BytesEstimate: 211_182_387},
 				{Name: "audit_log", RowsCopied: 0, RowsEstimate: 0},
 			},
 			Streams: []*rowliftv1.StreamStatus{{Source: "main", Target: "main", Position: &rowliftv1.Position{GtidSet: "0-1-4711"},
 				SourceTimeUs: us(2 * time.Second), LagMs: 1200, HeartbeatAtUs: us(400 * time.Millisecond)}},
 			EtaSeconds: 30.7, LagMs: 1200, RowsCopied: 1334567, RowsEstimate: 2598000, Percent: 51.37, RowsPerSecond: 41234.4,
+			BytesCopied: 96_736_870, BytesEstimate: 222_192_435,
 			Throttled: "source Threads_running 57 > 50",
 			LastError: "target: Lock wait timeout exceeded", LastErrorAtUs: us(3 * time.Minute),
 		},
@@ -58,11 +59,11 @@ catch-up  the copy waits while replay lags over 1s, and sizes chunks under write
 workflow shop-move   copying   lag 1.2s   eta 30s   throttled: source Threads_running 57 > 50
   copying 3 tables
 
-  TABLE     PROGRESS                                                   ROWS      RATE   ETA
-  customers [##############################]  100.0%      100,000 / 100,000         -  done
-  orders    [##############----------------]   49.4%  1,234,567 / 2,500,000  41,234/s   30s
-  audit_log [??????????????????????????????]       ?                  0 / ?         -     -
-  total     [###############---------------]   51.4%  1,334,567 / 2,598,000  41,234/s   30s
+  TABLE     PROGRESS                                                   ROWS                 BYTES      RATE   ETA
+  customers [##############################]  100.0%      100,000 / 100,000     9.2 MiB / 9.2 MiB         -  done
+  orders    [##############----------------]   49.4%  1,234,567 / 2,500,000  83.1 MiB / 201.4 MiB  41,234/s   30s
+  audit_log [??????????????????????????????]       ?                  0 / ?               0 B / ?         -     -
+  total     [###############---------------]   51.4%  1,334,567 / 2,598,000  92.3 MiB / 211.9 MiB  41,234/s   30s
 
   STREAM       LAG   LAST COMMIT  POSITION
   main → main  1.2s  400ms ago    0-1-4711
@@ -78,14 +79,15 @@ func TestRenderStatusOfARunningWorkflow(t *testing.T) {
 	st.State, st.Phase, st.Message, st.Throttled, st.EtaSeconds = rowliftv1.WorkflowState_WORKFLOW_STATE_RUNNING, rowliftv1.WorkflowPhase_WORKFLOW_PHASE_CATCHING_UP, "", "", -1
 	st.Tables = st.Tables[:1]
 	st.RowsCopied, st.RowsEstimate, st.Percent, st.RowsPerSecond = 100000, 98000, 100, 0
+	st.BytesCopied, st.BytesEstimate = st.Tables[0].BytesCopied, st.Tables[0].BytesEstimate
 	st.Streams[0].Retrying, st.Streams[0].RetryingSinceUs = "streamer 10.0.0.5:7001: connection refused", us(12*time.Second)
 	st.LastError = ""
 	require.Equal(t, []string{
 		"workflow shop-move   catching up   lag 1.2s   eta -   not throttled",
 		"",
-		"  TABLE     PROGRESS                                               ROWS  RATE   ETA",
-		"  customers [##############################]  100.0%  100,000 / 100,000     -  done",
-		"  total     [##############################]  100.0%  100,000 / 100,000     -  done",
+		"  TABLE     PROGRESS                                               ROWS              BYTES  RATE   ETA",
+		"  customers [##############################]  100.0%  100,000 / 100,000  9.2 MiB / 9.2 MiB     -  done",
+		"  total     [##############################]  100.0%  100,000 / 100,000  9.2 MiB / 9.2 MiB     -  done",
 		"",
 		"  STREAM       LAG   LAST COMMIT  POSITION",
 		"  main → main  1.2s  400ms ago    0-1-4711",

@@ -4,6 +4,7 @@ package statustext
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -56,6 +57,25 @@ func Count(n int64) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// byteUnits are the binary units Bytes steps through.
+var byteUnits = []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+
+// Bytes writes a size in binary units with one decimal (87136870 as
+// "83.1 MiB", under 1 KiB in bytes), short enough to sit beside a row count;
+// the console's app.js mirrors it.
+func Bytes(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v, unit := float64(n), 0
+	for v >= 1023.95 && unit < len(byteUnits)-1 { // 1023.95 would print as 1024.0
+		v /= 1024
+		unit++
+	}
+	// Rounded half up first, as app.js's toFixed does, not half to even.
+	return strconv.FormatFloat(math.Round(v*10)/10, 'f', 1, 64) + " " + byteUnits[unit]
 }
 
 // Verify is a verify's progress on one line.

@@ -37,6 +37,15 @@ const num = (v) => Number(v || 0);
 const count = (n) => num(n).toLocaleString('en-US');
 const words = (s, prefix) => (s || '').replace(prefix, '').toLowerCase().replaceAll('_', ' ');
 const when = (us) => (num(us) ? new Date(num(us) / 1000).toLocaleTimeString() : '');
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB'];
+
+// bytes mirrors statustext.Bytes: 87136870 as "83.1 MiB".
+function bytes(n) {
+  let v = num(n), u = 0;
+  if (v < 1024) return Math.round(v) + ' B';
+  while (v >= 1023.95 && u < UNITS.length - 1) { v /= 1024; u++; }
+  return (Math.round(v * 10) / 10).toFixed(1) + ' ' + UNITS[u];
+}
 
 function phase(st) {
   return st.phase ? words(st.phase, 'WORKFLOW_PHASE_') : words(st.state, 'WORKFLOW_STATE_');
@@ -124,6 +133,7 @@ function renderList(list) {
       el('td', { class: 'phase' }, phase(st)),
       el('td', {}, bar(st.percent), ' ', el('span', { class: 'num percent' }, (st.percent || 0).toFixed(1) + '%')),
       el('td', { class: 'num' }, count(st.rowsCopied) + ' / ' + count(st.rowsEstimate)),
+      el('td', { class: 'num bytes' }, bytes(st.bytesCopied) + ' / ' + bytes(st.bytesEstimate)),
       el('td', { class: 'num lag' }, duration(num(st.lagMs) / 1000)),
       el('td', { class: 'num' }, st.etaSeconds === undefined ? '' : duration(st.etaSeconds)),
       el('td', { class: 'msg' }, st.lastError || st.message || st.waiting || ''));
@@ -133,7 +143,7 @@ function renderList(list) {
   document.getElementById('app').replaceChildren(
     el('h1', {}, 'Workflows'),
     rows.length ? el('table', { id: 'workflows' },
-      el('tr', {}, ['Workflow', 'Targets', 'Phase', 'Progress', 'Rows', 'Lag', 'ETA', 'Message'].map((h) => el('th', {}, h))), rows)
+      el('tr', {}, ['Workflow', 'Targets', 'Phase', 'Progress', 'Rows', 'Bytes', 'Lag', 'ETA', 'Message'].map((h) => el('th', {}, h))), rows)
       : el('p', { id: 'workflows' }, 'no workflows'),
     errors.length ? el('ul', {}, errors) : '');
 }
@@ -169,7 +179,8 @@ function renderWorkflow(w, hist, verifyLine) {
   const tables = (st.tables || []).map((t) => el('tr', { 'data-table': t.name },
     el('td', {}, t.name),
     el('td', {}, bar(t.done ? 100 : t.percent), ' ', el('span', { class: 'num' }, t.done ? 'done' : (t.percent === undefined ? '?' : t.percent.toFixed(1) + '%'))),
-    el('td', { class: 'num rows' }, count(t.rowsCopied) + ' / ' + count(t.rowsEstimate)),
+    el('td', { class: 'num' }, el('span', { class: 'rows' }, count(t.rowsCopied) + ' / ' + count(t.rowsEstimate) + ' rows'),
+      ' · ', el('span', { class: 'bytes' }, bytes(t.bytesCopied) + ' / ' + bytes(t.bytesEstimate))),
     el('td', { class: 'num' }, Math.round(t.rowsPerSecond || 0).toLocaleString('en-US') + ' rows/s'),
     el('td', {}, (t.keysPending || []).join(', '))));
   const streams = (st.streams || []).map((s) => el('tr', {},
@@ -208,13 +219,13 @@ function renderWorkflow(w, hist, verifyLine) {
   document.getElementById('data').replaceChildren(
     el('p', { id: 'phase' }, el('b', {}, phase(st)), st.message ? ' (' + st.message + ')' : '',
       ' · lag ' + duration(num(st.lagMs) / 1000), st.etaSeconds !== undefined ? ' · ETA ' + duration(st.etaSeconds) : '',
-      ' · ' + count(st.rowsCopied) + ' / ' + count(st.rowsEstimate) + ' rows'),
+      ' · ' + count(st.rowsCopied) + ' / ' + count(st.rowsEstimate) + ' rows · ' + bytes(st.bytesCopied) + ' / ' + bytes(st.bytesEstimate)),
     st.lastError ? el('p', { class: 'err' }, 'last error (' + when(st.lastErrorAtUs) + '): ' + st.lastError) : '',
     st.waiting ? el('p', {}, 'waiting: ' + st.waiting) : '',
     st.throttled ? el('p', {}, 'throttled: ' + st.throttled) : '',
     (w.warnings || []).map((x) => el('p', { class: 'err' }, 'warning: ' + x)),
     el('h2', {}, 'Tables'),
-    el('table', { id: 'tables' }, el('tr', {}, ['Table', 'Progress', 'Rows', 'Rate', 'Keys pending'].map((h) => el('th', {}, h))), tables),
+    el('table', { id: 'tables' }, el('tr', {}, ['Table', 'Progress', 'Copied', 'Rate', 'Keys pending'].map((h) => el('th', {}, h))), tables),
     el('h2', {}, 'Over the last hour'),
     el('div', { class: 'charts' },
       chart('chart-lag', 'Lag', samples, (p) => num(p.lag_ms) / 1000, 's'),

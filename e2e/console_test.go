@@ -26,9 +26,11 @@ import (
 // TestConsole opens the coordinator's web console in headless Chromium,
 // driven over WebDriver, against a real coordinator moving a table between
 // real servers: a reader signs in and sees the list and the workflow's page
-// with its progress in rows and bytes and its charts, and is refused an action with the words the
-// CLI prints; an admin stops the workflow; the page goes on updating across a
-// coordinator restart, and an admin's verify shows its result. Screenshots land in consoleOutputDir.
+// with its progress in rows and bytes and its charts (replay throughput
+// among them), and is refused an action with the words the CLI prints; an
+// admin stops the workflow; the page goes on updating across a coordinator
+// restart, and an admin's verify shows its result. Screenshots land in
+// consoleOutputDir.
 func TestConsole(t *testing.T) {
 	chromium, driver := lookBrowser(t)
 	e := newEnv(t)
@@ -79,11 +81,15 @@ func TestConsole(t *testing.T) {
 
 	wd.navigate(base + "#/workflow/con")
 	wd.waitScript("the table's progress and charts of two samples", `const r = document.querySelector('#tables tr[data-table="t"]');
-		const line = document.querySelector('.chart-lag polyline');
+		const points = (c) => { const l = document.querySelector('.' + c + ' polyline'); return l ? l.getAttribute('points').split(' ').length : 0; };
 		return r && r.querySelector('.rows').textContent.startsWith('3,000 / ') && r.querySelector('.bytes').textContent === arguments[0] &&
 			r.querySelector('.bar > span').style.width === '100%' &&
-			line && line.getAttribute('points').split(' ').length >= 2 && document.querySelector('.chart-rate polyline') !== null`, sizes)
+			['chart-lag', 'chart-rate', 'chart-bytes', 'chart-replay'].every((c) => points(c) >= 2)`, sizes)
 	require.Contains(t, wd.script(`return document.getElementById('phase').textContent`), " rows · "+sizes)
+	// A source transaction moves the replay chart off zero.
+	e.sourceExec("UPDATE condb.t SET v = 'replayed' WHERE id = 1")
+	wd.waitScript("the replay chart to show the transaction", `const top = document.querySelector('.chart-replay text');
+		return top && top.textContent !== '0 tx/s' && top.textContent`)
 	wd.screenshot(filepath.Join(out, "workflow.png"))
 
 	// A reader is refused as the CLI is, word for word.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -49,6 +50,42 @@ func TestHistoryBudget(t *testing.T) {
 	require.Equal(t, []Sample{{AtMs: later.UnixMilli(), LagMs: 7}}, h.get("b").Samples, "samples older than the window go")
 	require.Empty(t, h.get("a").Samples, "a workflow not seen for the window goes")
 	require.Equal(t, sampleBytes, h.usedBytes())
+}
+
+// TestHistoryRates: the bytes and transactions per second of a sample are
+// measured from the previous one; a stream counts only once a sample before
+// had its position, a MariaDB domain counts its sequence numbers whichever
+// server wrote them, and the streams' counts are within the budget.
+func TestHistoryRates(t *testing.T) {
+	const uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+	h := newHistory(DefaultHistoryBytes)
+	now := time.Unix(1_800_000_000, 0)
+	at := func(w *rowliftv1.Workflow, copied int64, positions ...string) *rowliftv1.Workflow {
+		w.Status.BytesCopied = copied
+		for i, p := range positions {
+			w.Status.Streams = append(w.Status.Streams, &rowliftv1.StreamStatus{Source: fmt.Sprint("s", i), Target: "main",
+				Position: &rowliftv1.Position{GtidSet: p}})
+		}
+		return w
+	}
+	h.record(at(workflow("my", 0), 0, uuid+":1-100", ""), now)
+	h.record(at(workflow("my", 0), 4<<20, uuid+":1-300", uuid+":1-5000"), now.Add(2*time.Second))
+	h.record(at(workflow("my", 0), 5<<20, uuid+":1-300:302-401", uuid+":1-5200"), now.Add(6*time.Second))
+	h.record(at(workflow("maria", 0), 0, "0-1-100,1-1-7"), now)
+	h.record(at(workflow("maria", 0), 0, "0-2-150,1-1-7"), now.Add(2*time.Second))
+
+	var got [][2]float64
+	for _, s := range h.get("my").Samples {
+		got = append(got, [2]float64{s.BytesPerSecond, s.TransactionsPerSecond})
+	}
+	require.Equal(t, [][2]float64{{0, 0}, {2 << 20, 100}, {1 << 18, 75}}, got,
+		"s1 starts with a position in the second sample: its 5,000 transactions are where it starts, not progress")
+	require.Equal(t, 25.0, h.get("maria").Samples[1].TransactionsPerSecond, "domain 0 went from 100 to 150 across a failover to server 2")
+
+	counts := 3 * (int(unsafe.Sizeof(streamCount{})) + len("s0→main")) // two streams of my, one of maria
+	require.Equal(t, 5*sampleBytes+counts, h.usedBytes(), "every sample and the last counts of each stream are accounted")
+	h.record(workflow("other", 0), now.Add(window+time.Hour))
+	require.Equal(t, sampleBytes, h.usedBytes(), "and given back with the workflows")
 }
 
 // fake answers Stop and List; every other method is unimplemented.

@@ -6,12 +6,13 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rowlift/rowlift/internal/gtid"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 
 const (
 	// DefaultHistoryBytes bounds the charts' memory when Config leaves it 0:
-	// an hour of samples every sampleSpacing for about 18 workflows.
+	// an hour of samples every sampleSpacing for about 12 workflows.
 	DefaultHistoryBytes = 1 << 20
 	// window is how far back the charts look.
 	window = time.Hour
@@ -28,10 +29,31 @@ type Sample struct {
 	LagMs         int64   `json:"lag_ms"`
 	RowsCopied    int64   `json:"rows_copied"`
 	RowsPerSecond float64 `json:"rows_per_second"`
+	// BytesPerSecond and TransactionsPerSecond are measured since the
+	// previous sample: the bytes the copy wrote, and the source transactions
+	// the streams' positions went past (gtid.Count), which status has no rate of.
+	BytesPerSecond        float64 `json:"bytes_per_second"`
+	TransactionsPerSecond float64 `json:"transactions_per_second"`
 }
 
 // sampleBytes is what one kept sample costs.
 const sampleBytes = int(unsafe.Sizeof(Sample{}))
+
+// streamCount is how many transactions a stream's position held at the last
+// sample, to measure the next one's rate against.
+type streamCount struct {
+	stream string
+	count  uint64
+}
+
+// countsBytes is what a series' counts cost: the slice's array and the names.
+func countsBytes(counts []streamCount) int {
+	n := cap(counts) * int(unsafe.Sizeof(streamCount{}))
+	for _, c := range counts {
+		n += len(c.stream)
+	}
+	return n
+}
 
 // Step is a cutover step this coordinator saw a workflow's journal at.
 type Step struct {
@@ -57,6 +79,9 @@ type series struct {
 	History
 	bytes int
 	last  time.Time
+	// copied and counts are what the last sample saw, for the next one's rates.
+	copied int64
+	counts []streamCount
 }
 
 // history keeps, in memory and within a byte budget, what the console's status
@@ -90,7 +115,16 @@ func (h *history) record(w *rowliftv1.Workflow, now time.Time) {
 	}
 	s.last = now
 	if n := len(s.Samples); n == 0 || now.Sub(time.UnixMilli(s.Samples[n-1].AtMs)) >= sampleSpacing {
-		s.Samples = append(s.Samples, Sample{AtMs: now.UnixMilli(), LagMs: st.GetLagMs(), RowsCopied: st.GetRowsCopied(), RowsPerSecond: st.GetRowsPerSecond()})
+		sample := Sample{AtMs: now.UnixMilli(), LagMs: st.GetLagMs(), RowsCopied: st.GetRowsCopied(), RowsPerSecond: st.GetRowsPerSecond()}
+		counts := streamCounts(st.GetStreams())
+		if n > 0 {
+			secs := now.Sub(time.UnixMilli(s.Samples[n-1].AtMs)).Seconds()
+			sample.BytesPerSecond = float64(max(st.GetBytesCopied()-s.copied, 0)) / secs
+			sample.TransactionsPerSecond = float64(wentThrough(s.counts, counts)) / secs
+		}
+		h.add(s, countsBytes(counts)-countsBytes(s.counts))
+		s.copied, s.counts = st.GetBytesCopied(), counts
+		s.Samples = append(s.Samples, sample)
 		h.add(s, sampleBytes)
 	}
 	if c := st.GetCutover(); c != nil {
@@ -120,6 +154,37 @@ func (h *history) record(w *rowliftv1.Workflow, now time.Time) {
 	}
 	for h.used > h.budget && h.trimOldest() {
 	}
+}
+
+// streamCounts is how many transactions each stream's position holds; a
+// stream with no position yet, or one that does not parse, has none.
+func streamCounts(streams []*rowliftv1.StreamStatus) []streamCount {
+	out := make([]streamCount, 0, len(streams))
+	for _, st := range streams {
+		pos, err := gtid.Parse(st.GetPosition().GetGtidSet())
+		if err != nil || pos.IsEmpty() {
+			continue
+		}
+		out = append(out, streamCount{stream: st.GetSource() + "→" + st.GetTarget(), count: pos.Count()})
+	}
+	return out
+}
+
+// wentThrough is how many transactions the streams went past from then to
+// now: a stream counts only when both have its position (a new stream's
+// first position is where it starts, not progress), and a rewound one none.
+func wentThrough(then, now []streamCount) uint64 {
+	before := make(map[string]uint64, len(then))
+	for _, c := range then {
+		before[c.stream] = c.count
+	}
+	var n uint64
+	for _, c := range now {
+		if p, ok := before[c.stream]; ok && c.count > p {
+			n += c.count - p
+		}
+	}
+	return n
 }
 
 func (h *history) add(s *series, n int) {

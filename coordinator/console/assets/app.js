@@ -148,9 +148,11 @@ function renderList(list) {
     errors.length ? el('ul', {}, errors) : '');
 }
 
+const plain = (v) => (v >= 100 ? Math.round(v).toLocaleString('en-US') : String(Number(v.toPrecision(2))));
+
 // chart draws values over time as an SVG line, from the first sample (at most
-// an hour ago) to now.
-function chart(id, title, samples, value, unit) {
+// an hour ago) to now; its scale reads fmt(top) + unit.
+function chart(id, title, samples, value, unit, fmt = plain) {
   const W = 440, H = 140, L = 64, B = 18;
   const s = svg('svg', { width: W, height: H, class: id, viewBox: `0 0 ${W} ${H}` });
   const now = Date.now();
@@ -161,7 +163,7 @@ function chart(id, title, samples, value, unit) {
   const y = (v) => H - B - (H - B - 6) * v / vmax;
   s.append(svg('line', { x1: L, y1: H - B, x2: W - 4, y2: H - B }), svg('line', { x1: L, y1: 6, x2: L, y2: H - B }));
   const label = (x0, y0, text, anchor) => { const t = svg('text', { x: x0, y: y0, 'text-anchor': anchor || 'start' }); t.textContent = text; s.append(t); };
-  label(L - 4, 12, (top >= 100 ? Math.round(top).toLocaleString('en-US') : Number(top.toPrecision(2))) + unit, 'end');
+  label(L - 4, 12, fmt(top) + unit, 'end');
   label(L - 4, H - B, '0', 'end');
   label(L, H - 4, duration((now - t0) / 1000) + ' ago');
   label(W - 4, H - 4, 'now', 'end');
@@ -229,7 +231,9 @@ function renderWorkflow(w, hist, verifyLine) {
     el('h2', {}, 'Over the last hour'),
     el('div', { class: 'charts' },
       chart('chart-lag', 'Lag', samples, (p) => num(p.lag_ms) / 1000, 's'),
-      chart('chart-rate', 'Throughput', samples, (p) => num(p.rows_per_second), ' rows/s')),
+      chart('chart-rate', 'Copy throughput in rows', samples, (p) => num(p.rows_per_second), ' rows/s'),
+      chart('chart-bytes', 'Copy throughput in bytes', samples, (p) => num(p.bytes_per_second), '/s', bytes),
+      chart('chart-replay', 'Replay throughput in source transactions', samples, (p) => num(p.transactions_per_second), ' tx/s')),
     el('h2', {}, 'Streams'),
     el('table', { id: 'streams' }, el('tr', {}, ['Stream', 'Position', 'Lag', 'Source server', 'State'].map((h) => el('th', {}, h))), streams),
     el('h2', {}, 'Last verify'), verify,

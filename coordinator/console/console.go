@@ -198,8 +198,15 @@ func (c *Console) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.hist.record(wf, time.Now())
-	// The verify's summary in the words `rowlift workflow show` prints.
-	c.reply(w, map[string]any{"workflow": protoJSON(wf), "history": c.hist.get(name), "verify_line": statustext.Verify(wf.GetStatus().GetVerify())})
+	// The verify's summary and the cutover's steps in the words `rowlift
+	// workflow show` prints.
+	cut := wf.GetStatus().GetCutover()
+	steps := make([]string, len(cut.GetSteps()))
+	for i, s := range cut.GetSteps() {
+		steps[i] = statustext.CutoverStep(s, cut.GetStartedAtUs())
+	}
+	c.reply(w, map[string]any{"workflow": protoJSON(wf), "history": c.hist.get(name), "verify_line": statustext.Verify(wf.GetStatus().GetVerify()),
+		"cutover_steps": steps})
 }
 
 // act runs one action, with the CLI's RPC and request, and answers with

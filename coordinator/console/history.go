@@ -18,8 +18,6 @@ const (
 	// sampleSpacing is the least time between two kept samples of a workflow:
 	// a page polling faster adds nothing.
 	sampleSpacing = 2 * time.Second
-	// maxSteps bounds the cutover steps kept per workflow.
-	maxSteps = 64
 )
 
 // Sample is one point of a workflow's charts: what a status read saw.
@@ -33,23 +31,11 @@ type Sample struct {
 // sampleBytes is what one kept sample costs.
 const sampleBytes = int(unsafe.Sizeof(Sample{}))
 
-// Step is a cutover step this coordinator saw a workflow's journal at.
-type Step struct {
-	AtMs      int64  `json:"at_ms"`
-	Direction string `json:"direction"`
-	Step      string `json:"step"`
-	Message   string `json:"message,omitempty"`
-}
-
-func (s Step) bytes() int {
-	return int(unsafe.Sizeof(s)) + len(s.Direction) + len(s.Step) + len(s.Message)
-}
-
-// History is what a workflow's page charts: the samples of the last hour, and
-// the cutover steps seen, oldest first.
+// History is what a workflow's page charts: the samples of the last hour,
+// oldest first. The cutover's timeline is not kept here: its journal keeps
+// every step on the target (CutoverStatus.steps).
 type History struct {
 	Samples []Sample `json:"samples"`
-	Steps   []Step   `json:"steps"`
 }
 
 // series is one workflow's history.
@@ -92,17 +78,6 @@ func (h *history) record(w *rowliftv1.Workflow, now time.Time) {
 	if n := len(s.Samples); n == 0 || now.Sub(time.UnixMilli(s.Samples[n-1].AtMs)) >= sampleSpacing {
 		s.Samples = append(s.Samples, Sample{AtMs: now.UnixMilli(), LagMs: st.GetLagMs(), RowsCopied: st.GetRowsCopied(), RowsPerSecond: st.GetRowsPerSecond()})
 		h.add(s, sampleBytes)
-	}
-	if c := st.GetCutover(); c != nil {
-		step := Step{AtMs: now.UnixMilli(), Direction: c.GetDirection(), Step: c.GetStep(), Message: c.GetMessage()}
-		if n := len(s.Steps); n == 0 || s.Steps[n-1].Direction != step.Direction || s.Steps[n-1].Step != step.Step || s.Steps[n-1].Message != step.Message {
-			s.Steps = append(s.Steps, step)
-			h.add(s, step.bytes())
-			if len(s.Steps) > maxSteps {
-				h.add(s, -s.Steps[0].bytes())
-				s.Steps = s.Steps[1:]
-			}
-		}
 	}
 	cut := now.Add(-window).UnixMilli()
 	for len(s.Samples) > 0 && s.Samples[0].AtMs < cut {
@@ -156,9 +131,9 @@ func (h *history) get(name string) History {
 	defer h.mu.Unlock()
 	s := h.byName[name]
 	if s == nil {
-		return History{Samples: []Sample{}, Steps: []Step{}}
+		return History{Samples: []Sample{}}
 	}
-	return History{Samples: append([]Sample{}, s.Samples...), Steps: append([]Step{}, s.Steps...)}
+	return History{Samples: append([]Sample{}, s.Samples...)}
 }
 
 // usedBytes is what the kept history costs, for tests of the budget.

@@ -200,7 +200,7 @@ function renderWorkflow(w, hist, verifyLine, stepLines) {
     el('p', { id: 'cutover-line' }, el('b', {}, c.direction + ' ' + words(c.step, '')), c.message ? ': ' + c.message : '',
       num(c.writePauseMs) >= 0 && c.writePauseMs !== undefined ? ' · write pause ' + num(c.writePauseMs) + ' ms' : '',
       c.freezePositions ? ' · freeze position ' + c.freezePositions.join(', ') : '',
-      c.reverseWorkflow ? ' · following back: ' + c.reverseWorkflow : ''),
+      c.reverseWorkflow ? ' · reverse workflow ' + c.reverseWorkflow : ''),
     el('ul', { class: 'timeline', id: 'cutover' }, (c.steps || []).length
       ? c.steps.map((s, i) => el('li', { 'data-step': s.step }, el('time', {}, when(s.atUs)), stepLines[i]))
       : [el('li', {}, el('time', {}, when(c.startedAtUs)), c.direction + ' started'),

@@ -281,9 +281,10 @@ func (s *Server) newJournal(ctx context.Context, p *pair, req *rowliftv1.SwitchR
 	if _, _, _, err := s.validateSources(ctx, sd.new, copied); err != nil {
 		return nil, err
 	}
-	j := &state.Journal{Workflow: name, Partner: p.reverse.GetName(), Direction: direction, Step: string(cutover.Freezing),
+	j := &state.Journal{Workflow: name, Partner: p.reverse.GetName(), Direction: direction,
 		Mode: req.GetFreeze(), UnfreezeMode: rowliftv1.FreezeMode_FREEZE_MODE_NONE, TimeoutMS: timeout.Milliseconds(),
 		HookCmd: req.GetHookCmd(), StartedAtUS: now.UnixMicro(), DeadlineUS: now.Add(timeout).UnixMicro()}
+	j.Enter(string(cutover.Freezing), "", now)
 	if j.Mode == rowliftv1.FreezeMode_FREEZE_MODE_UNSPECIFIED {
 		j.Mode = rowliftv1.FreezeMode_FREEZE_MODE_RENAME
 	}
@@ -425,12 +426,10 @@ func (s *Server) drive(ctx context.Context, j *state.Journal) error {
 			}
 			continue
 		}
-		if why != "" {
-			j.Message = why
-		}
-		j.Step = string(next)
+		now := time.Now()
+		j.Enter(string(next), why, now)
 		if cutover.Finished(next) {
-			j.FinishedAtUS = time.Now().UnixMicro()
+			j.FinishedAtUS = now.UnixMicro()
 		}
 		if err := record(context.WithoutCancel(ctx), store, j); err != nil {
 			return home.fail(err)
@@ -467,8 +466,9 @@ func (s *Server) lockHeld(ctx context.Context, j *state.Journal, sd side, store 
 	slices.Sort(lost)
 	moved := *j
 	moved.FreezePositions = pos
-	moved.Message = fmt.Sprintf("the freeze lock on %s was lost (streamer restarted, lease passed or session killed) and taken again; "+
-		"writes made meanwhile are applied before the switch", strings.Join(lost, ", "))
+	moved.Steps = slices.Clone(j.Steps) // Enter must not write into j's, which a failed record keeps
+	moved.Enter(j.Step, fmt.Sprintf("the freeze lock on %s was lost (streamer restarted, lease passed or session killed) and taken again; "+
+		"writes made meanwhile are applied before the switch", strings.Join(lost, ", ")), time.Now())
 	if err := record(context.WithoutCancel(ctx), store, &moved); err != nil {
 		return false, fmt.Errorf("record the new freeze positions: %w", err)
 	}
@@ -735,8 +735,12 @@ func formatPositions(pos map[string]string) []string {
 
 // cutoverStatus is a journal as the status shows it.
 func cutoverStatus(j *state.Journal) *rowliftv1.CutoverStatus {
+	steps := make([]*rowliftv1.CutoverStep, len(j.Steps))
+	for i, s := range j.Steps {
+		steps[i] = &rowliftv1.CutoverStep{Step: s.Step, AtUs: s.AtUS, Message: s.Message}
+	}
 	return &rowliftv1.CutoverStatus{Direction: j.Direction, Step: j.Step, ReverseWorkflow: j.Partner, FreezePositions: formatPositions(j.FreezePositions),
-		WritePauseMs: j.WritePauseMS(), StartedAtUs: j.StartedAtUS, FinishedAtUs: j.FinishedAtUS, Message: j.Message}
+		WritePauseMs: j.WritePauseMS(), StartedAtUs: j.StartedAtUS, FinishedAtUs: j.FinishedAtUS, Message: j.Message, Steps: steps}
 }
 
 // lock takes a named lock on the target for the whole of an operation that

@@ -29,8 +29,11 @@ import (
 // with its progress in rows and bytes and its charts (replay throughput
 // among them), and is refused an action with the words the CLI prints; an
 // admin stops the workflow; the page goes on updating across a coordinator
-// restart, and an admin's verify shows its result. Screenshots land in
-// consoleOutputDir.
+// restart; the admin is refused a verify of the stopped workflow, resumes it,
+// starts a verify and cancels it, and runs one whose result the page shows;
+// cancelling with no verify running and a reverse of a workflow created
+// without the reverse roles say what the CLI says. TestDemoConsole clicks
+// switch and reverse. Screenshots land in consoleOutputDir.
 func TestConsole(t *testing.T) {
 	chromium, driver := lookBrowser(t)
 	e := newEnv(t)
@@ -41,9 +44,10 @@ func TestConsole(t *testing.T) {
 	e.startApplier()
 
 	dir := t.TempDir()
-	tokens, readFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "read")
+	tokens, readFile, adminFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "read"), filepath.Join(dir, "admin")
 	require.NoError(t, os.WriteFile(tokens, []byte("admin "+e2eAdminToken+"\nread "+e2eReadToken+"\n"), 0o600))
 	require.NoError(t, os.WriteFile(readFile, []byte(e2eReadToken+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(adminFile, []byte(e2eAdminToken+"\n"), 0o600))
 	addr, httpAddr := freeAddr(t), freeAddr(t)
 	coordinator := startProc(t, "coordinator", nil, "coordinator", "--listen", addr, "--target", "main="+e.dst.DSN(""),
 		"--auth-token-file", tokens, "--http-listen", httpAddr)
@@ -97,14 +101,12 @@ func TestConsole(t *testing.T) {
 	require.Equal(t, "stop workflow con: StopWorkflow needs the admin role, and this caller has the read role (its token has the read role): "+
 		"use credentials with the admin role (PermissionDenied)", refusal)
 	require.Equal(t, "Stop workflow con?", wd.clickConfirm(`button[data-action="stop"]`))
-	require.Equal(t, refusal, wd.waitScript("the refusal", `const r = document.querySelector('#result.refused'); return r && r.textContent`))
+	require.Equal(t, refusal, wd.result("refused"))
 
 	// An admin stops it.
 	wd.click("#signout")
 	wd.signIn(e2eAdminToken)
-	wd.clickConfirm(`button[data-action="stop"]`)
-	require.Regexp(t, `^stopped workflow con: stopped \(stopped by an operator at [0-9T:-]+Z\)$`,
-		wd.waitScript("the stop", `const r = document.querySelector('#result.ok'); return r && r.textContent`))
+	require.Regexp(t, `^stopped workflow con: stopped \(stopped by an operator at [0-9T:-]+Z\)$`, wd.act("stop", "ok"))
 	wd.waitScript("the page to show the stop", `return document.getElementById('phase').textContent.startsWith('stopped')`)
 
 	// The page survives a coordinator restart: it says the coordinator is out
@@ -115,16 +117,54 @@ func TestConsole(t *testing.T) {
 	coordinator.restart()
 	wd.waitScript("the page to update again", `return !document.getElementById('conn').classList.contains('down') &&
 		document.body.dataset.updates !== arguments[0] && document.getElementById('phase').textContent.startsWith('stopped')`, before)
-	wd.clickConfirm(`button[data-action="resume"]`)
-	require.Contains(t, wd.waitScript("the resume", `const r = document.querySelector('#result.ok'); return r && r.textContent`), "resumed workflow con: ")
+
+	// A verify of the stopped workflow is refused as the CLI refuses it.
+	admin := newCLIAt(t, addr)
+	admin.env = append(admin.env, "ROWLIFT_TOKEN_FILE="+adminFile)
+	refusal = strings.TrimSuffix(strings.TrimPrefix(admin.fails(1, "workflow", "verify", "con"), "rowlift: "), "\n")
+	require.Contains(t, refusal, "resume it first (`rowlift workflow resume con`)")
+	require.Equal(t, refusal, wd.act("verify", "refused"))
+	require.Contains(t, wd.act("resume", "ok"), "resumed workflow con: ")
+
+	// A verify with no applier to run it stays running, and is cancelled.
+	e.applier.kill()
+	require.Contains(t, wd.act("verify", "ok"), "verifying workflow con: verify running")
+	require.Equal(t, "Cancel verify workflow con?", wd.clickConfirm(`button[data-action="cancel-verify"]`))
+	require.Regexp(t, `^cancelled the running verify of con \(.+\); the streams go on without it$`, wd.result("ok"))
+	e.applier.restart()
 
 	// An admin's verify runs, and the page shows its result per table.
-	require.Equal(t, "Verify workflow con?", wd.clickConfirm(`button[data-action="verify"]`))
-	require.Contains(t, wd.waitScript("the verify", `const r = document.querySelector('#result.ok'); return r && r.textContent.startsWith('verifying') && r.textContent`),
-		"verifying workflow con: ")
+	require.Contains(t, wd.act("verify", "ok"), "verifying workflow con: ")
 	wd.waitScript("the verify's result", `const r = document.querySelector('#verify td.msg'); return r && r.textContent === 'identical' &&
 		document.getElementById('verify-line').textContent === 'verify done: 3,000 rows compared, no difference'`)
+
+	// With none running, cancel says so; a reverse of a workflow without
+	// reverse roles is refused: both in the CLI's words.
+	none := strings.TrimSuffix(admin.ok("workflow", "verify", "con", "--cancel"), "\n")
+	require.Equal(t, "no verify of con is running, nothing to cancel (last: verify done: 3,000 rows compared, no difference)", none)
+	require.Equal(t, none, wd.act("cancel-verify", "ok"))
+	refusal = strings.TrimSuffix(strings.TrimPrefix(admin.fails(1, "workflow", "reverse", "con"), "rowlift: "), "\n")
+	require.Contains(t, refusal, "reverse workflow con: workflow \"con\" cannot switch: source main has no reverse target")
+	require.Equal(t, refusal, wd.act("reverse", "refused"))
 	wd.screenshot(filepath.Join(out, "after-restart.png"))
+}
+
+// act clicks the button of action on a workflow's page, accepts its
+// confirmation and returns the result it shows, which must be of class
+// "ok" or "refused" as want says.
+func (wd *webDriver) act(action, want string) string {
+	wd.t.Helper()
+	wd.clickConfirm(`button[data-action="` + action + `"]`)
+	return wd.result(want)
+}
+
+// result waits for the outcome of the action clicked last, of class want
+// ("ok" or "refused"), and returns its text. The page shows "Label…" from
+// the moment the confirmation is accepted until the outcome arrives.
+func (wd *webDriver) result(want string) string {
+	wd.t.Helper()
+	return wd.waitScriptWithin(actionWait, "the action's "+want+" result", `const r = document.getElementById('result');
+		return !r.textContent.endsWith('…') && r.className === arguments[0] && r.textContent`, want)
 }
 
 // lookBrowser finds Debian's chromium and chromedriver, failing (not
@@ -305,17 +345,27 @@ func (wd *webDriver) script(js string, args ...any) string {
 	}
 }
 
+// actionWait bounds the wait for an action's outcome: a switch or reverse
+// answers within its timeout (1 minute) and its rollback.
+const actionWait = 2 * time.Minute
+
 // waitScript runs js until it returns something, for up to 20 seconds, and
 // returns that; it fails the test with the page's text otherwise.
 func (wd *webDriver) waitScript(what, js string, args ...any) string {
 	wd.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	return wd.waitScriptWithin(20*time.Second, what, js, args...)
+}
+
+// waitScriptWithin is waitScript for up to limit.
+func (wd *webDriver) waitScriptWithin(limit time.Duration, what, js string, args ...any) string {
+	wd.t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		if v := wd.script(js, args...); v != "" {
 			return v
 		}
 		if time.Now().After(deadline) {
-			wd.t.Fatalf("waited 20s for %s; the page shows:\n%s", what, wd.script(`return document.body.innerText`))
+			wd.t.Fatalf("waited %s for %s; the page shows:\n%s", limit, what, wd.script(`return document.body.innerText`))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -430,10 +430,27 @@ func (p *pairEnv) journalStep() string {
 	return j.Direction + "/" + j.Step
 }
 
+// journalSteps reads the steps the race workflow's last cutover went through,
+// failing the test unless their times follow each other.
+func (p *pairEnv) journalSteps() []string {
+	p.t.Helper()
+	j, err := p.store.Journal(context.Background(), "race")
+	require.NoError(p.t, err)
+	var steps []string
+	for i, s := range j.Steps {
+		if i > 0 {
+			require.GreaterOrEqual(p.t, s.AtUS, j.Steps[i-1].AtUS, "step %s recorded before the one before it: %+v", s.Step, j.Steps)
+		}
+		steps = append(steps, s.Step)
+	}
+	return steps
+}
+
 // TestCutoverSurvivesKills kills the coordinator and both appliers with SIGKILL
 // at every step of a switch and of a reverse (the coordinator pauses after it
 // records each step), restarts them, and checks that the restarted coordinator
-// finishes the cutover by itself and that both sides end identical.
+// finishes the cutover by itself, that its journal lists every step once, and
+// that both sides end identical.
 func TestCutoverSurvivesKills(t *testing.T) {
 	sandboxtest.EachFlavor(t, testCutoverSurvivesKills)
 }
@@ -468,6 +485,8 @@ func testCutoverSurvivesKills(t *testing.T, flavor sandbox.Flavor) {
 				got := p.journalStep()
 				return got == direction+"/done", got
 			})
+			require.Equal(t, []string{"freezing", "frozen", "applied", "writable", "started", "done"}, p.journalSteps(),
+				"the journal's steps after a kill at %s", want)
 			p.reroute(direction)
 			if direction == "switch" {
 				p.frozenSide(p.srcDB)

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,9 +103,12 @@ func TestDemoInterrupted(t *testing.T) {
 
 // TestDemoConsole runs `rowlift demo --console`: the demo serves its
 // coordinator's web console, says where, and keeps running after the move
-// with the reverse roles up, so that the console's verify and switch work;
-// Ctrl-C ends it.
+// with the reverse roles up; in headless Chromium the console's verify,
+// switch and reverse are clicked and say what the CLI says (a reverse before
+// the switch is refused), and the page shows each cutover's journal as a
+// timeline of its steps. Ctrl-C ends it.
 func TestDemoConsole(t *testing.T) {
+	chromium, driver := lookBrowser(t)
 	addr := freeAddr(t)
 	cmd := exec.Command(rowliftBin, "demo", "--rows", "20000", "--console", "--console-listen", addr)
 	f, err := os.Create(filepath.Join(t.TempDir(), "demo.out"))
@@ -128,21 +129,45 @@ func TestDemoConsole(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	require.Contains(t, output(), "web console: "+url)
-	act := func(action string) string {
+
+	wd := startWebDriver(t, chromium, driver)
+	out := consoleOutputDir(t)
+	wd.navigate(url + "#/workflow/demo-move")
+	wd.waitScript("the workflow's page", `return document.getElementById('phase') !== null`)
+	require.Contains(t, wd.act("verify", "ok"), "verifying workflow demo-move: ")
+	// In the CLI's form, "WHAT: MESSAGE (Code)", which TestConsole compares
+	// with the CLI's own word for word.
+	refused := wd.act("reverse", "refused")
+	require.True(t, strings.HasPrefix(refused, `reverse workflow demo-move: workflow "demo-move" was not switched (no reverse workflow "demo-move_reverse" on target `), refused)
+	require.True(t, strings.HasSuffix(refused, "there is nothing to reverse; `rowlift workflow switch demo-move` switches it (FailedPrecondition)"), refused)
+
+	// Each cutover's message is the CLI's (statustext.Switched), and its
+	// steps come from the journal, every one of them however fast.
+	steps := `["freezing","frozen","applied","writable","started","done"]`
+	timeline := func(direction string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, url+"api/workflows/demo-move/"+action, nil)
-		require.NoError(t, err)
-		req.Header.Set("X-Rowlift-Console", "1")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var body struct{ Message string }
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-		require.Equal(t, http.StatusOK, resp.StatusCode, body.Message)
-		return body.Message
+		defer wd.script(`document.getElementById('cutover').scrollIntoView()`) // for the screenshot
+		wd.waitScript("the "+direction+"'s timeline", `const line = document.getElementById('cutover-line');
+			const steps = [...document.querySelectorAll('#cutover li[data-step]')];
+			return line && line.textContent.startsWith(arguments[0] + ' done') &&
+				JSON.stringify(steps.map((li) => li.dataset.step)) === arguments[1] &&
+				steps.every((li) => li.querySelector('time').textContent !== '' && /^[a-z ]+ at \+[\d,]+ ms(: .+)?$/.test(li.lastChild.textContent))`, direction, steps)
 	}
-	require.Contains(t, act("verify"), "verifying workflow demo-move: ")
-	require.Contains(t, act("switch"), "switched writes of demo-move to its targets")
+	require.Equal(t, "Switch workflow demo-move?", wd.clickConfirm(`button[data-action="switch"]`))
+	switched := wd.result("ok")
+	require.True(t, strings.HasPrefix(switched, "switched writes of demo-move to its targets\n"), switched)
+	require.Regexp(t, `(?m)^write pause: \d+ ms$`, switched)
+	require.Contains(t, switched, "\nfollowing back: demo-move_reverse")
+	timeline("switch")
+	wd.screenshot(filepath.Join(out, "switched.png"))
+
+	require.Equal(t, "Reverse workflow demo-move?", wd.clickConfirm(`button[data-action="reverse"]`))
+	reversed := wd.result("ok")
+	require.True(t, strings.HasPrefix(reversed, "switched writes of demo-move back to its sources\n"), reversed)
+	require.Contains(t, reversed, "\nfollowing back: demo-move")
+	timeline("reverse")
+	wd.screenshot(filepath.Join(out, "reversed.png"))
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	require.NoError(t, cmd.Wait())
 }

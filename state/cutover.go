@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -53,6 +54,47 @@ type Journal struct {
 	FinishedAtUS    int64             `json:"finished_at_us,omitempty"`
 	Message         string            `json:"message,omitempty"`
 	HookOutput      string            `json:"hook_output,omitempty"`
+	// Steps are the steps the cutover went through, oldest first, each added
+	// by Enter and so saved by the same write that records the step: they
+	// survive whatever the step survives. At most maxJournalSteps are kept.
+	// Journals written before this was done have none.
+	Steps []JournalStep `json:"steps,omitempty"`
+}
+
+// JournalStep is one step as the journal recorded it, so that status shows a
+// cutover's whole course, whichever coordinator drove it and however fast.
+type JournalStep struct {
+	Step string `json:"step"`
+	AtUS int64  `json:"at_us"`
+	// Message is why the cutover took the step (a rollback's reason, a lost
+	// freeze lock); empty when it is the plain next one.
+	Message string `json:"message,omitempty"`
+}
+
+// maxJournalSteps bounds Journal.Steps. A cutover takes at most six steps;
+// only a LOCK freeze whose lock is lost and taken again enters a step again,
+// and keeps doing so while it loses the lock.
+const maxJournalSteps = 32
+
+// Enter puts the journal at step, at, for why (empty: none), and adds it to
+// Steps; the caller's next SaveJournal records both. A step entered again
+// (the freeze taken again at later positions) is added again.
+func (c *Journal) Enter(step, why string, at time.Time) {
+	c.Step = step
+	if why != "" {
+		c.Message = why
+	}
+	c.Steps = appendStep(c.Steps, JournalStep{Step: step, AtUS: at.UnixMicro(), Message: why}, maxJournalSteps)
+}
+
+// appendStep adds s to steps and, past limit, drops the oldest but the
+// first: the timeline keeps where the cutover began and where it is now.
+func appendStep(steps []JournalStep, s JournalStep, limit int) []JournalStep {
+	steps = append(steps, s)
+	if len(steps) > limit {
+		steps = append(steps[:1], steps[len(steps)-limit+1:]...)
+	}
+	return steps
 }
 
 // WritePauseMS is how long writes could go nowhere: from the freeze to the

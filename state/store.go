@@ -164,7 +164,7 @@ var schemaDDL = []string{
 	`CREATE TABLE IF NOT EXISTS ` + Schema + `.cutover (
 		workflow VARCHAR(64) NOT NULL COMMENT 'the forward workflow of the pair',
 		step VARCHAR(16) NOT NULL,
-		journal LONGTEXT NOT NULL COMMENT 'state.Cutover as JSON',
+		journal LONGTEXT NOT NULL COMMENT 'state.Journal as JSON',
 		updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
 		PRIMARY KEY (workflow)
 	) ENGINE=InnoDB`,

@@ -16,7 +16,8 @@ import (
 // httpListenHelp is --http-listen's help.
 const httpListenHelp = "`ADDR` to serve the web console on, e.g. 127.0.0.1:7080; off when empty. It serves HTTPS with the --tls-* " +
 	"files when given (and then requires a client certificate, as the Control API does, when --tls-ca is set), and every page and action " +
-	"is a Control API call with the token the browser signs in with, so it may do what that token may do with rowlift workflow"
+	"is a Control API call with the token the browser signs in with and the client certificate it presents, so it may do what they " +
+	"may do with rowlift workflow (a certificate's role comes from --auth-admin-identity and --auth-read-identity)"
 
 // startConsole listens on addr and serves the web console over control,
 // through authOpts (the Control API's authorization interceptors), until ctx

@@ -277,6 +277,9 @@ func renderShow(w *rowliftv1.Workflow, now time.Time) string {
 	}
 	if c := st.GetCutover(); c != nil {
 		def = append(def, "cutover\t"+renderCutover(c, now))
+		for _, step := range c.GetSteps() {
+			def = append(def, "\t"+time.UnixMicro(step.GetAtUs()).UTC().Format("15:04:05.000 MST")+"  "+statustext.CutoverStep(step, c.GetStartedAtUs()))
+		}
 	}
 	lines := columns(0, func(w io.Writer) { fmt.Fprintln(w, strings.Join(def, "\n")) })
 	lines = append(append(lines, ""), renderStatus(w, now)...)

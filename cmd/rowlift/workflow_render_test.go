@@ -266,7 +266,21 @@ func TestRenderShowCutover(t *testing.T) {
 
 	st.Cutover = &rowliftv1.CutoverStatus{Direction: "reverse", Step: "rolled_back", WritePauseMs: -1,
 		Message: "the streams did not apply the freeze positions before the deadline"}
-	require.Contains(t, renderShow(w, renderNow), "cutover   reverse rolled back: the streams did not apply the freeze positions before the deadline\n")
+	require.Contains(t, renderShow(w, renderNow), "cutover   reverse rolled back: the streams did not apply the freeze positions before the deadline\n",
+		"a journal of an older coordinator, with no steps, shows its last one")
+
+	start := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	at := func(ms int) int64 { return start.Add(time.Duration(ms) * time.Millisecond).UnixMicro() }
+	st.Cutover.StartedAtUs = start.UnixMicro()
+	st.Cutover.Steps = []*rowliftv1.CutoverStep{{Step: "freezing", AtUs: at(0)}, {Step: "frozen", AtUs: at(35)},
+		{Step: "rolling_back", AtUs: at(60_012), Message: "the streams did not apply the freeze positions before the deadline"},
+		{Step: "rolled_back", AtUs: at(60_140)}}
+	require.Contains(t, renderShow(w, renderNow), "cutover   reverse rolled back (started "+formatAgo(renderNow, start.UnixMicro())+
+		"): the streams did not apply the freeze positions before the deadline\n"+
+		"          07:08:09.000 UTC  freezing at +0 ms\n"+
+		"          07:08:09.035 UTC  frozen at +35 ms\n"+
+		"          07:09:09.012 UTC  rolling back at +60,012 ms: the streams did not apply the freeze positions before the deadline\n"+
+		"          07:09:09.140 UTC  rolled back at +60,140 ms\n")
 }
 
 func TestRenderVerify(t *testing.T) {

@@ -1,9 +1,10 @@
 // Package console is the coordinator's web console: pages that show every
 // workflow's progress, lag, streams, verify and cutover, and buttons for the
 // operator's actions. Every page read and every action is a Control API call
-// made with the browser's bearer token through the coordinator's own
-// interceptors (inproc.go), so the console may do exactly what the token may
-// do with `rowlift workflow`, and says what the CLI says when refused. Its
+// made with the browser's bearer token and the client certificate it
+// presented to the console, through the coordinator's own interceptors
+// (inproc.go), so the console may do exactly what those credentials may do
+// with `rowlift workflow`, and says what the CLI says when refused. Its
 // assets are embedded: no build step, no CDN.
 package console
 
@@ -165,19 +166,30 @@ func (c *Console) Serve(ctx context.Context, lis net.Listener) error {
 	}
 }
 
-// outgoing carries the browser's authorization header to the Control call.
-func outgoing(r *http.Request) (context.Context, context.CancelFunc) {
+// caller is how a request calls the Control service as the browser: the
+// client whose connection carries the client certificate the browser
+// presented to the console (none without one), and a context carrying its
+// authorization header. done ends both.
+func (c *Console) caller(r *http.Request) (client rowliftv1.ControlClient, ctx context.Context, done func(), err error) {
+	client, release, err := c.control.client(r.TLS)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", auth)
 	}
-	return ctx, cancel
+	return client, ctx, func() { cancel(); release() }, nil
 }
 
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := outgoing(r)
-	defer cancel()
-	resp, err := c.control.client.ListWorkflows(ctx, &rowliftv1.ListWorkflowsRequest{})
+	client, ctx, done, err := c.caller(r)
+	if err != nil {
+		c.fail(w, r, "list workflows", err)
+		return
+	}
+	defer done()
+	resp, err := client.ListWorkflows(ctx, &rowliftv1.ListWorkflowsRequest{})
 	if err != nil {
 		c.fail(w, r, "list workflows", err)
 		return
@@ -190,16 +202,28 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) get(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	ctx, cancel := outgoing(r)
-	defer cancel()
-	wf, err := c.control.client.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: name})
+	what := "show workflow " + name
+	client, ctx, done, err := c.caller(r)
 	if err != nil {
-		c.fail(w, r, "show workflow "+name, err)
+		c.fail(w, r, what, err)
+		return
+	}
+	defer done()
+	wf, err := client.GetWorkflow(ctx, &rowliftv1.WorkflowRef{Name: name})
+	if err != nil {
+		c.fail(w, r, what, err)
 		return
 	}
 	c.hist.record(wf, time.Now())
-	// The verify's summary in the words `rowlift workflow show` prints.
-	c.reply(w, map[string]any{"workflow": protoJSON(wf), "history": c.hist.get(name), "verify_line": statustext.Verify(wf.GetStatus().GetVerify())})
+	// The verify's summary and the cutover's steps in the words `rowlift
+	// workflow show` prints.
+	cut := wf.GetStatus().GetCutover()
+	steps := make([]string, len(cut.GetSteps()))
+	for i, s := range cut.GetSteps() {
+		steps[i] = statustext.CutoverStep(s, cut.GetStartedAtUs())
+	}
+	c.reply(w, map[string]any{"workflow": protoJSON(wf), "history": c.hist.get(name), "verify_line": statustext.Verify(wf.GetStatus().GetVerify()),
+		"cutover_steps": steps})
 }
 
 // act runs one action, with the CLI's RPC and request, and answers with
@@ -211,15 +235,21 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 	}
 	name, action := r.PathValue("name"), r.PathValue("action")
 	ref := &rowliftv1.WorkflowRef{Name: name}
-	ctx, cancel := outgoing(r)
-	defer cancel()
 	what := action + " workflow " + name
+	if action == "cancel-verify" {
+		what = "cancel the verify of workflow " + name
+	}
+	client, ctx, done, err := c.caller(r)
+	if err != nil {
+		c.fail(w, r, what, err)
+		return
+	}
+	defer done()
 	var msg string
-	var err error
 	switch action {
 	case "start", "stop", "resume":
 		rpc := map[string]func(context.Context, *rowliftv1.WorkflowRef, ...grpc.CallOption) (*rowliftv1.Workflow, error){
-			"start": c.control.client.StartWorkflow, "stop": c.control.client.StopWorkflow, "resume": c.control.client.ResumeWorkflow,
+			"start": client.StartWorkflow, "stop": client.StopWorkflow, "resume": client.ResumeWorkflow,
 		}[action]
 		var wf *rowliftv1.Workflow
 		if wf, err = rpc(ctx, ref); err == nil {
@@ -227,22 +257,21 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		}
 	case "verify":
 		var wf *rowliftv1.Workflow
-		if wf, err = c.control.client.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref}); err == nil {
+		if wf, err = client.VerifyWorkflow(ctx, &rowliftv1.VerifyRequest{Workflow: ref}); err == nil {
 			msg = fmt.Sprintf("verifying workflow %s: %s", name, statustext.Verify(wf.GetStatus().GetVerify()))
 		}
 	case "cancel-verify":
-		what = "cancel the verify of workflow " + name
 		var resp *rowliftv1.CancelVerifyResponse
-		if resp, err = c.control.client.CancelVerify(ctx, ref); err == nil {
+		if resp, err = client.CancelVerify(ctx, ref); err == nil {
 			msg = resp.GetCancelled() + "; the streams go on without it"
 			if resp.GetCancelled() == "" {
 				msg = fmt.Sprintf("no verify of %s is running, nothing to cancel (last: %s)", name, statustext.Verify(resp.GetWorkflow().GetStatus().GetVerify()))
 			}
 		}
 	case "switch", "reverse":
-		rpc := c.control.client.SwitchWorkflow
+		rpc := client.SwitchWorkflow
 		if action == "reverse" {
-			rpc = c.control.client.ReverseWorkflow
+			rpc = client.ReverseWorkflow
 		}
 		req := &rowliftv1.SwitchRequest{Workflow: ref, MaxLagSeconds: switchMaxLag.Seconds(),
 			Freeze: rowliftv1.FreezeMode_FREEZE_MODE_RENAME, TimeoutMs: switchTimeout.Milliseconds()}

@@ -19,8 +19,6 @@ const (
 	// sampleSpacing is the least time between two kept samples of a workflow:
 	// a page polling faster adds nothing.
 	sampleSpacing = 2 * time.Second
-	// maxSteps bounds the cutover steps kept per workflow.
-	maxSteps = 64
 )
 
 // Sample is one point of a workflow's charts: what a status read saw.
@@ -42,36 +40,24 @@ const sampleBytes = int(unsafe.Sizeof(Sample{}))
 // streamCount is how many transactions a stream's position held at the last
 // sample, to measure the next one's rate against.
 type streamCount struct {
-	stream string
-	count  uint64
+	source, stream string
+	count          uint64
 }
 
 // countsBytes is what a series' counts cost: the slice's array and the names.
 func countsBytes(counts []streamCount) int {
 	n := cap(counts) * int(unsafe.Sizeof(streamCount{}))
 	for _, c := range counts {
-		n += len(c.stream)
+		n += len(c.source) + len(c.stream)
 	}
 	return n
 }
 
-// Step is a cutover step this coordinator saw a workflow's journal at.
-type Step struct {
-	AtMs      int64  `json:"at_ms"`
-	Direction string `json:"direction"`
-	Step      string `json:"step"`
-	Message   string `json:"message,omitempty"`
-}
-
-func (s Step) bytes() int {
-	return int(unsafe.Sizeof(s)) + len(s.Direction) + len(s.Step) + len(s.Message)
-}
-
-// History is what a workflow's page charts: the samples of the last hour, and
-// the cutover steps seen, oldest first.
+// History is what a workflow's page charts: the samples of the last hour,
+// oldest first. The cutover's timeline is not kept here: its journal keeps
+// every step on the target (CutoverStatus.steps).
 type History struct {
 	Samples []Sample `json:"samples"`
-	Steps   []Step   `json:"steps"`
 }
 
 // series is one workflow's history.
@@ -127,17 +113,6 @@ func (h *history) record(w *rowliftv1.Workflow, now time.Time) {
 		s.Samples = append(s.Samples, sample)
 		h.add(s, sampleBytes)
 	}
-	if c := st.GetCutover(); c != nil {
-		step := Step{AtMs: now.UnixMilli(), Direction: c.GetDirection(), Step: c.GetStep(), Message: c.GetMessage()}
-		if n := len(s.Steps); n == 0 || s.Steps[n-1].Direction != step.Direction || s.Steps[n-1].Step != step.Step || s.Steps[n-1].Message != step.Message {
-			s.Steps = append(s.Steps, step)
-			h.add(s, step.bytes())
-			if len(s.Steps) > maxSteps {
-				h.add(s, -s.Steps[0].bytes())
-				s.Steps = s.Steps[1:]
-			}
-		}
-	}
 	cut := now.Add(-window).UnixMilli()
 	for len(s.Samples) > 0 && s.Samples[0].AtMs < cut {
 		s.Samples = s.Samples[1:]
@@ -165,24 +140,30 @@ func streamCounts(streams []*rowliftv1.StreamStatus) []streamCount {
 		if err != nil || pos.IsEmpty() {
 			continue
 		}
-		out = append(out, streamCount{stream: st.GetSource() + "→" + st.GetTarget(), count: pos.Count()})
+		out = append(out, streamCount{source: st.GetSource(), stream: st.GetSource() + "→" + st.GetTarget(), count: pos.Count()})
 	}
 	return out
 }
 
-// wentThrough is how many transactions the streams went past from then to
-// now: a stream counts only when both have its position (a new stream's
-// first position is where it starts, not progress), and a rewound one none.
+// wentThrough is how many source transactions the streams went past from
+// then to now: a stream counts only when both have its position (a new
+// stream's first position is where it starts, not progress), and a rewound
+// one none. The streams of one source (a split's) read the same transactions,
+// which count once: as far as the furthest of them went.
 func wentThrough(then, now []streamCount) uint64 {
 	before := make(map[string]uint64, len(then))
 	for _, c := range then {
 		before[c.stream] = c.count
 	}
-	var n uint64
+	bySource := map[string]uint64{}
 	for _, c := range now {
 		if p, ok := before[c.stream]; ok && c.count > p {
-			n += c.count - p
+			bySource[c.source] = max(bySource[c.source], c.count-p)
 		}
+	}
+	var n uint64
+	for _, d := range bySource {
+		n += d
 	}
 	return n
 }
@@ -221,9 +202,9 @@ func (h *history) get(name string) History {
 	defer h.mu.Unlock()
 	s := h.byName[name]
 	if s == nil {
-		return History{Samples: []Sample{}, Steps: []Step{}}
+		return History{Samples: []Sample{}}
 	}
-	return History{Samples: append([]Sample{}, s.Samples...), Steps: append([]Step{}, s.Steps...)}
+	return History{Samples: append([]Sample{}, s.Samples...)}
 }
 
 // usedBytes is what the kept history costs, for tests of the budget.

@@ -117,6 +117,18 @@ func Verify(v *rowliftv1.VerifyStatus) string {
 	return p
 }
 
+// CutoverStep is one step of a cutover's journal: the step, how long after
+// the cutover's start (startedAtUS) the journal recorded it, and why, when it
+// says; `workflow show` puts the time of day before it, the console its
+// browser's.
+func CutoverStep(s *rowliftv1.CutoverStep, startedAtUS int64) string {
+	p := fmt.Sprintf("%s at +%s ms", EnumWords(s.GetStep(), ""), Count((s.GetAtUs()-startedAtUS)/1000))
+	if m := s.GetMessage(); m != "" {
+		p += ": " + m
+	}
+	return p
+}
+
 // Switched is what a switch (action "switch") or reverse ("reverse") of
 // workflow name did, a line each.
 func Switched(action, name string, resp *rowliftv1.SwitchResponse) []string {

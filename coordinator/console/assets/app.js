@@ -106,7 +106,7 @@ async function refresh() {
   try {
     const body = r.page === 'workflow' ? await api('GET', '/api/workflows/' + encodeURIComponent(r.name)) : await api('GET', '/api/workflows');
     if (JSON.stringify(route()) === JSON.stringify(r)) {
-      if (r.page === 'workflow') renderWorkflow(body.workflow, body.history, body.verify_line); else renderList(body.list);
+      if (r.page === 'workflow') renderWorkflow(body.workflow, body.history, body.verify_line, body.cutover_steps); else renderList(body.list);
     }
     updates++;
     document.body.dataset.updates = updates;
@@ -176,7 +176,7 @@ function position(p) {
   return [p.gtidSet, p.binlogFile ? p.binlogFile + ':' + (p.binlogOffset || 0) : ''].filter(Boolean).join(' ');
 }
 
-function renderWorkflow(w, hist, verifyLine) {
+function renderWorkflow(w, hist, verifyLine, stepLines) {
   const st = w.status || {};
   const tables = (st.tables || []).map((t) => el('tr', { 'data-table': t.name },
     el('td', {}, t.name),
@@ -205,17 +205,19 @@ function renderWorkflow(w, hist, verifyLine) {
         el('td', { class: 'msg' }, (t.done ? (num(t.missing) + num(t.extra) + num(t.different) ? 'differs' : 'identical') : 'comparing') +
           (t.message ? ': ' + t.message : '') + (t.examples ? '\n' + t.examples.join('\n') : ''))))))
     : el('p', {}, 'never verified');
+  // The cutover's journal as a timeline, a step per line in the CLI's words
+  // (stepLines); a journal of an older coordinator has no steps: its start and
+  // its last step stand in for them.
   const c = st.cutover;
-  const steps = (hist.steps || []).map((s) => el('li', {}, el('time', {}, new Date(num(s.at_ms)).toLocaleTimeString()),
-    s.direction + ': ' + s.step + (s.message ? ' (' + s.message + ')' : '')));
-  const cutover = c ? el('ul', { class: 'timeline', id: 'cutover' },
-    el('li', {}, el('time', {}, when(c.startedAtUs)), c.direction + ' started'),
-    steps,
-    num(c.writePauseMs) >= 0 && c.writePauseMs !== undefined ? el('li', {}, 'write pause: ' + num(c.writePauseMs) + ' ms') : '',
-    c.freezePositions ? el('li', {}, 'freeze position: ' + c.freezePositions.join(', ')) : '',
-    c.reverseWorkflow ? el('li', {}, 'following back: ' + c.reverseWorkflow) : '',
-    c.finishedAtUs ? el('li', {}, el('time', {}, when(c.finishedAtUs)), c.direction + ' finished at step ' + c.step + (c.message ? ': ' + c.message : ''))
-      : el('li', {}, 'now at step ' + c.step + (c.message ? ': ' + c.message : '')))
+  const cutover = c ? el('div', {},
+    el('p', { id: 'cutover-line' }, el('b', {}, c.direction + ' ' + words(c.step, '')), c.message ? ': ' + c.message : '',
+      num(c.writePauseMs) >= 0 && c.writePauseMs !== undefined ? ' · write pause ' + num(c.writePauseMs) + ' ms' : '',
+      c.freezePositions ? ' · freeze position ' + c.freezePositions.join(', ') : '',
+      c.reverseWorkflow ? ' · reverse workflow ' + c.reverseWorkflow : ''),
+    el('ul', { class: 'timeline', id: 'cutover' }, (c.steps || []).length
+      ? c.steps.map((s, i) => el('li', { 'data-step': s.step }, el('time', {}, when(s.atUs)), stepLines[i]))
+      : [el('li', {}, el('time', {}, when(c.startedAtUs)), c.direction + ' started'),
+        el('li', {}, el('time', {}, when(c.finishedAtUs)), 'at step ' + words(c.step, ''))]))
     : el('p', {}, 'no cutover yet');
   const samples = hist.samples || [];
   document.getElementById('data').replaceChildren(

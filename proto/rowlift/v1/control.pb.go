@@ -2110,7 +2110,8 @@ type CutoverStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "switch" or "reverse".
 	Direction string `protobuf:"bytes,1,opt,name=direction,proto3" json:"direction,omitempty"`
-	// The journal's step: checking, frozen, applied, reversed, done, rolled_back.
+	// The journal's step: freezing, frozen, applied, writable, started, done;
+	// or rolling_back, rolled_back (docs/design.md, "Cutover").
 	Step            string   `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
 	ReverseWorkflow string   `protobuf:"bytes,3,opt,name=reverse_workflow,json=reverseWorkflow,proto3" json:"reverse_workflow,omitempty"`
 	FreezePositions []string `protobuf:"bytes,4,rep,name=freeze_positions,json=freezePositions,proto3" json:"freeze_positions,omitempty"`
@@ -2118,8 +2119,12 @@ type CutoverStatus struct {
 	StartedAtUs     int64    `protobuf:"varint,6,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`
 	FinishedAtUs    int64    `protobuf:"varint,7,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`
 	Message         string   `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Every step the cutover went through, oldest first, as its journal
+	// recorded them (at most 32: the first and the latest). Empty for a
+	// journal written by a coordinator older than this field.
+	Steps         []*CutoverStep `protobuf:"bytes,9,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CutoverStatus) Reset() {
@@ -2208,6 +2213,78 @@ func (x *CutoverStatus) GetMessage() string {
 	return ""
 }
 
+func (x *CutoverStatus) GetSteps() []*CutoverStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// CutoverStep is one step of a cutover's journal.
+type CutoverStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As CutoverStatus.step.
+	Step string `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	// When the journal recorded it, microseconds since the epoch.
+	AtUs int64 `protobuf:"varint,2,opt,name=at_us,json=atUs,proto3" json:"at_us,omitempty"`
+	// Why the cutover took this step (a rollback's reason, a freeze lock lost
+	// and taken again); empty when it is the plain next one.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CutoverStep) Reset() {
+	*x = CutoverStep{}
+	mi := &file_rowlift_v1_control_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutoverStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutoverStep) ProtoMessage() {}
+
+func (x *CutoverStep) ProtoReflect() protoreflect.Message {
+	mi := &file_rowlift_v1_control_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutoverStep.ProtoReflect.Descriptor instead.
+func (*CutoverStep) Descriptor() ([]byte, []int) {
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CutoverStep) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *CutoverStep) GetAtUs() int64 {
+	if x != nil {
+		return x.AtUs
+	}
+	return 0
+}
+
+func (x *CutoverStep) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // TableStatus is the copy progress of one table, summed over the workflow's streams.
 type TableStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -2241,7 +2318,7 @@ type TableStatus struct {
 
 func (x *TableStatus) Reset() {
 	*x = TableStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[21]
+	mi := &file_rowlift_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2330,7 @@ func (x *TableStatus) String() string {
 func (*TableStatus) ProtoMessage() {}
 
 func (x *TableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[21]
+	mi := &file_rowlift_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2343,7 @@ func (x *TableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatus.ProtoReflect.Descriptor instead.
 func (*TableStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TableStatus) GetName() string {
@@ -2385,7 +2462,7 @@ type StreamStatus struct {
 
 func (x *StreamStatus) Reset() {
 	*x = StreamStatus{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[22]
+	mi := &file_rowlift_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2474,7 @@ func (x *StreamStatus) String() string {
 func (*StreamStatus) ProtoMessage() {}
 
 func (x *StreamStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[22]
+	mi := &file_rowlift_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2487,7 @@ func (x *StreamStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStatus.ProtoReflect.Descriptor instead.
 func (*StreamStatus) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StreamStatus) GetSource() string {
@@ -2529,7 +2606,7 @@ type DeleteWorkflowResponse struct {
 
 func (x *DeleteWorkflowResponse) Reset() {
 	*x = DeleteWorkflowResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[23]
+	mi := &file_rowlift_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2618,7 @@ func (x *DeleteWorkflowResponse) String() string {
 func (*DeleteWorkflowResponse) ProtoMessage() {}
 
 func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[23]
+	mi := &file_rowlift_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2631,7 @@ func (x *DeleteWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteWorkflowResponse) GetKeptTables() []string {
@@ -2575,7 +2652,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[24]
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2664,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[24]
+	mi := &file_rowlift_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2677,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListWorkflowsRequest) GetTargets() []string {
@@ -2631,7 +2708,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	mi := &file_rowlift_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2720,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[25]
+	mi := &file_rowlift_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2733,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*Workflow {
@@ -2698,7 +2775,7 @@ type TargetError struct {
 
 func (x *TargetError) Reset() {
 	*x = TargetError{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[26]
+	mi := &file_rowlift_v1_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2787,7 @@ func (x *TargetError) String() string {
 func (*TargetError) ProtoMessage() {}
 
 func (x *TargetError) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[26]
+	mi := &file_rowlift_v1_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2800,7 @@ func (x *TargetError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetError.ProtoReflect.Descriptor instead.
 func (*TargetError) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TargetError) GetTarget() string {
@@ -2758,7 +2835,7 @@ type WatchWorkflowRequest struct {
 
 func (x *WatchWorkflowRequest) Reset() {
 	*x = WatchWorkflowRequest{}
-	mi := &file_rowlift_v1_control_proto_msgTypes[27]
+	mi := &file_rowlift_v1_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2847,7 @@ func (x *WatchWorkflowRequest) String() string {
 func (*WatchWorkflowRequest) ProtoMessage() {}
 
 func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rowlift_v1_control_proto_msgTypes[27]
+	mi := &file_rowlift_v1_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2860,7 @@ func (x *WatchWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_rowlift_v1_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchWorkflowRequest) GetWorkflow() *WorkflowRef {
@@ -2952,7 +3029,7 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\brepaired\x18\x06 \x01(\x03R\brepaired\x12\x12\n" +
 	"\x04done\x18\a \x01(\bR\x04done\x12\x1a\n" +
 	"\bexamples\x18\b \x03(\tR\bexamples\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\"\xa1\x02\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\xd0\x02\n" +
 	"\rCutoverStatus\x12\x1c\n" +
 	"\tdirection\x18\x01 \x01(\tR\tdirection\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12)\n" +
@@ -2961,7 +3038,12 @@ const file_rowlift_v1_control_proto_rawDesc = "" +
 	"\x0ewrite_pause_ms\x18\x05 \x01(\x03R\fwritePauseMs\x12\"\n" +
 	"\rstarted_at_us\x18\x06 \x01(\x03R\vstartedAtUs\x12$\n" +
 	"\x0efinished_at_us\x18\a \x01(\x03R\ffinishedAtUs\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage\"\xce\x02\n" +
+	"\amessage\x18\b \x01(\tR\amessage\x12-\n" +
+	"\x05steps\x18\t \x03(\v2\x17.rowlift.v1.CutoverStepR\x05steps\"P\n" +
+	"\vCutoverStep\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x13\n" +
+	"\x05at_us\x18\x02 \x01(\x03R\x04atUs\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xce\x02\n" +
 	"\vTableStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vrows_copied\x18\x02 \x01(\x03R\n" +
@@ -3077,7 +3159,7 @@ func file_rowlift_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_rowlift_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_rowlift_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_rowlift_v1_control_proto_goTypes = []any{
 	(OnDDL)(0),                     // 0: rowlift.v1.OnDDL
 	(CopyMethod)(0),                // 1: rowlift.v1.CopyMethod
@@ -3105,22 +3187,23 @@ var file_rowlift_v1_control_proto_goTypes = []any{
 	(*VerifyStatus)(nil),           // 23: rowlift.v1.VerifyStatus
 	(*VerifyTable)(nil),            // 24: rowlift.v1.VerifyTable
 	(*CutoverStatus)(nil),          // 25: rowlift.v1.CutoverStatus
-	(*TableStatus)(nil),            // 26: rowlift.v1.TableStatus
-	(*StreamStatus)(nil),           // 27: rowlift.v1.StreamStatus
-	(*DeleteWorkflowResponse)(nil), // 28: rowlift.v1.DeleteWorkflowResponse
-	(*ListWorkflowsRequest)(nil),   // 29: rowlift.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),  // 30: rowlift.v1.ListWorkflowsResponse
-	(*TargetError)(nil),            // 31: rowlift.v1.TargetError
-	(*WatchWorkflowRequest)(nil),   // 32: rowlift.v1.WatchWorkflowRequest
-	(FreezeMode)(0),                // 33: rowlift.v1.FreezeMode
-	(*ThrottleLimits)(nil),         // 34: rowlift.v1.ThrottleLimits
-	(*Position)(nil),               // 35: rowlift.v1.Position
+	(*CutoverStep)(nil),            // 26: rowlift.v1.CutoverStep
+	(*TableStatus)(nil),            // 27: rowlift.v1.TableStatus
+	(*StreamStatus)(nil),           // 28: rowlift.v1.StreamStatus
+	(*DeleteWorkflowResponse)(nil), // 29: rowlift.v1.DeleteWorkflowResponse
+	(*ListWorkflowsRequest)(nil),   // 30: rowlift.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),  // 31: rowlift.v1.ListWorkflowsResponse
+	(*TargetError)(nil),            // 32: rowlift.v1.TargetError
+	(*WatchWorkflowRequest)(nil),   // 33: rowlift.v1.WatchWorkflowRequest
+	(FreezeMode)(0),                // 34: rowlift.v1.FreezeMode
+	(*ThrottleLimits)(nil),         // 35: rowlift.v1.ThrottleLimits
+	(*Position)(nil),               // 36: rowlift.v1.Position
 }
 var file_rowlift_v1_control_proto_depIdxs = []int32{
 	13, // 0: rowlift.v1.VerifyRequest.workflow:type_name -> rowlift.v1.WorkflowRef
 	21, // 1: rowlift.v1.CancelVerifyResponse.workflow:type_name -> rowlift.v1.Workflow
 	13, // 2: rowlift.v1.SwitchRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	33, // 3: rowlift.v1.SwitchRequest.freeze:type_name -> rowlift.v1.FreezeMode
+	34, // 3: rowlift.v1.SwitchRequest.freeze:type_name -> rowlift.v1.FreezeMode
 	21, // 4: rowlift.v1.SwitchResponse.workflow:type_name -> rowlift.v1.Workflow
 	13, // 5: rowlift.v1.CompleteRequest.workflow:type_name -> rowlift.v1.WorkflowRef
 	13, // 6: rowlift.v1.CancelRequest.workflow:type_name -> rowlift.v1.WorkflowRef
@@ -3132,57 +3215,58 @@ var file_rowlift_v1_control_proto_depIdxs = []int32{
 	0,  // 12: rowlift.v1.WorkflowOptions.on_ddl:type_name -> rowlift.v1.OnDDL
 	1,  // 13: rowlift.v1.WorkflowOptions.copy_method:type_name -> rowlift.v1.CopyMethod
 	20, // 14: rowlift.v1.WorkflowOptions.throttle:type_name -> rowlift.v1.Throttle
-	34, // 15: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
-	34, // 16: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
+	35, // 15: rowlift.v1.Throttle.source:type_name -> rowlift.v1.ThrottleLimits
+	35, // 16: rowlift.v1.Throttle.target:type_name -> rowlift.v1.ThrottleLimits
 	15, // 17: rowlift.v1.Workflow.spec:type_name -> rowlift.v1.WorkflowSpec
 	22, // 18: rowlift.v1.Workflow.status:type_name -> rowlift.v1.WorkflowStatus
 	2,  // 19: rowlift.v1.WorkflowStatus.state:type_name -> rowlift.v1.WorkflowState
-	26, // 20: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
-	27, // 21: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
+	27, // 20: rowlift.v1.WorkflowStatus.tables:type_name -> rowlift.v1.TableStatus
+	28, // 21: rowlift.v1.WorkflowStatus.streams:type_name -> rowlift.v1.StreamStatus
 	3,  // 22: rowlift.v1.WorkflowStatus.phase:type_name -> rowlift.v1.WorkflowPhase
 	23, // 23: rowlift.v1.WorkflowStatus.verify:type_name -> rowlift.v1.VerifyStatus
 	25, // 24: rowlift.v1.WorkflowStatus.cutover:type_name -> rowlift.v1.CutoverStatus
 	4,  // 25: rowlift.v1.VerifyStatus.state:type_name -> rowlift.v1.VerifyState
 	24, // 26: rowlift.v1.VerifyStatus.tables:type_name -> rowlift.v1.VerifyTable
-	35, // 27: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
-	21, // 28: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
-	31, // 29: rowlift.v1.ListWorkflowsResponse.target_errors:type_name -> rowlift.v1.TargetError
-	13, // 30: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
-	14, // 31: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
-	13, // 32: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
-	13, // 33: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
-	13, // 34: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
-	13, // 35: rowlift.v1.Control.RewindWorkflow:input_type -> rowlift.v1.WorkflowRef
-	13, // 36: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
-	13, // 37: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
-	29, // 38: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
-	32, // 39: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
-	5,  // 40: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
-	13, // 41: rowlift.v1.Control.CancelVerify:input_type -> rowlift.v1.WorkflowRef
-	7,  // 42: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
-	7,  // 43: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
-	9,  // 44: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
-	11, // 45: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
-	21, // 46: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 47: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 48: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 49: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 50: rowlift.v1.Control.RewindWorkflow:output_type -> rowlift.v1.Workflow
-	28, // 51: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
-	21, // 52: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
-	30, // 53: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
-	21, // 54: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
-	21, // 55: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
-	6,  // 56: rowlift.v1.Control.CancelVerify:output_type -> rowlift.v1.CancelVerifyResponse
-	8,  // 57: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
-	8,  // 58: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
-	10, // 59: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
-	12, // 60: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	26, // 27: rowlift.v1.CutoverStatus.steps:type_name -> rowlift.v1.CutoverStep
+	36, // 28: rowlift.v1.StreamStatus.position:type_name -> rowlift.v1.Position
+	21, // 29: rowlift.v1.ListWorkflowsResponse.workflows:type_name -> rowlift.v1.Workflow
+	32, // 30: rowlift.v1.ListWorkflowsResponse.target_errors:type_name -> rowlift.v1.TargetError
+	13, // 31: rowlift.v1.WatchWorkflowRequest.workflow:type_name -> rowlift.v1.WorkflowRef
+	14, // 32: rowlift.v1.Control.CreateWorkflow:input_type -> rowlift.v1.CreateWorkflowRequest
+	13, // 33: rowlift.v1.Control.StartWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 34: rowlift.v1.Control.StopWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 35: rowlift.v1.Control.ResumeWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 36: rowlift.v1.Control.RewindWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 37: rowlift.v1.Control.DeleteWorkflow:input_type -> rowlift.v1.WorkflowRef
+	13, // 38: rowlift.v1.Control.GetWorkflow:input_type -> rowlift.v1.WorkflowRef
+	30, // 39: rowlift.v1.Control.ListWorkflows:input_type -> rowlift.v1.ListWorkflowsRequest
+	33, // 40: rowlift.v1.Control.WatchWorkflow:input_type -> rowlift.v1.WatchWorkflowRequest
+	5,  // 41: rowlift.v1.Control.VerifyWorkflow:input_type -> rowlift.v1.VerifyRequest
+	13, // 42: rowlift.v1.Control.CancelVerify:input_type -> rowlift.v1.WorkflowRef
+	7,  // 43: rowlift.v1.Control.SwitchWorkflow:input_type -> rowlift.v1.SwitchRequest
+	7,  // 44: rowlift.v1.Control.ReverseWorkflow:input_type -> rowlift.v1.SwitchRequest
+	9,  // 45: rowlift.v1.Control.CompleteWorkflow:input_type -> rowlift.v1.CompleteRequest
+	11, // 46: rowlift.v1.Control.CancelWorkflow:input_type -> rowlift.v1.CancelRequest
+	21, // 47: rowlift.v1.Control.CreateWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 48: rowlift.v1.Control.StartWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 49: rowlift.v1.Control.StopWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 50: rowlift.v1.Control.ResumeWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 51: rowlift.v1.Control.RewindWorkflow:output_type -> rowlift.v1.Workflow
+	29, // 52: rowlift.v1.Control.DeleteWorkflow:output_type -> rowlift.v1.DeleteWorkflowResponse
+	21, // 53: rowlift.v1.Control.GetWorkflow:output_type -> rowlift.v1.Workflow
+	31, // 54: rowlift.v1.Control.ListWorkflows:output_type -> rowlift.v1.ListWorkflowsResponse
+	21, // 55: rowlift.v1.Control.WatchWorkflow:output_type -> rowlift.v1.Workflow
+	21, // 56: rowlift.v1.Control.VerifyWorkflow:output_type -> rowlift.v1.Workflow
+	6,  // 57: rowlift.v1.Control.CancelVerify:output_type -> rowlift.v1.CancelVerifyResponse
+	8,  // 58: rowlift.v1.Control.SwitchWorkflow:output_type -> rowlift.v1.SwitchResponse
+	8,  // 59: rowlift.v1.Control.ReverseWorkflow:output_type -> rowlift.v1.SwitchResponse
+	10, // 60: rowlift.v1.Control.CompleteWorkflow:output_type -> rowlift.v1.CompleteResponse
+	12, // 61: rowlift.v1.Control.CancelWorkflow:output_type -> rowlift.v1.CancelResponse
+	47, // [47:62] is the sub-list for method output_type
+	32, // [32:47] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_rowlift_v1_control_proto_init() }
@@ -3197,7 +3281,7 @@ func file_rowlift_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rowlift_v1_control_proto_rawDesc), len(file_rowlift_v1_control_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -243,6 +243,7 @@ func buildStatus(spec *rowliftv1.WorkflowSpec, views []view, samples map[string]
 						c.RowsEstimate = int64(float64(c.RowsEstimate) * share.fraction)
 						c.BytesEstimate = int64(float64(c.BytesEstimate) * share.fraction)
 					}
+					c.BytesEstimate = bytesEstimate(c)
 					copies = append(copies, c)
 					ss.RowsCopied += c.RowsCopied
 				}
@@ -589,4 +590,18 @@ func verifyStatus(spec *rowliftv1.WorkflowSpec, views []view, estimate int64) *r
 		out.Percent = -1
 	}
 	return out
+}
+
+// bytesEstimate is the bytes a table's copy from one source moves in all, in
+// bytes_copied's units: once rows are copied, the bytes per row measured so
+// far times the row estimate (never below what is copied; exactly that once
+// done); before, the source's size on disk, the only scale known then.
+func bytesEstimate(c state.TableCopy) int64 {
+	switch {
+	case c.Done:
+		return c.BytesCopied
+	case c.RowsCopied > 0 && c.RowsEstimate > 0:
+		return max(c.BytesCopied, int64(float64(c.BytesCopied)/float64(c.RowsCopied)*float64(c.RowsEstimate)))
+	}
+	return c.BytesEstimate
 }

@@ -117,6 +117,24 @@ func TestBuildStatusWaiting(t *testing.T) {
 	}
 }
 
+// TestBytesEstimate: the bytes a copy comes to are in the copy's own units
+// once it has rows to measure, the source's size on disk only before.
+func TestBytesEstimate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		copy state.TableCopy
+		want int64
+	}{
+		{"before the first chunk: the size on disk", state.TableCopy{RowsEstimate: 1000, BytesEstimate: 90_000}, 90_000},
+		{"no row estimate: the size on disk", state.TableCopy{RowsCopied: 10, BytesCopied: 1000, BytesEstimate: 90_000}, 90_000},
+		{"measured per row", state.TableCopy{RowsCopied: 100, BytesCopied: 15_000, RowsEstimate: 1000, BytesEstimate: 90_000}, 150_000},
+		{"past the row estimate: what is copied", state.TableCopy{RowsCopied: 1200, BytesCopied: 180_000, RowsEstimate: 1000, BytesEstimate: 90_000}, 180_000},
+		{"done: exactly what was copied", state.TableCopy{Done: true, RowsCopied: 990, BytesCopied: 148_500, RowsEstimate: 1000, BytesEstimate: 90_000}, 148_500},
+	} {
+		require.Equal(t, c.want, bytesEstimate(c.copy), c.name)
+	}
+}
+
 func TestBuildStatusOverTargets(t *testing.T) {
 	spec := &rowliftv1.WorkflowSpec{Name: "w", Tables: []*rowliftv1.TableSpec{{Name: "a"}}}
 	wf := func(st state.State, msg string) *state.Workflow {
@@ -141,7 +159,7 @@ func TestBuildStatusOverTargets(t *testing.T) {
 	require.EqualValues(t, 20000, st.GetRowsEstimate())
 	require.EqualValues(t, 15, st.GetPercent())
 	require.EqualValues(t, 300<<10, st.GetBytesCopied())
-	require.EqualValues(t, 2<<20, st.GetBytesEstimate())
+	require.EqualValues(t, 2*1000<<10, st.GetBytesEstimate(), "each target's bytes per row so far times its 10,000 rows, not the 1 MiB on disk")
 	require.EqualValues(t, 300<<10, st.GetTables()[0].GetBytesCopied())
 	require.InDelta(t, 300, st.GetRowsPerSecond(), 1e-9)
 	require.Len(t, st.GetStreams(), 2)

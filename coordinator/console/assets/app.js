@@ -59,6 +59,10 @@ function duration(seconds) {
   return Math.floor(s / 3600) + 'h' + String(Math.floor(s % 3600 / 60)).padStart(2, '0') + 'm';
 }
 
+// eta is the status's ETA, empty when none is known (negative: not started,
+// stopped, failed, no rate yet) or due (zero, or absent from the JSON, once running).
+const eta = (st) => (num(st.etaSeconds) > 0 ? duration(num(st.etaSeconds)) : '');
+
 function bar(percent) {
   const p = percent === undefined ? 0 : Math.max(0, Math.min(100, percent));
   const fill = el('span');
@@ -135,7 +139,7 @@ function renderList(list) {
       el('td', { class: 'num' }, count(st.rowsCopied) + ' / ' + count(st.rowsEstimate)),
       el('td', { class: 'num bytes' }, bytes(st.bytesCopied) + ' / ' + bytes(st.bytesEstimate)),
       el('td', { class: 'num lag' }, duration(num(st.lagMs) / 1000)),
-      el('td', { class: 'num' }, st.etaSeconds === undefined ? '' : duration(st.etaSeconds)),
+      el('td', { class: 'num' }, eta(st)),
       el('td', { class: 'msg' }, st.lastError || st.message || st.waiting || ''));
   });
   const errors = (list.targetErrors || []).map((te) => el('li', { class: 'err' },
@@ -148,7 +152,13 @@ function renderList(list) {
     errors.length ? el('ul', {}, errors) : '');
 }
 
-const plain = (v) => (v >= 100 ? Math.round(v).toLocaleString('en-US') : String(Number(v.toPrecision(2))));
+// plain is a chart's scale value, short enough for the space left of the
+// axis: 267365 as "267k", 1.5e6 as "1.5M".
+function plain(v) {
+  if (v >= 1e6) return Number((v / 1e6).toPrecision(3)) + 'M';
+  if (v >= 1e4) return Math.round(v / 1e3) + 'k';
+  return v >= 100 ? Math.round(v).toLocaleString('en-US') : String(Number(v.toPrecision(2)));
+}
 
 // chart draws values over time as an SVG line, from the first sample (at most
 // an hour ago) to now; its scale reads fmt(top) + unit.
@@ -181,7 +191,7 @@ function renderWorkflow(w, hist, verifyLine, stepLines) {
   const tables = (st.tables || []).map((t) => el('tr', { 'data-table': t.name },
     el('td', {}, t.name),
     el('td', {}, bar(t.done ? 100 : t.percent), ' ', el('span', { class: 'num' }, t.done ? 'done' : (t.percent === undefined ? '?' : t.percent.toFixed(1) + '%'))),
-    el('td', { class: 'num' }, el('span', { class: 'rows' }, count(t.rowsCopied) + ' / ' + count(t.rowsEstimate) + ' rows'),
+    el('td', { class: 'num' }, el('span', { class: 'rows' }, count(t.rowsCopied) + ' / ' + count(t.done ? t.rowsCopied : t.rowsEstimate) + ' rows'),
       ' · ', el('span', { class: 'bytes' }, bytes(t.bytesCopied) + ' / ' + bytes(t.bytesEstimate))),
     el('td', { class: 'num' }, Math.round(t.rowsPerSecond || 0).toLocaleString('en-US') + ' rows/s'),
     el('td', {}, (t.keysPending || []).join(', '))));
@@ -222,8 +232,8 @@ function renderWorkflow(w, hist, verifyLine, stepLines) {
   const samples = hist.samples || [];
   document.getElementById('data').replaceChildren(
     el('p', { id: 'phase' }, el('b', {}, phase(st)), st.message ? ' (' + st.message + ')' : '',
-      ' · lag ' + duration(num(st.lagMs) / 1000), st.etaSeconds !== undefined ? ' · ETA ' + duration(st.etaSeconds) : '',
-      ' · ' + count(st.rowsCopied) + ' / ' + count(st.rowsEstimate) + ' rows · ' + bytes(st.bytesCopied) + ' / ' + bytes(st.bytesEstimate)),
+      ' · lag ' + duration(num(st.lagMs) / 1000), eta(st) ? ' · ETA ' + eta(st) : '',
+      ' · ' + count(st.rowsCopied) + ' / ' + count(num(st.percent) >= 100 ? st.rowsCopied : st.rowsEstimate) + ' rows · ' + bytes(st.bytesCopied) + ' / ' + bytes(st.bytesEstimate)),
     st.lastError ? el('p', { class: 'err' }, 'last error (' + when(st.lastErrorAtUs) + '): ' + st.lastError) : '',
     st.waiting ? el('p', {}, 'waiting: ' + st.waiting) : '',
     st.throttled ? el('p', {}, 'throttled: ' + st.throttled) : '',

@@ -2308,9 +2308,11 @@ type TableStatus struct {
 	// (internal/rowcodec, each value's bytes with its length), what the copy
 	// moved, not what the target stores.
 	BytesCopied int64 `protobuf:"varint,9,opt,name=bytes_copied,json=bytesCopied,proto3" json:"bytes_copied,omitempty"`
-	// The source table's size on disk (information_schema DATA_LENGTH) when
-	// its stream last started, for scale: pages and row headers make it larger
-	// than bytes_copied ends, and it is 0 while unknown.
+	// The bytes_copied the table's copy comes to: once rows are copied, the
+	// bytes per row measured so far times rows_estimate (bytes_copied once
+	// done); before the first chunk, the source table's size on disk
+	// (information_schema DATA_LENGTH), the only scale known then; 0 while
+	// unknown.
 	BytesEstimate int64 `protobuf:"varint,10,opt,name=bytes_estimate,json=bytesEstimate,proto3" json:"bytes_estimate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -128,7 +128,9 @@ func TestCopyGateDrainsBetweenChunks(t *testing.T) {
 	lag := &replayLag{}
 	g := &copyGate{targets: targets, workflow: "wf", target: "t", lag: lag, maxLag: time.Second, log: zap.NewNop(), now: time.Now}
 	ctx := context.Background()
-	require.Equal(t, 500*time.Millisecond, g.paceTarget())
+	require.Equal(t, livePace, g.paceTarget(), "a second's bound paces to livePace")
+	tight := &copyGate{maxLag: 200 * time.Millisecond}
+	require.Equal(t, 100*time.Millisecond, tight.paceTarget(), "a bound under twice livePace paces to half of it")
 
 	require.Nil(t, g.mark(), "nothing read")
 	held, err := g.drain(ctx, g.mark())

@@ -1341,8 +1341,8 @@ type WorkflowOptions struct {
 	// during the copy and the move is ready for cutover seconds after its last
 	// chunk instead of working off a backlog. Status shows the pause as a
 	// throttle. Under writes each chunk also waits for the one before it to be
-	// applied, and chunks shrink so one is applied within half of this. A quiet
-	// source never pauses the copy.
+	// applied, and chunks shrink so one is applied within 150 ms (half of this
+	// when that is less). A quiet source never pauses the copy.
 	MaxReplayLagMs int64 `protobuf:"varint,17,opt,name=max_replay_lag_ms,json=maxReplayLagMs,proto3" json:"max_replay_lag_ms,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -832,8 +832,8 @@ type StreamOptions struct {
 	// Stream MySQL JSON as its text, with no type map (WorkflowOptions.json_as_text).
 	JsonAsText bool `protobuf:"varint,8,opt,name=json_as_text,json=jsonAsText,proto3" json:"json_as_text,omitempty"`
 	// Pause the copy between chunks while replay lags more than this many
-	// milliseconds, and pace a live table's chunks to half of it
-	// (WorkflowOptions.max_replay_lag_ms; zero: 1000, negative: never).
+	// milliseconds, and pace a live table's chunks to 150 ms, or half of it
+	// when less (WorkflowOptions.max_replay_lag_ms; zero: 1000, negative: never).
 	MaxReplayLagMs int64 `protobuf:"varint,9,opt,name=max_replay_lag_ms,json=maxReplayLagMs,proto3" json:"max_replay_lag_ms,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

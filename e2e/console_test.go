@@ -32,8 +32,9 @@ import (
 // restart; the admin is refused a verify of the stopped workflow, resumes it,
 // starts a verify and cancels it, and runs one whose result the page shows;
 // cancelling with no verify running and a reverse of a workflow created
-// without the reverse roles say what the CLI says. TestDemoConsole clicks
-// switch and reverse. Screenshots land in consoleOutputDir.
+// without the reverse roles say what the CLI says, as does a start of the
+// running workflow. TestDemoConsole clicks switch and reverse. Screenshots land in
+// consoleOutputDir.
 func TestConsole(t *testing.T) {
 	chromium, driver := lookBrowser(t)
 	e := newEnv(t)
@@ -146,6 +147,10 @@ func TestConsole(t *testing.T) {
 	refusal = strings.TrimSuffix(strings.TrimPrefix(admin.fails(1, "workflow", "reverse", "con"), "rowlift: "), "\n")
 	require.Contains(t, refusal, "reverse workflow con: workflow \"con\" cannot switch: source main has no reverse target")
 	require.Equal(t, refusal, wd.act("reverse", "refused"))
+	// Start, of a workflow that is already running: it stays so, as the CLI says.
+	started := strings.TrimSuffix(admin.ok("workflow", "start", "con"), "\n")
+	require.Regexp(t, `^started workflow con: running`, started)
+	require.Equal(t, started, wd.act("start", "ok"))
 	wd.screenshot(filepath.Join(out, "after-restart.png"))
 }
 

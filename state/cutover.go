@@ -84,17 +84,12 @@ func (c *Journal) Enter(step, why string, at time.Time) {
 	if why != "" {
 		c.Message = why
 	}
-	c.Steps = appendStep(c.Steps, JournalStep{Step: step, AtUS: at.UnixMicro(), Message: why}, maxJournalSteps)
-}
-
-// appendStep adds s to steps and, past limit, drops the oldest but the
-// first: the timeline keeps where the cutover began and where it is now.
-func appendStep(steps []JournalStep, s JournalStep, limit int) []JournalStep {
-	steps = append(steps, s)
-	if len(steps) > limit {
-		steps = append(steps[:1], steps[len(steps)-limit+1:]...)
+	c.Steps = append(c.Steps, JournalStep{Step: step, AtUS: at.UnixMicro(), Message: why})
+	if len(c.Steps) > maxJournalSteps {
+		// The first stays: the timeline keeps where the cutover began and
+		// where it is now.
+		c.Steps = append(c.Steps[:1], c.Steps[len(c.Steps)-maxJournalSteps+1:]...)
 	}
-	return steps
 }
 
 // WritePauseMS is how long writes could go nowhere: from the freeze to the

@@ -4,10 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/rowlift/rowlift/internal/statustext"
 	"strings"
 	"time"
 
+	"github.com/rowlift/rowlift/internal/statustext"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/rowlift/rowlift/internal/statustext"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/rowlift/rowlift/internal/statustext"
 	rowliftv1 "github.com/rowlift/rowlift/proto/rowlift/v1"
 )
 

@@ -12,7 +12,7 @@ import (
 
 const (
 	// DefaultHistoryBytes bounds the charts' memory when Config leaves it 0:
-	// an hour of samples every sampleSpacing for about 12 workflows.
+	// an hour of samples every sampleSpacing for about 14 workflows.
 	DefaultHistoryBytes = 1 << 20
 	// window is how far back the charts look.
 	window = time.Hour
@@ -25,7 +25,6 @@ const (
 type Sample struct {
 	AtMs          int64   `json:"at_ms"`
 	LagMs         int64   `json:"lag_ms"`
-	RowsCopied    int64   `json:"rows_copied"`
 	RowsPerSecond float64 `json:"rows_per_second"`
 	// BytesPerSecond and TransactionsPerSecond are measured since the
 	// previous sample: the bytes the copy wrote, and the source transactions
@@ -101,7 +100,7 @@ func (h *history) record(w *rowliftv1.Workflow, now time.Time) {
 	}
 	s.last = now
 	if n := len(s.Samples); n == 0 || now.Sub(time.UnixMilli(s.Samples[n-1].AtMs)) >= sampleSpacing {
-		sample := Sample{AtMs: now.UnixMilli(), LagMs: st.GetLagMs(), RowsCopied: st.GetRowsCopied(), RowsPerSecond: st.GetRowsPerSecond()}
+		sample := Sample{AtMs: now.UnixMilli(), LagMs: st.GetLagMs(), RowsPerSecond: st.GetRowsPerSecond()}
 		counts := streamCounts(st.GetStreams())
 		if n > 0 {
 			secs := now.Sub(time.UnixMilli(s.Samples[n-1].AtMs)).Seconds()
